@@ -1,0 +1,37 @@
+# The two commands of the README: `make run` and `make test`. Everything else is a helper.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PACKAGES := controlplane actors policies serve clusters benchmarks
+PYTEST_ARGS ?=
+
+.PHONY: run test lint typecheck unit venv data clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+data: $(STAMP)
+	$(BIN)/spotplane data fetch --if-missing
+
+run: data
+	$(BIN)/spotplane up --demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m benchmarks.NAME`` prints a table; ``--json`` prints one JSON object."""

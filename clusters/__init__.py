@@ -1,0 +1,1 @@
+"""The world outside: fleet providers behind one protocol, catalogs, trace loading, artifacts."""

@@ -1,0 +1,127 @@
+"""The one protocol every fleet provider speaks: simulated, AWS (boto3), GCP (google-cloud-compute), Ray autoscaler.
+
+A provider launches and terminates instances, describes them, reports what happened to them as a
+stream of :class:`FleetEvent` (polled), probes spot availability and quotes prices. It decides
+nothing: which zone, which market and when are the policies' business.
+
+Idempotency: every launch carries an ``intent_id`` written to the store *before* the call; a
+provider must return the instances of an earlier launch with the same ``intent_id`` instead of
+creating new ones (AWS ``ClientToken``, GCP ``request_id``, the simulator's own table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+
+class Market(StrEnum):
+    """How an instance is bought."""
+
+    SPOT = "spot"
+    ON_DEMAND = "on_demand"
+
+
+class InstanceState(StrEnum):
+    PENDING = "pending"  # requested, not ready yet (provisioning delay)
+    RUNNING = "running"
+    NOTICED = "noticed"  # preemption notice received, still running
+    PREEMPTED = "preempted"
+    TERMINATED = "terminated"  # by us
+
+
+class EventKind(StrEnum):
+    READY = "ready"
+    PREEMPTION_NOTICE = "preemption_notice"
+    PREEMPTED = "preempted"
+    TERMINATED = "terminated"
+    LAUNCH_FAILED = "launch_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """Launch ``count`` instances of ``instance_type`` in ``zone`` on ``market``."""
+
+    intent_id: str
+    zone: str
+    instance_type: str
+    market: Market
+    count: int = 1
+    tags: dict[str, str] = field(default_factory=dict)  # node_id, job_id, tenant_id ...
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """A provider's view of one instance."""
+
+    instance_id: str
+    cloud: str
+    zone: str
+    instance_type: str
+    market: Market
+    state: InstanceState
+    launched_at: float  # control-plane clock seconds
+    price_per_hour: float
+    accelerator: str = ""
+    accelerator_count: int = 0
+    intent_id: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetEvent:
+    """Something that happened to an instance, at control-plane time ``at``."""
+
+    kind: EventKind
+    instance_id: str
+    zone: str
+    at: float
+    seconds_left: float | None = None  # for PREEMPTION_NOTICE
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """An (instance type, zone) the provider sells, with current prices per hour."""
+
+    cloud: str
+    zone: str
+    instance_type: str
+    accelerator: str
+    accelerator_count: int
+    spot_price: float
+    on_demand_price: float
+    region: str = ""
+
+
+@runtime_checkable
+class FleetProvider(Protocol):
+    """What the controller needs from a cloud."""
+
+    name: str
+
+    def offers(self) -> list[Offer]:
+        """The price catalog: every (zone, instance type) with spot and on-demand prices."""
+        ...
+
+    def spot_available(self, zone: str, instance_type: str) -> bool:
+        """Best-effort probe: could a spot instance be launched there now?"""
+        ...
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        """Launch (idempotent on ``intent_id``); raises ``CapacityUnavailable`` when out of spot."""
+        ...
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Terminate; unknown or already-gone ids are ignored."""
+        ...
+
+    def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:
+        """Current view of the given instances (all of ours when None)."""
+        ...
+
+    def poll_events(self) -> list[FleetEvent]:
+        """Events since the previous poll, oldest first."""
+        ...

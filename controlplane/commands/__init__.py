@@ -1,0 +1,1 @@
+"""Subcommands of the ``spotplane`` CLI, one module per group."""

@@ -1,0 +1,58 @@
+"""spotplane's settings, resolved from flags, ``SPOTPLANE_*`` environment variables and defaults.
+
+The data directory is found in this order: the ``--data-dir`` flag, ``SPOTPLANE_DATA_DIR``,
+``../shared/data`` beside the repository root when it exists (developers and CI), and last the
+user cache ``~/.cache/spotplane/data`` that ``spotplane data fetch`` fills.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+USER_CACHE_DATA_DIR = Path.home() / ".cache" / "spotplane" / "data"
+
+
+class DataDirSource(StrEnum):
+    """Where the data directory came from, for messages that say where we looked."""
+
+    FLAG = "--data-dir"
+    ENV = "SPOTPLANE_DATA_DIR"
+    SHARED = "../shared/data beside the repository"
+    CACHE = "user cache"
+
+
+class Settings(BaseSettings):
+    """Everything configurable about a spotplane process."""
+
+    model_config = SettingsConfigDict(env_prefix="SPOTPLANE_", extra="ignore")
+
+    data_dir: Path | None = Field(default=None, description="Where the normalised datasets live.")
+    state_dir: Path = Field(
+        default=Path.home() / ".local" / "state" / "spotplane",
+        description="Where the SQLite store and artifacts live.",
+    )
+    port: int = Field(default=8000, ge=1, le=65535, description="Serve HTTP port.")
+    log_level: str = Field(default="WARNING")
+
+
+def resolve_data_dir(flag: str | Path | None = None) -> tuple[Path, DataDirSource]:
+    """The data directory and where it came from (flag, env, shared beside the repo, cache)."""
+    if flag is not None:
+        return Path(flag).expanduser(), DataDirSource.FLAG
+    env = Settings().data_dir
+    if env is not None:
+        return Path(env).expanduser(), DataDirSource.ENV
+    if SHARED_DATA_DIR.is_dir():
+        return SHARED_DATA_DIR, DataDirSource.SHARED
+    return USER_CACHE_DATA_DIR, DataDirSource.CACHE
+
+
+def data_dir(flag: str | Path | None = None) -> Path:
+    """The data directory alone (see :func:`resolve_data_dir`)."""
+    return resolve_data_dir(flag)[0]

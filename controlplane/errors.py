@@ -1,0 +1,89 @@
+"""One exception hierarchy for spotplane.
+
+Every message says what was wrong and how to fix it. The CLI prints ``str(error)`` without a
+traceback (``--debug`` shows it) and exits with :attr:`SpotplaneError.exit_code`: 2 for bad input,
+1 for failures of the world outside (a cloud, a missing dataset, a crash).
+"""
+
+from __future__ import annotations
+
+
+class SpotplaneError(Exception):
+    """Base of every error spotplane raises on purpose."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        self.message = message
+        self.fix = fix
+        super().__init__(message if fix is None else f"{message} — {fix}")
+
+
+class InvalidInput(SpotplaneError, ValueError):
+    """The caller passed something that cannot be right (a negative duration, R < C, ...)."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, message: str, *, fix: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}", fix=fix)
+
+
+class DataNotFound(SpotplaneError, FileNotFoundError):
+    """A dataset the command needs is not in the data directory."""
+
+    def __init__(self, what: str, looked_in: str, *, fetch: str = "spotplane data fetch") -> None:
+        self.what = what
+        self.looked_in = looked_in
+        super().__init__(f"{what} not found in {looked_in}", fix=f"run `{fetch}` to download it")
+
+
+class DataCorrupt(SpotplaneError):
+    """A file exists but does not hold what its format promises (bad checksum, bad column)."""
+
+
+class ConfigError(SpotplaneError):
+    """The configuration is incomplete or contradictory."""
+
+    exit_code = 2
+
+
+class NotFound(SpotplaneError, LookupError):
+    """A tenant, job, node or artifact that does not exist (or that the caller may not see)."""
+
+    exit_code = 2
+
+
+class Conflict(SpotplaneError):
+    """The request contradicts the current state (cancel a finished job, a duplicate name)."""
+
+    exit_code = 2
+
+
+class Unauthorized(SpotplaneError):
+    """Missing or wrong credentials."""
+
+    exit_code = 2
+
+
+class CloudError(SpotplaneError):
+    """A cloud provider refused or failed a call in a way the caller cannot fix by retrying."""
+
+
+class CapacityUnavailable(CloudError):
+    """No spot (or on-demand) capacity in that zone right now: try the next zone."""
+
+    def __init__(self, zone: str, instance_type: str, reason: str) -> None:
+        self.zone = zone
+        self.instance_type = instance_type
+        self.reason = reason
+        super().__init__(
+            f"no capacity for {instance_type} in {zone} ({reason})",
+            fix="another zone, on-demand, or waiting will do",
+        )
+
+
+class CredentialsError(CloudError):
+    """Cloud credentials, region or project are missing or rejected."""
+
+    exit_code = 2

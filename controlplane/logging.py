@@ -1,0 +1,28 @@
+"""Structured logging: one logger per module, ``key=value`` pairs after the message."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def get_logger(name: str) -> logging.Logger:
+    """The logger of a module (pass ``__name__``)."""
+    return logging.getLogger(name)
+
+
+def kv(message: str, **fields: Any) -> str:
+    """Render a log line with structured fields: ``kv("launched", zone="us-west-2a")``."""
+    if not fields:
+        return message
+    return message + " " + " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in fields.items())
+
+
+def configure(level: str | int | None = None) -> None:
+    """Set up root logging once, from ``level`` or ``SPOTPLANE_LOG_LEVEL`` (default WARNING)."""
+    chosen = level if level is not None else os.environ.get("SPOTPLANE_LOG_LEVEL", "WARNING")
+    logging.basicConfig(stream=sys.stderr, level=chosen, format=_FORMAT, force=True)

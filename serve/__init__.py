@@ -1,0 +1,1 @@
+"""The Ray Serve HTTP API (FastAPI ingress): spotplane's only front door."""
