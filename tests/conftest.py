@@ -21,3 +21,41 @@ def data_root() -> Path:
 @pytest.fixture(scope="session")
 def catalog(data_root: Path) -> DataCatalog:
     return DataCatalog(data_root)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():  # type: ignore[no-untyped-def]
+    """One real local Ray for the whole session (dashboard on a free port, for job submission).
+
+    Tests that need Ray take this fixture and are marked ``@pytest.mark.ray``; they must clean
+    up the actors, Serve apps and jobs they create. Yields the ``ray.init`` context.
+    """
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ctx = ray.init(
+        num_cpus=4,
+        include_dashboard=True,
+        dashboard_port=free_port(),
+        namespace="spotplane-tests",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    yield ctx
+    try:
+        from ray import serve
+
+        serve.shutdown()
+    except Exception:  # pragma: no cover - serve never started
+        pass
+    ray.shutdown()
