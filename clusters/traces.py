@@ -119,7 +119,7 @@ def load_spot_trace(path: str | Path) -> SpotTrace:
             cloud=str(raw["cloud"]),
             zone=str(raw["zone"]),
             instance_type=str(raw["instance_type"]),
-            accelerator=str(raw.get("accelerator", "")),
+            accelerator=str(raw.get("accelerator") or ""),
             accelerator_count=int(raw.get("accelerator_count", 1)),
             nodes=nodes,
             collected=str(raw.get("collected", "")),
