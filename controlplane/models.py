@@ -1,0 +1,386 @@
+"""spotplane's domain: tenants, jobs (and their state machine), bags, nodes, events, decisions.
+
+Pydantic models are what the store returns and what the API serialises. ``JobSpec`` / ``BagSpec``
+are the validated *input* (nothing invalid reaches the store); ``Job`` / ``Bag`` are the stored
+records. Times are control-plane clock seconds (see ``controlplane.clock``) unless a field name
+says ``_hours``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from controlplane.errors import Conflict
+
+HOUR = 3600.0
+
+
+# --------------------------------------------------------------------------------------------
+# Enums and the job state machine
+# --------------------------------------------------------------------------------------------
+class JobKind(StrEnum):
+    """How a job may be treated: ``hp`` is never preempted for others; ``spot`` may be; ``deadline``
+    is driven by its deadline policy (spot / on-demand / idle) to finish by its deadline."""
+
+    HP = "hp"
+    SPOT = "spot"
+    DEADLINE = "deadline"
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"  # accepted by the API, not yet seen by the controller
+    QUEUED = "QUEUED"  # waiting for placement
+    STARTING = "STARTING"  # nodes requested / provisioning
+    RUNNING = "RUNNING"
+    CHECKPOINTING = "CHECKPOINTING"
+    PREEMPTED = "PREEMPTED"  # lost its nodes; goes back to QUEUED
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_STATES: frozenset[JobState] = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+)
+ACTIVE_STATES: frozenset[JobState] = frozenset(set(JobState) - TERMINAL_STATES)
+_END = {JobState.FAILED, JobState.CANCELLED}
+
+# Every legal move; anything else is refused by :func:`check_transition`.
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.QUEUED, *_END}),
+    JobState.QUEUED: frozenset({JobState.STARTING, *_END}),
+    JobState.STARTING: frozenset({JobState.RUNNING, JobState.PREEMPTED, JobState.QUEUED, *_END}),
+    JobState.RUNNING: frozenset(
+        {JobState.CHECKPOINTING, JobState.PREEMPTED, JobState.QUEUED, JobState.SUCCEEDED, *_END}
+    ),
+    JobState.CHECKPOINTING: frozenset(
+        {JobState.RUNNING, JobState.PREEMPTED, JobState.QUEUED, JobState.SUCCEEDED, *_END}
+    ),
+    JobState.PREEMPTED: frozenset({JobState.QUEUED, *_END}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+class IllegalTransition(Conflict):
+    """A job state change the state machine does not allow."""
+
+    def __init__(self, job_id: str, src: JobState, dst: JobState) -> None:
+        self.src, self.dst = src, dst
+        allowed = ", ".join(sorted(TRANSITIONS[src])) or "none (terminal)"
+        super().__init__(
+            f"job {job_id}: illegal transition {src} -> {dst}",
+            fix=f"from {src} the allowed next states are: {allowed}",
+        )
+
+
+def check_transition(job_id: str, src: JobState, dst: JobState) -> None:
+    """Raise :class:`IllegalTransition` unless ``src -> dst`` is in :data:`TRANSITIONS`."""
+    if dst not in TRANSITIONS[src]:
+        raise IllegalTransition(job_id, src, dst)
+
+
+class Market(StrEnum):
+    SPOT = "spot"
+    ON_DEMAND = "on_demand"
+
+
+class NodeState(StrEnum):
+    REQUESTED = "REQUESTED"  # intent written, launch not confirmed
+    PROVISIONING = "PROVISIONING"  # provider accepted, not ready
+    READY = "READY"
+    NOTICED = "NOTICED"  # preemption notice received
+    PREEMPTED = "PREEMPTED"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    FAILED = "FAILED"  # launch failed (no capacity)
+
+
+NODE_GONE: frozenset[NodeState] = frozenset(
+    {NodeState.PREEMPTED, NodeState.TERMINATED, NodeState.FAILED}
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Tenants
+# --------------------------------------------------------------------------------------------
+def hash_token(token: str) -> str:
+    """Tokens are random 256-bit secrets, so one SHA-256 is enough to store them safely."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return "sp_" + secrets.token_urlsafe(32)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(6)}"
+
+
+class TenantSpec(BaseModel):
+    """What an admin gives to create a tenant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                      description="Unique tenant name (letters, digits, _ . -).")
+    max_gpus: int = Field(default=64, ge=1, le=100_000, description="GPU limit across all jobs.")
+
+
+class Tenant(BaseModel):
+    id: str
+    name: str
+    max_gpus: int
+    created_at: float
+    token_hash: str = Field(exclude=True, repr=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Jobs
+# --------------------------------------------------------------------------------------------
+class JobSpec(BaseModel):
+    """A job as submitted: validated here, so nothing invalid reaches the store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128, description="Free-form job name.")
+    kind: JobKind = Field(default=JobKind.SPOT, description="hp | spot | deadline")
+    gpus_per_worker: int = Field(default=1, ge=1, le=64)
+    workers: int = Field(default=1, ge=1, le=256, description="Gang size: all workers or none.")
+    accelerator: str | None = Field(default=None, max_length=32,
+                                    description="GPU model (V100, H100); null = any.")
+    compute_hours: float = Field(gt=0, le=10_000, description="Estimated compute hours C.")
+    deadline_hours: float | None = Field(
+        default=None, gt=0, le=100_000,
+        description="Deadline relative to submission (deadline jobs; or give `deadline`).")
+    deadline: float | None = Field(default=None, ge=0,
+                                   description="Absolute deadline, control-plane seconds.")
+    overhead_hours: float = Field(default=0.05, ge=0, le=24, description="Changeover overhead d.")
+    checkpoint_hours: float = Field(default=0.01, ge=0, le=24,
+                                    description="Time to write one checkpoint (delta).")
+    entrypoint: str | None = Field(default=None, max_length=4096,
+                                   description="Command to run; null = simulated workload.")
+    workload: Literal["simulated"] | None = None
+    params: dict[str, Any] = Field(default_factory=dict, description="Parameters (bags).")
+    env: dict[str, str] = Field(default_factory=dict)
+    replicas: int = Field(default=1, ge=1, le=64, description="Executor replicas (issue 7).")
+    bag_id: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> JobSpec:
+        if self.kind is JobKind.DEADLINE:
+            if self.deadline_hours is None and self.deadline is None:
+                raise ValueError("deadline_hours: a deadline job needs deadline_hours (or deadline); "
+                                 "give deadline_hours > compute_hours + overhead_hours")
+            if self.deadline_hours is not None and (
+                self.deadline_hours < self.compute_hours + self.overhead_hours
+            ):
+                raise ValueError(
+                    f"deadline_hours: {self.deadline_hours} h is less than compute_hours + "
+                    f"overhead_hours = {self.compute_hours + self.overhead_hours} h; "
+                    "raise deadline_hours or lower compute_hours")
+        elif self.deadline_hours is not None or self.deadline is not None:
+            raise ValueError(f"deadline_hours: only kind=deadline jobs take a deadline "
+                             f"(kind is {self.kind}); set kind: deadline or drop the deadline")
+        if self.entrypoint is None and self.workload is None:
+            self.workload = "simulated"
+        if self.entrypoint is not None and self.workload is not None:
+            raise ValueError("workload: give either entrypoint (a command) or "
+                             "workload: simulated, not both")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_worker * self.workers
+
+
+class Job(BaseModel):
+    """A stored job with its state, progress and cost."""
+
+    id: str
+    tenant_id: str
+    name: str
+    kind: JobKind
+    spec: JobSpec
+    state: JobState = JobState.PENDING
+    bag_id: str | None = None
+    submitted_at: float
+    deadline_at: float | None = None  # absolute, resolved at submission
+    started_at: float | None = None  # first RUNNING
+    finished_at: float | None = None
+    progress_hours: float = 0.0
+    checkpointed_hours: float = 0.0
+    checkpoint_left_hours: float = 0.0  # > 0 while CHECKPOINTING (simulated workload)
+    next_checkpoint_hours: float | None = None
+    cost: float = 0.0
+    on_demand_cost: float = 0.0  # what the same GPU hours would cost on on-demand only
+    gpu_hours: float = 0.0  # GPU hours billed so far
+    preemptions: int = 0
+    checkpoints: int = 0
+    attempts: int = 0
+    market: Market | None = None
+    zone: str | None = None
+    node_ids: list[str] = Field(default_factory=list)
+    accounted_at: float | None = None  # progress/cost accounted up to here
+    changeover_left_hours: float = 0.0  # overhead d still to pay before progress counts
+    cancel_requested: bool = False
+    message: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.gpus
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def deadline_met(self) -> bool | None:
+        if self.deadline_at is None:
+            return None
+        if self.state is not JobState.SUCCEEDED or self.finished_at is None:
+            return False if self.terminal else None
+        return self.finished_at <= self.deadline_at + 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# Bags of jobs (seed 001 Sec. 5)
+# --------------------------------------------------------------------------------------------
+class BagSpec(BaseModel):
+    """One submission of many parameter sets of one entrypoint (or simulated workload)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    template: JobSpec = Field(description="Every field of each job except its params.")
+    params: list[dict[str, Any]] = Field(min_length=1, max_length=10_000,
+                                         description="One parameter set per job.")
+    compute_hours: list[float] | None = Field(
+        default=None, description="Per-job compute hours (simulated bags); default: template's.")
+
+    @model_validator(mode="after")
+    def _check(self) -> BagSpec:
+        if self.compute_hours is not None:
+            if len(self.compute_hours) != len(self.params):
+                raise ValueError(f"compute_hours: {len(self.compute_hours)} values for "
+                                 f"{len(self.params)} params; give one per parameter set")
+            if any(c <= 0 for c in self.compute_hours):
+                raise ValueError("compute_hours: every value must be > 0")
+        return self
+
+
+class Bag(BaseModel):
+    id: str
+    tenant_id: str
+    name: str
+    created_at: float
+    jobs: int
+    finished: int = 0
+    estimate_hours: float  # learned: mean runtime of the bag's finished jobs (prior: template C)
+    job_ids: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# Nodes, events, decisions, ledger rows
+# --------------------------------------------------------------------------------------------
+class Node(BaseModel):
+    id: str
+    provider: str
+    cloud: str
+    zone: str
+    instance_type: str
+    accelerator: str
+    accelerator_count: int
+    market: Market
+    price_per_hour: float
+    on_demand_price_per_hour: float
+    state: NodeState = NodeState.REQUESTED
+    intent_id: str
+    instance_id: str | None = None
+    job_id: str | None = None  # allocation: the (one) job whose worker runs here
+    tenant_id: str | None = None
+    requested_at: float
+    launched_at: float | None = None  # age for the preemption model
+    ready_at: float | None = None
+    ended_at: float | None = None
+    notice_at: float | None = None
+    accounted_at: float | None = None
+
+    @property
+    def gone(self) -> bool:
+        return self.state in NODE_GONE
+
+
+class Event(BaseModel):
+    """Every job transition (and node happening) with its cause."""
+
+    id: int | None = None
+    at: float
+    tenant_id: str | None = None
+    job_id: str | None = None
+    node_id: str | None = None
+    kind: str  # "transition" | "node" | "notice" | "checkpoint" | "cost" ...
+    src: str | None = None
+    dst: str | None = None
+    cause: str
+
+
+class Decision(BaseModel):
+    """One policy decision (deadline policy action, placement, preemption), for the trace."""
+
+    id: int | None = None
+    at: float
+    job_id: str
+    tenant_id: str | None = None
+    policy: str
+    action: str  # idle | spot | on_demand | place | preempt | admit | reject
+    zone: str | None = None
+    reason: str = ""
+    observation: dict[str, Any] = Field(default_factory=dict)
+
+
+class ZoneInfo(BaseModel):
+    """The fleet's catalog entry for one zone with its current availability."""
+
+    cloud: str
+    zone: str
+    region: str = ""
+    instance_type: str
+    accelerator: str
+    accelerator_count: int
+    spot_price: float
+    on_demand_price: float
+    spot_available: bool
+    updated_at: float
+
+
+class CostSummary(BaseModel):
+    tenant_id: str
+    tenant_name: str
+    cost: float
+    on_demand_cost: float  # counterfactual: the same GPU hours, every node on-demand
+    savings_pct: float
+    gpu_hours: float
+    jobs: int
+
+
+class Quota(BaseModel):
+    pool: str
+    accelerator: str
+    capacity_gpus: int
+    spot_quota_gpus: int
+    updated_at: float
+
+
+class ForecastRow(BaseModel):
+    tenant_id: str
+    at: float
+    horizon_hours: int
+    mean: list[float]
+    upper: list[float]

@@ -1,0 +1,581 @@
+"""The durable state of the control plane: one SQLite database in WAL mode.
+
+Safe for concurrent use by several processes (the Serve replicas insert submissions and set
+cancel flags while the controller reconciles): every process opens its own :class:`Store`;
+writes run in ``BEGIN IMMEDIATE`` transactions with a long busy timeout. Ownership of columns
+keeps writers from stepping on each other: the API only INSERTs jobs/tenants/bags and sets
+``jobs.cancel_requested``; the controller owns every other job/node column.
+
+Intents: the controller writes an intent (launch, terminate, preempt) *before* acting and marks it
+done after; a crash in between leaves a pending intent that the next tick re-applies, and the
+fleet's launch is idempotent on the intent id, so no node is launched twice and no job is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from controlplane.errors import Conflict, InvalidInput, NotFound
+from controlplane.models import (
+    ACTIVE_STATES,
+    HOUR,
+    TERMINAL_STATES,
+    Bag,
+    BagSpec,
+    CostSummary,
+    Decision,
+    Event,
+    ForecastRow,
+    Job,
+    JobKind,
+    JobSpec,
+    JobState,
+    Node,
+    NodeState,
+    Quota,
+    Tenant,
+    TenantSpec,
+    ZoneInfo,
+    hash_token,
+    new_id,
+    new_token,
+)
+
+log = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tenants (
+  id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, token_hash TEXT NOT NULL UNIQUE,
+  max_gpus INTEGER NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS demand (
+  tenant_id TEXT NOT NULL, hour INTEGER NOT NULL, hp_gpu_hours REAL NOT NULL DEFAULT 0,
+  spot_gpu_hours REAL NOT NULL DEFAULT 0, PRIMARY KEY (tenant_id, hour));
+CREATE TABLE IF NOT EXISTS jobs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, tenant_id TEXT NOT NULL,
+  kind TEXT NOT NULL, state TEXT NOT NULL, bag_id TEXT, submitted_at REAL NOT NULL,
+  cost REAL NOT NULL DEFAULT 0, on_demand_cost REAL NOT NULL DEFAULT 0,
+  gpu_hours REAL NOT NULL DEFAULT 0,
+  cancel_requested INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
+CREATE TABLE IF NOT EXISTS bags (
+  id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS nodes (
+  id TEXT PRIMARY KEY, state TEXT NOT NULL, job_id TEXT, intent_id TEXT NOT NULL,
+  body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS nodes_state ON nodes (state);
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, tenant_id TEXT, job_id TEXT,
+  node_id TEXT, kind TEXT NOT NULL, src TEXT, dst TEXT, cause TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_job ON events (job_id);
+CREATE TABLE IF NOT EXISTS decisions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, job_id TEXT NOT NULL, tenant_id TEXT,
+  policy TEXT NOT NULL, action TEXT NOT NULL, zone TEXT, reason TEXT NOT NULL,
+  observation TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS decisions_job ON decisions (job_id);
+CREATE TABLE IF NOT EXISTS intents (
+  id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
+  done_at REAL, payload TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS intents_status ON intents (status);
+CREATE TABLE IF NOT EXISTS zones (
+  zone TEXT NOT NULL, instance_type TEXT NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (zone, instance_type));
+CREATE TABLE IF NOT EXISTS quotas (
+  pool TEXT NOT NULL, accelerator TEXT NOT NULL, body TEXT NOT NULL,
+  PRIMARY KEY (pool, accelerator));
+CREATE TABLE IF NOT EXISTS forecasts (tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+"""
+
+INTENT_PENDING = "pending"
+INTENT_DONE = "done"
+INTENT_FAILED = "failed"
+
+
+class Intent(BaseModel):
+    """A side effect the controller is about to perform (written before it acts)."""
+
+    id: str
+    kind: str  # launch | terminate | preempt
+    status: str = INTENT_PENDING
+    created_at: float
+    done_at: float | None = None
+    payload: dict[str, Any]
+
+
+def _states(state: JobState | str | Iterable[JobState | str] | None) -> list[str] | None:
+    if state is None:
+        return None
+    if isinstance(state, str):
+        return [JobState(state).value]
+    return [JobState(s).value for s in state]
+
+
+class Store:
+    """One connection to the spotplane database (one per process / thread of use)."""
+
+    def __init__(self, path: str | Path, *, timeout_s: float = 60.0) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.execute("PRAGMA synchronous = NORMAL")
+        with self._lock:
+            self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- plumbing ------------------------------------------------------------------------------
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # -- meta / clock --------------------------------------------------------------------------
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        rows = self._q("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def control_time(self) -> float:
+        """The control-plane time as of the controller's last tick (0.0 before the first)."""
+        return float(self.get_meta("control_time", "0") or 0)
+
+    # -- tenants -------------------------------------------------------------------------------
+    def create_tenant(self, spec: TenantSpec | str, *, max_gpus: int | None = None,
+                      token: str | None = None, now: float | None = None) -> tuple[Tenant, str]:
+        """Create a tenant; returns it and its API token (shown once, stored hashed)."""
+        if isinstance(spec, str):
+            spec = TenantSpec(name=spec, max_gpus=max_gpus or 64)
+        token = token or new_token()
+        tenant = Tenant(id=new_id("ten"), name=spec.name, max_gpus=spec.max_gpus,
+                        created_at=self.control_time() if now is None else now,
+                        token_hash=hash_token(token))
+        try:
+            with self._tx() as db:
+                db.execute("INSERT INTO tenants VALUES (?, ?, ?, ?, ?)",
+                           (tenant.id, tenant.name, tenant.token_hash, tenant.max_gpus,
+                            tenant.created_at))
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(f"tenant {spec.name!r} already exists",
+                           fix="choose another name") from exc
+        return tenant, token
+
+    def _tenant(self, row: tuple[Any, ...]) -> Tenant:
+        return Tenant(id=row[0], name=row[1], token_hash=row[2], max_gpus=row[3],
+                      created_at=row[4])
+
+    def tenant_by_token(self, token: str) -> Tenant | None:
+        rows = self._q("SELECT * FROM tenants WHERE token_hash = ?", (hash_token(token),))
+        return self._tenant(rows[0]) if rows else None
+
+    def get_tenant(self, tenant_id: str) -> Tenant:
+        rows = self._q("SELECT * FROM tenants WHERE id = ? OR name = ?", (tenant_id, tenant_id))
+        if not rows:
+            raise NotFound(f"tenant {tenant_id} not found")
+        return self._tenant(rows[0])
+
+    def list_tenants(self) -> list[Tenant]:
+        return [self._tenant(r) for r in self._q("SELECT * FROM tenants ORDER BY created_at, id")]
+
+    def add_demand(self, tenant_id: str, at: float, hp_gpu_hours: float,
+                   spot_gpu_hours: float) -> None:
+        """Accumulate GPU-hours demanded in the hour containing ``at`` (forecaster input)."""
+        hour = int(at // HOUR)
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO demand VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, hour) DO UPDATE "
+                "SET hp_gpu_hours = hp_gpu_hours + excluded.hp_gpu_hours, "
+                "spot_gpu_hours = spot_gpu_hours + excluded.spot_gpu_hours",
+                (tenant_id, hour, hp_gpu_hours, spot_gpu_hours))
+
+    def demand_history(self, tenant_id: str, hours: int, until: float,
+                       kind: str = "hp") -> list[float]:
+        """Mean GPUs demanded per hour over the ``hours`` whole hours before ``until``."""
+        last = int(until // HOUR)
+        col = "hp_gpu_hours" if kind == "hp" else "spot_gpu_hours"
+        rows = dict(self._q(f"SELECT hour, {col} FROM demand WHERE tenant_id = ? AND hour >= ? "
+                            "AND hour < ?", (tenant_id, last - hours, last)))
+        return [float(rows.get(h, 0.0)) for h in range(last - hours, last)]
+
+    # -- jobs: what the API calls --------------------------------------------------------------
+    def submit_job(self, tenant_id: str, spec: JobSpec, *, now: float | None = None) -> Job:
+        return self.submit_jobs(tenant_id, [spec], now=now)[0]
+
+    def submit_jobs(self, tenant_id: str, specs: Sequence[JobSpec], *,
+                    now: float | None = None) -> list[Job]:
+        """Store validated specs as PENDING jobs (one transaction: all or none)."""
+        self.get_tenant(tenant_id)
+        t = self.control_time() if now is None else now
+        jobs = [self._new_job(tenant_id, s, t) for s in specs]
+        with self._tx() as db:
+            self._insert_jobs(db, jobs)
+        return jobs
+
+    def _new_job(self, tenant_id: str, spec: JobSpec, now: float) -> Job:
+        if not isinstance(spec, JobSpec):
+            raise InvalidInput("spec", "must be a validated JobSpec", fix="JobSpec(**body)")
+        deadline = spec.deadline
+        if deadline is None and spec.deadline_hours is not None:
+            deadline = now + spec.deadline_hours * HOUR
+        if deadline is not None and deadline < now + (spec.compute_hours + spec.overhead_hours) * HOUR:
+            raise InvalidInput("deadline", f"{deadline} leaves less than compute_hours + "
+                               "overhead_hours before it", fix="use a later deadline")
+        return Job(id=new_id("job"), tenant_id=tenant_id, name=spec.name, kind=spec.kind,
+                   spec=spec, bag_id=spec.bag_id, submitted_at=now, deadline_at=deadline)
+
+    def _insert_jobs(self, db: sqlite3.Connection, jobs: Sequence[Job]) -> None:
+        db.executemany(
+            "INSERT INTO jobs (id, tenant_id, kind, state, bag_id, submitted_at, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(j.id, j.tenant_id, j.kind.value, j.state.value, j.bag_id, j.submitted_at,
+              j.model_dump_json()) for j in jobs])
+        db.execute("INSERT INTO counters VALUES ('jobs_submitted_total', ?) ON CONFLICT (name) "
+                   "DO UPDATE SET value = value + excluded.value", (len(jobs),))
+
+    @staticmethod
+    def _job(body: str, cancel: int) -> Job:
+        job = Job.model_validate_json(body)
+        job.cancel_requested = bool(cancel)
+        return job
+
+    def list_jobs(self, tenant_id: str | None = None, *,
+                  state: JobState | str | Iterable[JobState | str] | None = None,
+                  kind: JobKind | str | None = None, bag_id: str | None = None,
+                  limit: int = 1000, offset: int = 0) -> list[Job]:
+        """Jobs, oldest first; ``tenant_id=None`` means every tenant (admin views)."""
+        where, args = [], []  # type: ignore[var-annotated]
+        if tenant_id is not None:
+            where.append("tenant_id = ?")
+            args.append(tenant_id)
+        states = _states(state)
+        if states is not None:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(states)
+        if kind is not None:
+            where.append("kind = ?")
+            args.append(JobKind(kind).value)
+        if bag_id is not None:
+            where.append("bag_id = ?")
+            args.append(bag_id)
+        sql = "SELECT body, cancel_requested FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq LIMIT ? OFFSET ?"
+        return [self._job(b, c) for b, c in self._q(sql, [*args, limit, offset])]
+
+    def get_job(self, job_id: str, tenant_id: str | None = None) -> Job:
+        """One job; NotFound when it does not exist *or* belongs to another tenant."""
+        rows = self._q("SELECT body, cancel_requested, tenant_id FROM jobs WHERE id = ?", (job_id,))
+        if not rows or (tenant_id is not None and rows[0][2] != tenant_id):
+            raise NotFound(f"job {job_id} not found")
+        return self._job(rows[0][0], rows[0][1])
+
+    def request_cancel(self, job_id: str, tenant_id: str | None = None) -> Job:
+        """Flag a job for cancellation; the controller cancels it on its next tick."""
+        job = self.get_job(job_id, tenant_id)
+        if job.terminal:
+            raise Conflict(f"job {job_id} is already {job.state}", fix="nothing to cancel")
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET cancel_requested = 1 WHERE id = ?", (job_id,))
+        job.cancel_requested = True
+        return job
+
+    def job_events(self, job_id: str, tenant_id: str | None = None) -> list[Event]:
+        self.get_job(job_id, tenant_id)
+        rows = self._q("SELECT id, at, tenant_id, job_id, node_id, kind, src, dst, cause "
+                       "FROM events WHERE job_id = ? ORDER BY id", (job_id,))
+        return [self._event(r) for r in rows]
+
+    @staticmethod
+    def _event(r: tuple[Any, ...]) -> Event:
+        return Event(id=r[0], at=r[1], tenant_id=r[2], job_id=r[3], node_id=r[4], kind=r[5],
+                     src=r[6], dst=r[7], cause=r[8])
+
+    def events(self, since_id: int = 0, limit: int = 10_000) -> list[Event]:
+        rows = self._q("SELECT id, at, tenant_id, job_id, node_id, kind, src, dst, cause "
+                       "FROM events WHERE id > ? ORDER BY id LIMIT ?", (since_id, limit))
+        return [self._event(r) for r in rows]
+
+    def job_decisions(self, job_id: str, tenant_id: str | None = None) -> list[Decision]:
+        self.get_job(job_id, tenant_id)
+        return self.decisions(job_id)
+
+    def decisions(self, job_id: str | None = None, limit: int = 100_000) -> list[Decision]:
+        sql = ("SELECT id, at, job_id, tenant_id, policy, action, zone, reason, observation "
+               "FROM decisions")
+        args: list[Any] = []
+        if job_id is not None:
+            sql += " WHERE job_id = ?"
+            args.append(job_id)
+        rows = self._q(sql + " ORDER BY id LIMIT ?", [*args, limit])
+        return [Decision(id=r[0], at=r[1], job_id=r[2], tenant_id=r[3], policy=r[4], action=r[5],
+                         zone=r[6], reason=r[7], observation=json.loads(r[8])) for r in rows]
+
+    # -- bags ----------------------------------------------------------------------------------
+    def create_bag(self, tenant_id: str, spec: BagSpec, *,
+                   now: float | None = None) -> tuple[Bag, list[Job]]:
+        """Store a bag and one PENDING job per parameter set (one transaction)."""
+        self.get_tenant(tenant_id)
+        t = self.control_time() if now is None else now
+        bag_id = new_id("bag")
+        jobs = []
+        for i, params in enumerate(spec.params):
+            hours = spec.template.compute_hours if spec.compute_hours is None else spec.compute_hours[i]
+            js = spec.template.model_copy(update={
+                "name": f"{spec.name}-{i}", "params": params, "bag_id": bag_id,
+                "compute_hours": hours})
+            jobs.append(self._new_job(tenant_id, JobSpec.model_validate(js.model_dump()), t))
+        bag = Bag(id=bag_id, tenant_id=tenant_id, name=spec.name, created_at=t, jobs=len(jobs),
+                  estimate_hours=spec.template.compute_hours, job_ids=[j.id for j in jobs])
+        with self._tx() as db:
+            db.execute("INSERT INTO bags VALUES (?, ?, ?, ?)",
+                       (bag.id, tenant_id, t, bag.model_dump_json()))
+            self._insert_jobs(db, jobs)
+        return bag, jobs
+
+    def get_bag(self, bag_id: str, tenant_id: str | None = None) -> Bag:
+        rows = self._q("SELECT body, tenant_id FROM bags WHERE id = ?", (bag_id,))
+        if not rows or (tenant_id is not None and rows[0][1] != tenant_id):
+            raise NotFound(f"bag {bag_id} not found")
+        return self._with_estimate(Bag.model_validate_json(rows[0][0]))
+
+    def list_bags(self, tenant_id: str | None = None) -> list[Bag]:
+        if tenant_id is None:
+            rows = self._q("SELECT body FROM bags ORDER BY created_at")
+        else:
+            rows = self._q("SELECT body FROM bags WHERE tenant_id = ? ORDER BY created_at",
+                           (tenant_id,))
+        return [self._with_estimate(Bag.model_validate_json(r[0])) for r in rows]
+
+    def _with_estimate(self, bag: Bag) -> Bag:
+        """Runtime estimate learned from the bag's finished jobs (seed 001 Sec. 5)."""
+        rows = self._q("SELECT body FROM jobs WHERE bag_id = ? AND state = ?",
+                       (bag.id, JobState.SUCCEEDED.value))
+        done = [Job.model_validate_json(r[0]) for r in rows]
+        if done:
+            bag.finished = len(done)
+            bag.estimate_hours = sum(j.progress_hours for j in done) / len(done)
+        return bag
+
+    # -- fleet views ---------------------------------------------------------------------------
+    def list_nodes(self, state: NodeState | Iterable[NodeState] | None = None,
+                   *, live_only: bool = False) -> list[Node]:
+        if live_only:
+            state = [s for s in NodeState if s not in (NodeState.TERMINATED, NodeState.PREEMPTED,
+                                                       NodeState.FAILED)]
+        if state is None:
+            rows = self._q("SELECT body FROM nodes ORDER BY rowid")
+        else:
+            states = [NodeState(state).value] if isinstance(state, str) else [
+                NodeState(s).value for s in state]
+            rows = self._q(f"SELECT body FROM nodes WHERE state IN ({','.join('?' * len(states))}) "
+                           "ORDER BY rowid", states)
+        return [Node.model_validate_json(r[0]) for r in rows]
+
+    def zones(self) -> list[ZoneInfo]:
+        """The latest catalog + availability snapshot the controller wrote."""
+        return [ZoneInfo.model_validate_json(r[0])
+                for r in self._q("SELECT body FROM zones ORDER BY zone, instance_type")]
+
+    def put_zones(self, zones: Sequence[ZoneInfo]) -> None:
+        with self._tx() as db:
+            db.executemany("INSERT OR REPLACE INTO zones VALUES (?, ?, ?)",
+                           [(z.zone, z.instance_type, z.model_dump_json()) for z in zones])
+
+    # -- cost ----------------------------------------------------------------------------------
+    def cost_by_tenant(self, tenant_id: str | None = None) -> list[CostSummary]:
+        """Spend per tenant against the on-demand-only counterfactual (same GPU hours)."""
+        sql = ("SELECT t.id, t.name, COALESCE(SUM(j.cost), 0), COALESCE(SUM(j.on_demand_cost), 0), "
+               "COALESCE(SUM(j.gpu_hours), 0), COUNT(j.id) FROM tenants t LEFT JOIN jobs j "
+               "ON j.tenant_id = t.id")
+        args: list[Any] = []
+        if tenant_id is not None:
+            sql += " WHERE t.id = ?"
+            args.append(tenant_id)
+        out = []
+        for tid, name, cost, od, gh, n in self._q(sql + " GROUP BY t.id ORDER BY t.name", args):
+            savings = 100.0 * (1 - cost / od) if od > 0 else 0.0
+            out.append(CostSummary(tenant_id=tid, tenant_name=name, cost=cost, on_demand_cost=od,
+                                   savings_pct=savings, gpu_hours=gh, jobs=n))
+        return out
+
+    # -- quotas and forecasts ------------------------------------------------------------------
+    def set_quotas(self, quotas: Sequence[Quota]) -> None:
+        with self._tx() as db:
+            db.executemany("INSERT OR REPLACE INTO quotas VALUES (?, ?, ?)",
+                           [(q.pool, q.accelerator, q.model_dump_json()) for q in quotas])
+
+    def quotas(self) -> list[Quota]:
+        return [Quota.model_validate_json(r[0])
+                for r in self._q("SELECT body FROM quotas ORDER BY pool, accelerator")]
+
+    def put_forecasts(self, rows: Sequence[ForecastRow]) -> None:
+        with self._tx() as db:
+            db.executemany("INSERT OR REPLACE INTO forecasts VALUES (?, ?)",
+                           [(f.tenant_id, f.model_dump_json()) for f in rows])
+
+    def forecasts(self, tenant_id: str | None = None) -> list[ForecastRow]:
+        rows = self._q("SELECT body FROM forecasts ORDER BY tenant_id")
+        out = [ForecastRow.model_validate_json(r[0]) for r in rows]
+        return [f for f in out if tenant_id is None or f.tenant_id == tenant_id]
+
+    # -- metrics -------------------------------------------------------------------------------
+    def incr(self, name: str, by: float = 1.0) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
+                       "SET value = value + excluded.value", (name, by))
+
+    def metrics(self) -> dict[str, float]:
+        """Counters (``*_total``) and gauges (jobs per state/kind, nodes per state, cost)."""
+        out: dict[str, float] = {k: float(v) for k, v in self._q("SELECT name, value FROM counters")}
+        for state in JobState:
+            out[f"jobs{{state=\"{state.value}\"}}"] = 0.0
+        for state, kind, n in self._q("SELECT state, kind, COUNT(*) FROM jobs GROUP BY state, kind"):
+            out[f"jobs{{state=\"{state}\"}}"] += n
+            out[f"jobs_by_kind{{kind=\"{kind}\",state=\"{state}\"}}"] = float(n)
+        for state, n in self._q("SELECT state, COUNT(*) FROM nodes GROUP BY state"):
+            out[f"nodes{{state=\"{state}\"}}"] = float(n)
+        cost, od = self._q("SELECT COALESCE(SUM(cost),0), COALESCE(SUM(on_demand_cost),0) FROM jobs")[0]
+        out["cost_dollars"] = float(cost)
+        out["on_demand_cost_dollars"] = float(od)
+        out["control_time_seconds"] = self.control_time()
+        return out
+
+    # -- what the controller calls -------------------------------------------------------------
+    def active_jobs(self) -> list[Job]:
+        states = [s.value for s in ACTIVE_STATES]
+        rows = self._q(f"SELECT body, cancel_requested FROM jobs WHERE state IN "
+                       f"({','.join('?' * len(states))}) ORDER BY seq", states)
+        return [self._job(b, c) for b, c in rows]
+
+    def new_jobs(self, known: set[str] | None = None) -> list[Job]:
+        """PENDING jobs (submitted since the controller last looked)."""
+        rows = self._q("SELECT id, body, cancel_requested FROM jobs WHERE state = ? ORDER BY seq",
+                       (JobState.PENDING.value,))
+        return [self._job(b, c) for i, b, c in rows if known is None or i not in known]
+
+    def cancel_requests(self) -> set[str]:
+        states = [s.value for s in TERMINAL_STATES]
+        rows = self._q(f"SELECT id FROM jobs WHERE cancel_requested = 1 AND state NOT IN "
+                       f"({','.join('?' * len(states))})", states)
+        return {r[0] for r in rows}
+
+    def live_nodes(self) -> list[Node]:
+        return self.list_nodes(live_only=True)
+
+    def pending_intents(self) -> list[Intent]:
+        rows = self._q("SELECT id, kind, status, created_at, done_at, payload FROM intents "
+                       "WHERE status = ? ORDER BY created_at, id", (INTENT_PENDING,))
+        return [self._intent(r) for r in rows]
+
+    def intents(self, kind: str | None = None) -> list[Intent]:
+        sql = "SELECT id, kind, status, created_at, done_at, payload FROM intents"
+        rows = self._q(sql + (" WHERE kind = ?" if kind else "") + " ORDER BY created_at, id",
+                       (kind,) if kind else ())
+        return [self._intent(r) for r in rows]
+
+    @staticmethod
+    def _intent(r: tuple[Any, ...]) -> Intent:
+        return Intent(id=r[0], kind=r[1], status=r[2], created_at=r[3], done_at=r[4],
+                      payload=json.loads(r[5]))
+
+    def commit(self, *, jobs: Sequence[Job] = (), nodes: Sequence[Node] = (),
+               events: Sequence[Event] = (), decisions: Sequence[Decision] = (),
+               intents: Sequence[Intent] = (), control_time: float | None = None,
+               counters: dict[str, float] | None = None) -> None:
+        """Persist one step of the controller atomically (jobs/nodes upserted, logs appended)."""
+        with self._tx() as db:
+            if jobs:
+                db.executemany(
+                    "UPDATE jobs SET state = ?, cost = ?, on_demand_cost = ?, gpu_hours = ?, "
+                    "body = ? WHERE id = ?",
+                    [(j.state.value, j.cost, j.on_demand_cost,
+                      j.gpu_hours,
+                      j.model_dump_json(exclude={"cancel_requested"}), j.id) for j in jobs])
+            if nodes:
+                db.executemany(
+                    "INSERT INTO nodes VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                    "state = excluded.state, job_id = excluded.job_id, body = excluded.body",
+                    [(n.id, n.state.value, n.job_id, n.intent_id, n.model_dump_json())
+                     for n in nodes])
+            if events:
+                db.executemany(
+                    "INSERT INTO events (at, tenant_id, job_id, node_id, kind, src, dst, cause) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(e.at, e.tenant_id, e.job_id, e.node_id, e.kind, e.src, e.dst, e.cause)
+                     for e in events])
+            if decisions:
+                db.executemany(
+                    "INSERT INTO decisions (at, job_id, tenant_id, policy, action, zone, reason, "
+                    "observation) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(d.at, d.job_id, d.tenant_id, d.policy, d.action, d.zone, d.reason,
+                      json.dumps(d.observation)) for d in decisions])
+            if intents:
+                db.executemany(
+                    "INSERT INTO intents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                    "status = excluded.status, done_at = excluded.done_at",
+                    [(i.id, i.kind, i.status, i.created_at, i.done_at, json.dumps(i.payload))
+                     for i in intents])
+            for name, by in (counters or {}).items():
+                db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
+                           "SET value = value + excluded.value", (name, by))
+            if control_time is not None:
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('control_time', ?)",
+                           (repr(control_time),))
+
+    def update_bag_estimate(self, bag_id: str) -> Bag:
+        """Recompute and store the bag's runtime estimate from its finished jobs."""
+        rows = self._q("SELECT body FROM bags WHERE id = ?", (bag_id,))
+        if not rows:
+            raise NotFound(f"bag {bag_id} not found")
+        bag = self._with_estimate(Bag.model_validate_json(rows[0][0]))
+        with self._tx() as db:
+            db.execute("UPDATE bags SET body = ? WHERE id = ?", (bag.model_dump_json(), bag_id))
+        return bag
+
+    # -- policy actor state --------------------------------------------------------------------
+    def put_policy_state(self, job_id: str, state: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO policy_state VALUES (?, ?)",
+                       (job_id, json.dumps(state)))
+
+    def put_policy_states(self, states: dict[str, dict[str, Any]]) -> None:
+        with self._tx() as db:
+            db.executemany("INSERT OR REPLACE INTO policy_state VALUES (?, ?)",
+                           [(k, json.dumps(v)) for k, v in states.items()])
+
+    def policy_state(self, job_id: str) -> dict[str, Any] | None:
+        rows = self._q("SELECT body FROM policy_state WHERE job_id = ?", (job_id,))
+        return json.loads(rows[0][0]) if rows else None

@@ -1,0 +1,110 @@
+"""The store: tenants (hashed tokens), submissions, tenant scoping, cancel flags, bags, cost,
+and concurrent writers in several processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from controlplane.errors import Conflict, NotFound
+from controlplane.models import BagSpec, Job, JobSpec, JobState, hash_token
+from controlplane.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "state.db")
+
+
+def test_tenant_token_is_stored_hashed(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    tenant, token = st.create_tenant("acme", max_gpus=16)
+    raw = (tmp_path / "state.db").read_bytes() + (tmp_path / "state.db-wal").read_bytes()
+    assert token.encode() not in raw
+    assert hash_token(token).encode() in raw
+    assert st.tenant_by_token(token) == tenant
+    assert st.tenant_by_token(token + "x") is None
+    with pytest.raises(Conflict, match="already exists"):
+        st.create_tenant("acme")
+
+
+def test_jobs_are_tenant_scoped(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    a, _ = st.create_tenant("a")
+    b, _ = st.create_tenant("b")
+    job = st.submit_job(a.id, JobSpec(name="train", compute_hours=2), now=100.0)
+    st.submit_job(b.id, JobSpec(name="dl", kind="deadline", compute_hours=2, deadline_hours=4),
+                  now=100.0)
+    assert st.get_job(job.id, a.id).spec.compute_hours == 2
+    with pytest.raises(NotFound):
+        st.get_job(job.id, b.id)
+    with pytest.raises(NotFound):
+        st.request_cancel(job.id, b.id)
+    assert [j.id for j in st.list_jobs(a.id)] == [job.id]
+    dl = st.list_jobs(b.id, kind="deadline")[0]
+    assert dl.deadline_at == pytest.approx(100.0 + 4 * 3600)
+    assert st.list_jobs(None, state=JobState.PENDING)[0].id == job.id
+    assert st.list_jobs(a.id, state=["RUNNING"]) == []
+    st.request_cancel(job.id, a.id)
+    assert st.cancel_requests() == {job.id}
+    assert st.get_job(job.id).cancel_requested
+
+
+def test_spec_validation_names_field_and_fix() -> None:
+    with pytest.raises(ValidationError, match="deadline_hours"):
+        JobSpec(name="x", kind="deadline", compute_hours=10, deadline_hours=5)
+    with pytest.raises(ValidationError, match="deadline_hours"):
+        JobSpec(name="x", kind="spot", compute_hours=1, deadline_hours=5)
+    with pytest.raises(ValidationError, match="compute_hours"):
+        JobSpec(name="x", compute_hours=-1)
+    with pytest.raises(ValidationError, match="extra"):
+        JobSpec(name="x", compute_hours=1, gpus=3)  # type: ignore[call-arg]
+
+
+def test_bag_and_cost_counterfactual(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    t, _ = st.create_tenant("bagger")
+    bag, jobs = st.create_bag(t.id, BagSpec(name="sweep", template=JobSpec(name="s", compute_hours=1),
+                                            params=[{"lr": 0.1}, {"lr": 0.01}, {"lr": 0.001}],
+                                            compute_hours=[1.0, 2.0, 3.0]))
+    assert bag.jobs == 3 and [j.spec.params["lr"] for j in jobs] == [0.1, 0.01, 0.001]
+    done: list[Job] = []
+    for j, hours in zip(jobs[:2], (1.5, 2.5), strict=True):
+        j.state, j.progress_hours, j.cost, j.on_demand_cost = JobState.SUCCEEDED, hours, 3.0, 10.0
+        done.append(j)
+    st.commit(jobs=done)
+    assert st.get_bag(bag.id, t.id).estimate_hours == pytest.approx(2.0)
+    with pytest.raises(NotFound):
+        st.get_bag(bag.id, "ten-other")
+    (cost,) = st.cost_by_tenant(t.id)
+    assert cost.cost == 6.0 and cost.on_demand_cost == 20.0 and cost.savings_pct == pytest.approx(70.0)
+    m = st.metrics()
+    assert m["jobs_submitted_total"] == 3 and m['jobs{state="SUCCEEDED"}'] == 2
+
+
+SUBMITTER = """
+import sys
+from controlplane.models import JobSpec
+from controlplane.store import Store
+st = Store(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    st.submit_job(sys.argv[2], JobSpec(name=f"p{i}", compute_hours=1))
+"""
+
+
+def test_concurrent_writers_in_processes_lose_nothing(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    t, _ = st.create_tenant("busy")
+    procs = [subprocess.Popen([sys.executable, "-c", SUBMITTER, str(tmp_path / "state.db"),
+                               t.id, "40"], cwd=REPO) for _ in range(3)]
+    for i in range(40):  # the controller writes at the same time
+        st.commit(control_time=float(i))
+    for p in procs:
+        assert p.wait(60) == 0
+    jobs = st.list_jobs(t.id)
+    assert len(jobs) == 120 and len({j.id for j in jobs}) == 120
