@@ -1,0 +1,121 @@
+"""GFS, its ablations (paper 002 Sec. 4.6) and the baselines of Sec. 4.1 as plugin sets.
+
+``make_scheduler(name)`` returns a :class:`policies.placement.FrameworkScheduler`; every one of
+them answers ``schedule(snapshot, task) -> Placement | None`` and carries its queue rule
+(``.queue``), its spot-quota rule (``.quota``, GFS family only) and, for Chronus, the lease
+period at whose ends it may preempt (``.preempt_every_s``).
+
+=========  =====================================================================================
+gfs        filters: GPU model, capacity, circuit breaker; scores Eq. 13 > 14 > 15-16; Alg. 2
+           preemption (waste order Eq. 17, node cost Eq. 19); queue by size; quota with OrgLinear
+gfs_e      GFS with the last-week-peak estimator in the quota (Table 8)
+gfs_d      GFS with eta fixed at 1.0 (Table 9)
+gfs_s      GFS with packing only (best fit; no co-location, no eviction awareness) (Table 10)
+gfs_p      GFS with random node / victim selection in preemption (Table 10)
+gfs_sp     both degradations (Table 10)
+yarn_cs    strict FCFS per priority, best fit, preemption of the newest spot tasks on the first
+           node where that frees enough
+chronus    leases (20 min HP, 5 min spot): preemption only at spot lease ends (multiples of
+           300 s), best fit, FCFS with backfill
+lyra       first fit ("inefficient scoring"), preemption that minimises lost work (GPU-seconds
+           since the victims' starts: Lyra assumes no checkpoints), FCFS with backfill
+fgd        fragmentation-aware placement (FGD adapted from in-card to in-node), YARN-style
+           preemption, FCFS with backfill
+=========  =====================================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from controlplane.errors import InvalidInput
+from policies.placement import (
+    CapacityFilter,
+    CircuitBreakerFilter,
+    ClusterSnapshot,
+    CoLocationScore,
+    EvictionScore,
+    FragmentationScore,
+    FrameworkScheduler,
+    GpuModelFilter,
+    PackingScore,
+    Preemptor,
+    QueueRule,
+    QuotaRule,
+    TaskRequest,
+    WorkState,
+    gfs_node_cost,
+    keep_by_lost_work,
+    keep_by_waste,
+    keep_oldest,
+    lost_work_cost,
+)
+
+SCHEDULERS = ("gfs", "yarn_cs", "chronus", "lyra", "fgd", "gfs_e", "gfs_d", "gfs_s", "gfs_p", "gfs_sp")
+BASELINES = ("yarn_cs", "chronus", "lyra", "fgd")
+ABLATIONS = ("gfs_e", "gfs_d", "gfs_s", "gfs_p", "gfs_sp")
+
+#: Chronus lease lengths (paper Sec. 4.1): HP (SLO) 20 min, spot (best-effort) 5 min.
+CHRONUS_HP_LEASE_S = 1200.0
+CHRONUS_SPOT_LEASE_S = 300.0
+
+
+@dataclass(frozen=True)
+class FirstFitScore:
+    """No preference: the lowest-index feasible node wins (first fit)."""
+
+    name: str = "first_fit"
+
+    def score(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> np.ndarray:
+        return np.zeros(snap.n_nodes)
+
+
+def _gfs(name: str, *, full_scores: bool = True, smart_preempt: bool = True,
+         quota: QuotaRule | None = None, beta: float = 0.5, gamma: float = 0.8, m: float = 3.0,
+         seed: int = 0) -> FrameworkScheduler:
+    filters: tuple = (GpuModelFilter(), CapacityFilter())
+    scores: tuple = (PackingScore(),)
+    if full_scores:
+        filters += (CircuitBreakerFilter(gamma=gamma, m=m),)
+        scores += (CoLocationScore(), EvictionScore(gamma=gamma, m=m))
+    if smart_preempt:
+        pre = Preemptor(keep=keep_by_waste, cost=lambda s, v: gfs_node_cost(s, v, beta=beta))
+    else:
+        pre = Preemptor(node_choice="random", random_victims=True, seed=seed)
+    return FrameworkScheduler(name, filters, scores, pre, QueueRule("size", strict=False),
+                              quota or QuotaRule(), seed=seed)
+
+
+def make_scheduler(name: str, *, seed: int = 0) -> FrameworkScheduler:
+    """One of :data:`SCHEDULERS` by name (see the module table)."""
+    basic = (GpuModelFilter(), CapacityFilter())
+    if name == "gfs":
+        return _gfs(name, seed=seed)
+    if name == "gfs_e":
+        return _gfs(name, quota=QuotaRule("last_week_peak", True), seed=seed)
+    if name == "gfs_d":
+        return _gfs(name, quota=QuotaRule("orglinear", adapt_eta=False), seed=seed)
+    if name == "gfs_s":
+        return _gfs(name, full_scores=False, seed=seed)
+    if name == "gfs_p":
+        return _gfs(name, smart_preempt=False, seed=seed)
+    if name == "gfs_sp":
+        return _gfs(name, full_scores=False, smart_preempt=False, seed=seed)
+    if name == "yarn_cs":
+        return FrameworkScheduler(name, basic, (PackingScore(),), Preemptor(keep_oldest, node_choice="first"),
+                                  QueueRule("fcfs", strict=True), None, seed=seed)
+    if name == "chronus":
+        return FrameworkScheduler(name, basic, (PackingScore(),), Preemptor(keep_oldest, node_choice="first"),
+                                  QueueRule("fcfs", strict=False), None,
+                                  preempt_every_s=CHRONUS_SPOT_LEASE_S, seed=seed)
+    if name == "lyra":
+        return FrameworkScheduler(name, basic, (FirstFitScore(),),
+                                  Preemptor(keep_by_lost_work, lost_work_cost, node_choice="min_cost"),
+                                  QueueRule("fcfs", strict=False), None, seed=seed)
+    if name == "fgd":
+        return FrameworkScheduler(name, basic, (FragmentationScore(), PackingScore()),
+                                  Preemptor(keep_oldest, node_choice="first"),
+                                  QueueRule("fcfs", strict=False), None, seed=seed)
+    raise InvalidInput("scheduler", f"unknown scheduler {name!r}", fix=f"use one of {', '.join(SCHEDULERS)}")
