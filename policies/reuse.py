@@ -126,7 +126,7 @@ class VmReusePolicy:
         if float(self.model.sf(np.array(s))) <= 0.0:
             return 0.0
         L = self.model.max_lifetime
-        T = np.arange(1, int(math.ceil(L / step_hours)) + 1) * step_hours
+        T = np.arange(1, int(math.ceil(L / step_hours)) + 1, dtype=np.float64) * float(step_hours)
         gap = self._gap(T, s)
         above = np.flatnonzero(gap > 1e-12)
         if above.size == 0:
