@@ -1,0 +1,250 @@
+"""The HTTP client of spotplane's API; the CLI and the demo use it like any other client.
+
+Errors come back as the same :class:`~controlplane.errors.SpotplaneError` types the server raised:
+401 -> :class:`Unauthorized`, 404 -> :class:`NotFound`, 409 -> :class:`Conflict`, 422 ->
+:class:`InvalidInput` (naming the field and the fix), anything else -> :class:`SpotplaneError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from controlplane.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    SpotplaneError,
+    Unauthorized,
+)
+
+log = logging.getLogger(__name__)
+
+API = "/v1"
+ENDPOINT_FILE = "endpoint.json"
+
+
+class ApiError(SpotplaneError):
+    """The API answered with an error status the client has no better type for."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(f"HTTP {status}: {message}")
+
+
+class ServerUnreachable(SpotplaneError):
+    """Nothing answers at the API's URL."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(
+            f"cannot reach the spotplane API at {url} ({reason})",
+            fix="start it with `spotplane up`, or pass --url / set SPOTPLANE_URL",
+        )
+
+
+def _error_from(response: httpx.Response) -> SpotplaneError:
+    """Turn an error response into the matching SpotplaneError."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = {"message": response.text}
+    message = str(body.get("message") or body.get("detail") or response.reason_phrase)
+    status = response.status_code
+    if status == 401:
+        return Unauthorized(message, fix="pass the tenant's token (--token or SPOTPLANE_TOKEN)")
+    if status == 404:
+        return NotFound(message)
+    if status == 409:
+        return Conflict(message)
+    if status == 422:
+        errors = body.get("errors") or [{}]
+        first = errors[0]
+        return InvalidInput(
+            str(first.get("field") or "request"),
+            str(first.get("message") or message),
+            fix=first.get("fix"),
+        )
+    return ApiError(status, message)
+
+
+class SpotplaneClient:
+    """A small synchronous client of the spotplane HTTP API (``/v1``)."""
+
+    def __init__(self, base_url: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def __enter__(self) -> SpotplaneClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def with_token(self, token: str) -> SpotplaneClient:
+        """A client for the same server acting as another principal."""
+        return SpotplaneClient(self.base_url, token, timeout=self._http.timeout.read or 30.0)
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """One call; returns the decoded JSON body (or text for non-JSON answers)."""
+        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._http.request(method, path, json=json_body, params=clean)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(self.base_url, type(exc).__name__) from exc
+        if response.status_code >= 400:
+            raise _error_from(response)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return response.json()
+        return response.text
+
+    # -- health --------------------------------------------------------------------------------
+    def healthz(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/healthz")
+        return result
+
+    def metrics(self) -> str:
+        return str(self.request("GET", "/metrics"))
+
+    def clock(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"{API}/clock")
+        return result
+
+    # -- tenants -------------------------------------------------------------------------------
+    def create_tenant(self, name: str, max_gpus: int = 64) -> dict[str, Any]:
+        """Admin: create a tenant; the answer holds its token (shown only this once)."""
+        result: dict[str, Any] = self.request(
+            "POST", f"{API}/tenants", json_body={"name": name, "max_gpus": max_gpus}
+        )
+        return result
+
+    def tenants(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/tenants")
+        return result
+
+    def me(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"{API}/tenants/me")
+        return result
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def submit(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", f"{API}/jobs", json_body=dict(spec))
+        return result
+
+    def jobs(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        bag_id: str | None = None,
+        tenant_id: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        params = {"state": state, "kind": kind, "bag_id": bag_id, "tenant_id": tenant_id, "limit": limit}
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/jobs", params=params)
+        return result
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"{API}/jobs/{job_id}")
+        return result
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", f"{API}/jobs/{job_id}/cancel")
+        return result
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/jobs/{job_id}/events")
+        return result
+
+    def decisions(self, job_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/jobs/{job_id}/decisions")
+        return result
+
+    # -- bags ----------------------------------------------------------------------------------
+    def submit_bag(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", f"{API}/bags", json_body=dict(spec))
+        return result
+
+    def bags(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/bags")
+        return result
+
+    def bag(self, bag_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"{API}/bags/{bag_id}")
+        return result
+
+    # -- fleet, quotas, cost -------------------------------------------------------------------
+    def nodes(self, *, active_only: bool = False) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request(
+            "GET", f"{API}/fleet/nodes", params={"active": "true" if active_only else None}
+        )
+        return result
+
+    def zones(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/fleet/zones")
+        return result
+
+    def prices(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/fleet/prices")
+        return result
+
+    def availability(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/fleet/availability")
+        return result
+
+    def quotas(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/quotas")
+        return result
+
+    def forecasts(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/forecasts")
+        return result
+
+    def cost(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"{API}/cost")
+        return result
+
+
+def write_endpoint(state_dir: Path, url: str, admin_token: str, pid: int) -> Path:
+    """Record where ``spotplane up`` serves and its admin token (mode 0600) for later commands."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / ENDPOINT_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"url": url, "admin_token": admin_token, "pid": pid}))
+    tmp.chmod(0o600)
+    tmp.replace(path)
+    return path
+
+
+def read_endpoint(state_dir: Path) -> dict[str, Any] | None:
+    """What :func:`write_endpoint` recorded, or None when no ``up`` is recorded there."""
+    path = state_dir / ENDPOINT_FILE
+    if not path.is_file():
+        return None
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def clear_endpoint(state_dir: Path) -> None:
+    """Forget the recorded endpoint (``up`` stopped)."""
+    (state_dir / ENDPOINT_FILE).unlink(missing_ok=True)

@@ -1,0 +1,252 @@
+"""The service layer between the HTTP handlers and the store: who may do what, and checks the
+pydantic models cannot make alone (the tenant's GPU limit, a known accelerator).
+
+Handlers never touch SQLite: they call :class:`ControlPlaneService`, which scopes every read and
+write to the calling :class:`Principal`. A tenant asking for another tenant's job gets the same
+:class:`~controlplane.errors.NotFound` as for a job that does not exist (404, not 403); admin-only
+views raise :class:`Forbidden`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controlplane.errors import InvalidInput, SpotplaneError, Unauthorized
+from controlplane.models import (
+    Bag,
+    BagSpec,
+    CostSummary,
+    Decision,
+    Event,
+    ForecastRow,
+    Job,
+    JobKind,
+    JobSpec,
+    JobState,
+    Node,
+    Quota,
+    Tenant,
+    TenantSpec,
+    ZoneInfo,
+    hash_token,
+)
+from controlplane.store import Store
+
+log = logging.getLogger(__name__)
+
+DB_FILE = "spotplane.db"
+_TOKEN_CACHE_MAX = 10_000
+
+
+class Forbidden(SpotplaneError):
+    """An admin-only action called with a tenant's token."""
+
+    exit_code = 2
+
+
+def db_path(state_dir: str | Path) -> Path:
+    """Where the SQLite store of a state directory lives."""
+    return Path(state_dir) / DB_FILE
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the admin (``tenant_id`` None) or one tenant."""
+
+    tenant_id: str | None
+    is_admin: bool = False
+
+    @classmethod
+    def admin(cls) -> Principal:
+        return cls(tenant_id=None, is_admin=True)
+
+    @classmethod
+    def tenant(cls, tenant_id: str) -> Principal:
+        return cls(tenant_id=tenant_id, is_admin=False)
+
+    @property
+    def scope(self) -> str | None:
+        """The tenant id every query is restricted to (None for the admin: everything)."""
+        return None if self.is_admin else self.tenant_id
+
+
+class ControlPlaneService:
+    """Every operation of the API, checked and scoped to a principal."""
+
+    def __init__(self, store: Store, admin_token_hash: str) -> None:
+        self.store = store
+        self._admin_hash = admin_token_hash
+        self._tokens: dict[str, Tenant] = {}  # token hash -> tenant (tokens never change)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: str | Path, admin_token_hash: str) -> ControlPlaneService:
+        """A service on its own connection to the store at ``path``."""
+        return cls(Store(path), admin_token_hash)
+
+    # -- authentication ------------------------------------------------------------------------
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal holding ``token``; :class:`Unauthorized` when it is missing or unknown."""
+        if not token:
+            raise Unauthorized(
+                "missing bearer token", fix="send `Authorization: Bearer <token>` (tenant or admin)"
+            )
+        digest = hash_token(token)
+        if hmac.compare_digest(digest.encode(), self._admin_hash.encode()):
+            return Principal.admin()
+        tenant = self._tokens.get(digest)
+        if tenant is None:
+            tenant = self.store.tenant_by_token(token)
+            if tenant is None:
+                raise Unauthorized("unknown token", fix="use the token printed when the tenant was created")
+            with self._lock:
+                if len(self._tokens) >= _TOKEN_CACHE_MAX:
+                    self._tokens.clear()
+                self._tokens[digest] = tenant
+        return Principal.tenant(tenant.id)
+
+    @staticmethod
+    def require_admin(principal: Principal, what: str) -> None:
+        if not principal.is_admin:
+            raise Forbidden(f"{what} needs the admin token", fix="use the admin token printed by `spotplane up`")
+
+    # -- tenants -------------------------------------------------------------------------------
+    def create_tenant(self, principal: Principal, spec: TenantSpec) -> tuple[Tenant, str]:
+        self.require_admin(principal, "creating a tenant")
+        return self.store.create_tenant(spec)
+
+    def list_tenants(self, principal: Principal) -> list[Tenant]:
+        if principal.is_admin:
+            return self.store.list_tenants()
+        return [self.me(principal)]
+
+    def me(self, principal: Principal) -> Tenant:
+        if principal.tenant_id is None:
+            raise InvalidInput("token", "the admin is not a tenant", fix="use a tenant's token")
+        return self.store.get_tenant(principal.tenant_id)
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def _submitter(self, principal: Principal, tenant_id: str | None) -> Tenant:
+        """The tenant a submission is for: the caller, or ``tenant_id`` when the admin submits."""
+        if principal.is_admin:
+            if tenant_id is None:
+                raise InvalidInput(
+                    "tenant_id", "the admin must say which tenant submits", fix="add ?tenant_id=<id>"
+                )
+            return self.store.get_tenant(tenant_id)
+        assert principal.tenant_id is not None
+        return self.store.get_tenant(principal.tenant_id)
+
+    def _check_spec(self, tenant: Tenant, spec: JobSpec, field_prefix: str = "") -> None:
+        """What only the service can check: the tenant's GPU limit and a known accelerator."""
+        if spec.gpus > tenant.max_gpus:
+            raise InvalidInput(
+                f"{field_prefix}gpus_per_worker",
+                f"the job needs {spec.gpus} GPUs (gpus_per_worker {spec.gpus_per_worker} x workers "
+                f"{spec.workers}) but tenant {tenant.name} may use at most {tenant.max_gpus}",
+                fix="use fewer workers or GPUs per worker, or ask the admin to raise max_gpus",
+            )
+        if spec.accelerator is not None:
+            known = self.accelerators()
+            if known and spec.accelerator not in known:
+                raise InvalidInput(
+                    f"{field_prefix}accelerator",
+                    f"unknown accelerator {spec.accelerator!r}",
+                    fix=f"use one of {', '.join(sorted(known))}, or leave it null for any",
+                )
+
+    def accelerators(self) -> set[str]:
+        """GPU models the fleet sells (empty before the controller's first catalog)."""
+        return {z.accelerator for z in self.store.zones() if z.accelerator}
+
+    def submit_job(self, principal: Principal, spec: JobSpec, tenant_id: str | None = None) -> Job:
+        tenant = self._submitter(principal, tenant_id)
+        self._check_spec(tenant, spec)
+        if spec.bag_id is not None:
+            self.store.get_bag(spec.bag_id, tenant.id)
+        return self.store.submit_job(tenant.id, spec)
+
+    def list_jobs(
+        self,
+        principal: Principal,
+        *,
+        state: Iterable[JobState] | None = None,
+        kind: JobKind | None = None,
+        bag_id: str | None = None,
+        tenant_id: str | None = None,
+        limit: int = 1000,
+        offset: int = 0,
+    ) -> list[Job]:
+        scope = principal.scope
+        if principal.is_admin:
+            scope = tenant_id
+        elif tenant_id is not None and tenant_id != principal.tenant_id:
+            return []  # another tenant's jobs do not exist for this caller
+        states = list(state) if state else None
+        return self.store.list_jobs(
+            scope, state=states, kind=kind, bag_id=bag_id, limit=limit, offset=offset
+        )
+
+    def get_job(self, principal: Principal, job_id: str) -> Job:
+        return self.store.get_job(job_id, principal.scope)
+
+    def cancel_job(self, principal: Principal, job_id: str) -> Job:
+        return self.store.request_cancel(job_id, principal.scope)
+
+    def job_events(self, principal: Principal, job_id: str) -> list[Event]:
+        return self.store.job_events(job_id, principal.scope)
+
+    def job_decisions(self, principal: Principal, job_id: str) -> list[Decision]:
+        return self.store.job_decisions(job_id, principal.scope)
+
+    # -- bags ----------------------------------------------------------------------------------
+    def submit_bag(
+        self, principal: Principal, spec: BagSpec, tenant_id: str | None = None
+    ) -> tuple[Bag, list[Job]]:
+        tenant = self._submitter(principal, tenant_id)
+        self._check_spec(tenant, spec.template, "template.")
+        return self.store.create_bag(tenant.id, spec)
+
+    def list_bags(self, principal: Principal) -> list[Bag]:
+        return self.store.list_bags(principal.scope)
+
+    def get_bag(self, principal: Principal, bag_id: str) -> Bag:
+        return self.store.get_bag(bag_id, principal.scope)
+
+    # -- fleet ---------------------------------------------------------------------------------
+    def nodes(self, principal: Principal, *, live_only: bool = False) -> list[Node]:
+        """Fleet-wide for the admin; a tenant sees only the nodes running its jobs."""
+        nodes = self.store.list_nodes(live_only=live_only)
+        if principal.is_admin:
+            return nodes
+        return [n for n in nodes if n.tenant_id == principal.tenant_id]
+
+    def zones(self) -> list[ZoneInfo]:
+        return self.store.zones()
+
+    # -- quotas, forecasts, cost ---------------------------------------------------------------
+    def quotas(self) -> list[Quota]:
+        return self.store.quotas()
+
+    def forecasts(self, principal: Principal) -> list[ForecastRow]:
+        return self.store.forecasts(principal.scope)
+
+    def cost(self, principal: Principal) -> list[CostSummary]:
+        return self.store.cost_by_tenant(principal.scope)
+
+    # -- health and metrics --------------------------------------------------------------------
+    def control_time(self) -> float:
+        return self.store.control_time()
+
+    def metrics(self) -> dict[str, float]:
+        return self.store.metrics()
+
+    def health(self) -> dict[str, Any]:
+        """Cheap liveness: the store answers and the controller's clock is known."""
+        return {"status": "ok", "control_time": self.store.control_time()}

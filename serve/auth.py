@@ -1,0 +1,40 @@
+"""Bearer-token authentication: one token per tenant, one admin token set at ``spotplane up``.
+
+Tokens are random, shown once, and only their SHA-256 is kept (the admin token's hash lives in
+the Serve replica, tenants' hashes in the store). The resolved :class:`Principal` scopes every
+read and write, so a tenant asking for another tenant's job gets 404 exactly as for a job that
+does not exist.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from fastapi.security import HTTPBearer
+
+from controlplane.models import hash_token
+from controlplane.service import Principal
+
+__all__ = ["ADMIN_PREFIX", "Principal", "bearer_scheme", "bearer_token", "hash_token", "new_admin_token"]
+
+ADMIN_PREFIX = "spa_"
+
+# Declares the scheme in OpenAPI (the "Authorize" button at /docs); we parse the header ourselves
+# so a missing token is a 401 with our own message.
+bearer_scheme = HTTPBearer(auto_error=False, description="tenant token, or the admin token from `spotplane up`")
+
+
+def new_admin_token() -> str:
+    """A fresh random admin token (printed by ``spotplane up``; only its hash reaches the API)."""
+    return ADMIN_PREFIX + secrets.token_urlsafe(32)
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None when absent/malformed."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token

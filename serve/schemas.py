@@ -1,0 +1,269 @@
+"""Typed request and response bodies of the HTTP API, and the 422 that names the field and the fix.
+
+Requests are the domain's validated specs (``JobSpec``, ``BagSpec``, ``TenantSpec``: extra fields
+forbidden, every bound checked), so nothing invalid reaches the store. Every validation failure,
+FastAPI's or the service's :class:`~controlplane.errors.InvalidInput`, is answered as::
+
+    422 {"message": "deadline_hours: must be ... ; set a later deadline",
+         "errors": [{"field": "deadline_hours", "message": "...", "fix": "..."}]}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, Field, computed_field
+
+from controlplane.models import (
+    HOUR,
+    Bag,
+    BagSpec,
+    CostSummary,
+    Job,
+    JobSpec,
+    Tenant,
+    TenantSpec,
+    ZoneInfo,
+)
+
+__all__ = [
+    "BagCreated",
+    "BagSpec",
+    "ClockView",
+    "CostReport",
+    "ErrorBody",
+    "FieldError",
+    "JobSpec",
+    "JobView",
+    "PriceRow",
+    "AvailabilityRow",
+    "TenantCreated",
+    "TenantSpec",
+    "field_errors",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Responses
+# --------------------------------------------------------------------------------------------
+class TenantCreated(BaseModel):
+    """A new tenant and its API token: shown this once, only its hash is stored."""
+
+    tenant: Tenant
+    token: str = Field(description="Bearer token of the tenant; store it now, it is not shown again.")
+
+
+class JobView(Job):
+    """A job as the API shows it: the stored record plus derived progress and deadline figures."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total_gpus(self) -> int:
+        """GPUs of the whole gang (gpus_per_worker x workers)."""
+        return self.spec.gpus
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def progress_fraction(self) -> float:
+        """Compute hours done / compute hours C, in [0, 1]."""
+        c = self.spec.compute_hours
+        return min(1.0, self.progress_hours / c) if c > 0 else 0.0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def met_deadline(self) -> bool | None:
+        """True/False once decided; null while running or for jobs without a deadline."""
+        return self.deadline_met
+
+    @classmethod
+    def of(cls, job: Job) -> JobView:
+        return cls.model_construct(_fields_set=job.model_fields_set, **job.__dict__)
+
+
+class BagCreated(BaseModel):
+    bag: Bag
+    job_ids: list[str]
+
+
+class CostReport(BaseModel):
+    """Spend per tenant and in total, against running the same GPU hours on on-demand only."""
+
+    tenants: list[CostSummary]
+    total_cost: float
+    on_demand_cost: float
+    savings_pct: float
+
+    @classmethod
+    def of(cls, rows: Sequence[CostSummary]) -> CostReport:
+        total = sum(r.cost for r in rows)
+        od = sum(r.on_demand_cost for r in rows)
+        return cls(
+            tenants=list(rows),
+            total_cost=total,
+            on_demand_cost=od,
+            savings_pct=100.0 * (1.0 - total / od) if od > 0 else 0.0,
+        )
+
+
+class PriceRow(BaseModel):
+    cloud: str
+    zone: str
+    region: str
+    instance_type: str
+    accelerator: str
+    accelerator_count: int
+    spot_price: float
+    on_demand_price: float
+    spot_discount_pct: float
+
+    @classmethod
+    def of(cls, z: ZoneInfo) -> PriceRow:
+        discount = 100.0 * (1.0 - z.spot_price / z.on_demand_price) if z.on_demand_price > 0 else 0.0
+        return cls(
+            cloud=z.cloud,
+            zone=z.zone,
+            region=z.region,
+            instance_type=z.instance_type,
+            accelerator=z.accelerator,
+            accelerator_count=z.accelerator_count,
+            spot_price=z.spot_price,
+            on_demand_price=z.on_demand_price,
+            spot_discount_pct=discount,
+        )
+
+
+class AvailabilityRow(BaseModel):
+    cloud: str
+    zone: str
+    instance_type: str
+    spot_available: bool
+    updated_at: float
+
+
+class ClockView(BaseModel):
+    """The control plane's time (simulated when the fleet is)."""
+
+    now: float = Field(description="control-plane seconds, as of the controller's last tick")
+    now_hours: float
+
+
+def clock_view(now: float) -> ClockView:
+    return ClockView(now=now, now_hours=now / HOUR)
+
+
+class FieldError(BaseModel):
+    field: str = Field(description="dotted path of the offending field, e.g. template.compute_hours")
+    message: str
+    fix: str
+
+
+class ErrorBody(BaseModel):
+    message: str
+    fix: str | None = None
+    errors: list[FieldError] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# 422: name the field and the fix
+# --------------------------------------------------------------------------------------------
+_SOURCES = {"body", "query", "path", "header", "cookie"}
+_FIELD_PREFIX = re.compile(r"^(?P<field>[A-Za-z_][\w.\[\]]*): (?P<rest>.+)$", re.S)
+
+
+def _dotted(loc: Iterable[Any]) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif parts:
+            parts.append(f".{p}")
+        else:
+            parts.append(str(p))
+    return "".join(parts)
+
+
+def _split_fix(text: str) -> tuple[str, str | None]:
+    """``"must be > 0; use a positive number"`` -> (message, fix); the fix follows the last '; '."""
+    head, sep, tail = text.rpartition("; ")
+    if sep and head:
+        return head, tail
+    head, sep, tail = text.partition(" — ")
+    return (head, tail) if sep else (text, None)
+
+
+def _builtin(kind: str, ctx: Mapping[str, Any], msg: str, field: str) -> tuple[str, str]:
+    """Message and fix for pydantic's own error types."""
+    bounds = {
+        "greater_than": ("must be > {gt}", "use a value above {gt}"),
+        "greater_than_equal": ("must be >= {ge}", "use a value of at least {ge}"),
+        "less_than": ("must be < {lt}", "use a value below {lt}"),
+        "less_than_equal": ("must be <= {le}", "use a value of at most {le}"),
+        "string_too_short": ("must have at least {min_length} characters", "give a longer value"),
+        "string_too_long": ("must have at most {max_length} characters", "shorten it"),
+        "too_short": ("must have at least {min_length} items", "add items"),
+        "too_long": ("must have at most {max_length} items", "split it into several requests"),
+        "string_pattern_mismatch": ("must match {pattern}", "use letters, digits, '_', '.', '-'"),
+    }
+    if kind in bounds:
+        m, f = bounds[kind]
+        return m.format(**ctx), f.format(**ctx)
+    if kind == "missing":
+        return "is required", f"add `{field}` to the request"
+    if kind == "extra_forbidden":
+        return "is not a field of this request", "remove it (the fields are listed at /docs)"
+    if kind in ("enum", "literal_error"):
+        return f"must be one of {ctx.get('expected', '')}", f"use one of {ctx.get('expected', '')}"
+    if kind in ("float_parsing", "float_type", "int_parsing", "int_type", "int_from_float"):
+        return msg.lower(), "send a number"
+    if kind in ("bool_parsing", "bool_type"):
+        return msg.lower(), "send true or false"
+    if kind in ("json_invalid", "model_attributes_type", "dict_type"):
+        return msg.lower(), "send a JSON object with the fields listed at /docs"
+    return msg, "see the request schema at /docs"
+
+
+def field_errors(errors: Sequence[Mapping[str, Any]]) -> list[FieldError]:
+    """Turn pydantic/FastAPI error dicts into field-naming errors with a fix each."""
+    out: list[FieldError] = []
+    for e in errors:
+        loc = [p for p in e.get("loc", ()) if p not in _SOURCES]
+        field = _dotted(loc)
+        kind = str(e.get("type", ""))
+        msg = str(e.get("msg", ""))
+        if kind == "value_error":  # raised by a model validator: "field: message; fix"
+            text = msg.removeprefix("Value error, ")
+            m = _FIELD_PREFIX.match(text)
+            if m:
+                inner = m.group("field")
+                field = f"{field}.{inner}" if field else inner
+                text = m.group("rest")
+            message, fix = _split_fix(text)
+            out.append(FieldError(field=field or "body", message=message, fix=fix or "see /docs"))
+            continue
+        message, fix = _builtin(kind, e.get("ctx") or {}, msg, field or "body")
+        out.append(FieldError(field=field or "body", message=message, fix=fix))
+    return out
+
+
+def error_line(err: FieldError) -> str:
+    """``"field: message; fix"`` — the one-line form a CLI prints."""
+    return f"{err.field}: {err.message}; {err.fix}"
+
+
+def job_spec_example() -> dict[str, Any]:
+    """A valid deadline job, for /docs and the CLI's help."""
+    return {
+        "name": "train-llm",
+        "kind": "deadline",
+        "gpus_per_worker": 8,
+        "workers": 1,
+        "accelerator": "H100",
+        "compute_hours": 20.0,
+        "deadline_hours": 26.0,
+    }
+
+
+JobSpecBody = JobSpec
+BagSpecBody = BagSpec
