@@ -100,16 +100,23 @@ class RunningTask:
     pods: int
     cards: tuple[tuple[int, int, float], ...]
     started_s: float
-    last_checkpoint_s: float
+    checkpoint_every_s: float = 3600.0
     tenant: str = "default"
 
     @property
     def total_gpus(self) -> float:
         return self.gpus * self.pods
 
+    def last_checkpoint_s(self, now_s: float) -> float:
+        """Time of the last checkpoint of this run (its start when none was taken yet)."""
+        if not math.isfinite(self.checkpoint_every_s) or self.checkpoint_every_s <= 0:
+            return self.started_s
+        done = math.floor(max(0.0, now_s - self.started_s) / self.checkpoint_every_s)
+        return self.started_s + done * self.checkpoint_every_s
+
     def waste(self, now_s: float) -> float:
         """Eq. 17: GPU-seconds lost if evicted now, ``g * (t - t_check)``."""
-        return self.total_gpus * max(0.0, now_s - self.last_checkpoint_s)
+        return self.total_gpus * max(0.0, now_s - self.last_checkpoint_s(now_s))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,497 @@
+"""Event-driven GPU cluster simulator for GFS and the baselines (paper 002 Sec. 4).
+
+Events: task arrivals, completions, evictions (HP preemption of spot tasks), and a tick every
+``tick_s`` (300 s, Table 4) that refreshes the spot quota of the GFS family (Eq. 9-11) and gives
+every scheduler a fresh pass over its queue (Chronus preempts only on these lease ends).
+
+* A spot task evicted at time t keeps the work up to its last checkpoint (every
+  ``checkpoint_s``, default 1 h as in the paper's code release) and rejoins the queue.
+* Metrics (seconds), HP and spot apart: JCT = finish - submit (mean, p99), JQT = the sum of all
+  queueing segments, eviction rate = evictions / runs (Sec. 4.2), and the GPU allocation rate =
+  time-averaged allocated / total GPUs between the first and the last arrival.
+* The spot quota loop (GFS family only): the HP demand of each tenant (GPUs held or queued) is
+  sampled every tick and averaged per hour; every hour a forecaster (OrgLinear, or the last-week
+  peak for GFS-e; the last-week peak also stands in until OrgLinear has ``first_fit_h`` hours of
+  history) predicts the next H hours; every tick ``SpotQuotaAllocator.update_eta`` gets the
+  eviction rate and the longest spot queueing time of the last H hours, and Q_H (Eq. 10) with
+  S0 = idle GPUs and Sa = GPUs held by spot tasks becomes ``ClusterSnapshot.spot_quota``. The
+  whole cluster is one GPU pool (one quota), whatever its GPU models.
+
+The queue: HP tasks before spot tasks; inside a class the scheduler's :class:`QueueRule`. Tasks
+are grouped by shape (priority, GPUs, pods, models): a shape that failed is not tried again
+until something is freed, the quota changes or a tick passes, and never while a cheap necessary
+condition (enough free cards on eligible nodes) says no. That keeps a 3-month replay fast.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from controlplane.errors import InvalidInput
+from policies.forecast import LastWeekPeak, OrgLinear
+from policies.placement import EPS, ClusterSnapshot, FrameworkScheduler, Placement, RunningTask
+from policies.quota import QuotaParams, SpotQuotaAllocator
+from policies.workloads import SimTask, Workload
+
+log = logging.getLogger(__name__)
+
+ARRIVE, FINISH, TICK = 0, 1, 2
+Shape = tuple[str, float, int, tuple[str, ...] | None]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulator knobs (seconds unless named otherwise)."""
+
+    checkpoint_s: float = 3600.0
+    tick_s: float = 300.0
+    quota: QuotaParams = field(default_factory=QuotaParams)
+    first_fit_h: int = 192
+    refit_every_h: int = 24 * 28
+    fit_window_h: int = 24 * 21
+    forecaster_maxiter: int = 50
+    eviction_short_s: float = 3600.0
+    eviction_long_s: float = 86400.0
+    check_invariants: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tick_s <= 0 or self.checkpoint_s <= 0:
+            raise InvalidInput("tick_s/checkpoint_s", "must be > 0", fix="use 300 and 3600")
+
+
+@dataclass
+class TaskRecord:
+    """Per-task bookkeeping of the simulation."""
+
+    task: SimTask
+    remaining_s: float
+    queued_since: float
+    jqt_s: float = 0.0
+    runs: int = 0
+    evictions: int = 0
+    finish_s: float = math.nan
+    epoch: int = 0
+    finished: int = 0
+
+
+@dataclass(frozen=True)
+class ClassMetrics:
+    tasks: int
+    finished: int
+    jct_mean_s: float
+    jct_p99_s: float
+    jqt_mean_s: float
+    runs: int
+    evictions: int
+
+    @property
+    def eviction_rate(self) -> float:
+        return self.evictions / self.runs if self.runs else 0.0
+
+
+@dataclass(frozen=True)
+class SimResult:
+    scheduler: str
+    workload: str
+    hp: ClassMetrics
+    spot: ClassMetrics
+    allocation_rate: float
+    makespan_s: float
+    schedule_calls: int
+    records: dict[str, TaskRecord] = field(repr=False, default_factory=dict)
+
+    def summary(self) -> dict[str, float]:
+        """The benchmark's JSON fields (issue 5)."""
+        return {"hp_jct": self.hp.jct_mean_s, "hp_jct_p99": self.hp.jct_p99_s, "hp_jqt": self.hp.jqt_mean_s,
+                "spot_jct": self.spot.jct_mean_s, "spot_jqt": self.spot.jqt_mean_s,
+                "eviction_rate": self.spot.eviction_rate, "allocation_rate": self.allocation_rate}
+
+
+class QuotaLoop:
+    """Eq. 9-11 driven by the simulated HP demand history (see the module doc)."""
+
+    def __init__(self, n_tenants: int, capacity: float, forecaster: str, adapt_eta: bool,
+                 cfg: SimConfig, start_hour: int) -> None:
+        self.cfg = cfg
+        self.capacity = capacity
+        self.allocator = SpotQuotaAllocator(cfg.quota)
+        self.adapt_eta = adapt_eta
+        self.use_orglinear = forecaster == "orglinear"
+        self.start_hour = start_hour
+        self.hours: list[np.ndarray] = []
+        self.acc = np.zeros(n_tenants)
+        self.samples = 0
+        self.model: OrgLinear | None = None
+        self.fitted_at = -10**9
+        self.forecast: Any = None
+        self.quota: float | None = None
+
+    def sample(self, demand: np.ndarray) -> None:
+        self.acc += demand
+        self.samples += 1
+
+    def close_hour(self) -> None:
+        self.hours.append(self.acc / max(self.samples, 1))
+        self.acc = np.zeros_like(self.acc)
+        self.samples = 0
+        hist = np.stack(self.hours, axis=1)
+        t = hist.shape[1]
+        horizon = self.cfg.quota.horizon_hours
+        if self.use_orglinear and t >= self.cfg.first_fit_h and t - self.fitted_at >= self.cfg.refit_every_h:
+            window = hist[:, -self.cfg.fit_window_h:]
+            try:
+                self.model = OrgLinear(horizon=max(horizon, 4), maxiter=self.cfg.forecaster_maxiter).fit(
+                    window, self.start_hour + t - window.shape[1])
+                self.fitted_at = t
+            except Exception as exc:  # a failed fit keeps the previous model / the fallback
+                log.warning("OrgLinear fit failed at hour %d: %s", t, exc)
+        if self.model is not None and t >= self.model.lookback:
+            self.forecast = self.model.predict(hist, horizon, self.start_hour + t)
+        else:
+            self.forecast = LastWeekPeak().predict(hist, horizon, self.start_hour + t)
+
+    def update(self, eviction_rate: float, max_queue_s: float, idle: float, spot_alloc: float) -> float | None:
+        if self.adapt_eta:
+            self.allocator.update_eta(min(max(eviction_rate, 0.0), 1.0), max(max_queue_s, 0.0))
+        if self.forecast is None:
+            self.quota = None  # no history yet: no quota (the first hour)
+        else:
+            self.quota = self.allocator.quota(self.capacity, self.forecast, max(idle, 0.0), max(spot_alloc, 0.0))
+        return self.quota
+
+
+class GpuSimulator:
+    """Drives one scheduler over one workload; :meth:`run` returns a :class:`SimResult`."""
+
+    def __init__(self, workload: Workload, scheduler: FrameworkScheduler, config: SimConfig | None = None) -> None:
+        self.w = workload
+        self.s = scheduler
+        self.cfg = config or SimConfig()
+        nodes = workload.nodes
+        self.n = len(nodes)
+        g = np.asarray(nodes.gpus, dtype=np.int64)
+        cmax = int(g.max()) if self.n else 1
+        self.gpus = g
+        self.total = float(g.sum())
+        self.card_free = (np.arange(cmax)[None, :] < g[:, None]).astype(float)
+        self.idle = g.astype(np.int64).copy()
+        self.free = g.astype(float).copy()
+        self.hp = np.zeros(self.n)
+        self.spot = np.zeros(self.n)
+        self.ev_short = np.zeros(self.n)
+        self.ev_long = np.zeros(self.n)
+        self._ev_q_short: deque[tuple[float, int]] = deque()
+        self._ev_q_long: deque[tuple[float, int]] = deque()
+        self.running: dict[str, RunningTask] = {}
+        self.node_tasks: dict[int, dict[str, None]] = {i: {} for i in range(self.n)}
+        self.records: dict[str, TaskRecord] = {}
+        self.queues: dict[str, dict[Shape, deque[str]]] = {"hp": {}, "spot": {}}
+        self.failed: set[Shape] = set()
+        self.events: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        self.now = 0.0
+        self.spot_alloc = 0.0
+        self.hp_alloc = 0.0
+        self.G = 0
+        self.F = 0
+        self.calls = 0
+        self._alloc_area = 0.0
+        self._last_t = 0.0
+        self._recent_runs: deque[float] = deque()
+        self._recent_evictions: deque[float] = deque()
+        self._recent_waits: deque[tuple[float, float]] = deque()
+        self.tenant_index = {t: i for i, t in enumerate(workload.tenants)}
+        self.hp_tenant = np.zeros(max(len(workload.tenants), 1))
+        self.quota_loop: QuotaLoop | None = None
+        if scheduler.quota is not None:
+            self.quota_loop = QuotaLoop(len(self.hp_tenant), self.total, scheduler.quota.forecaster,
+                                        scheduler.quota.adapt_eta, self.cfg, workload.start_hour)
+        self._ticks = 0
+
+    # ---- events --------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, tid: str = "", epoch: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (t, kind, self._seq, tid, epoch))
+
+    def run(self) -> SimResult:
+        tasks = self.w.tasks
+        for st in tasks:
+            if st.id in self.records:
+                raise InvalidInput("tasks", f"duplicate task id {st.id!r}", fix="give every task a unique id")
+            self.records[st.id] = TaskRecord(st, st.duration_s, st.submit_s)
+            self._push(st.submit_s, ARRIVE, st.id)
+        first = tasks[0].submit_s if tasks else 0.0
+        self.last_arrival = tasks[-1].submit_s if tasks else 0.0
+        self.first_arrival = first
+        self._last_t = first
+        self._push(math.floor(first / self.cfg.tick_s) * self.cfg.tick_s + self.cfg.tick_s, TICK)
+        unfinished = len(tasks)
+        while self.events and unfinished:
+            t = self.events[0][0]
+            self._advance(t)
+            freed, arrivals = False, []
+            while self.events and self.events[0][0] <= t:  # every event of this instant first
+                _, kind, _, tid, epoch = heapq.heappop(self.events)
+                if kind == ARRIVE:
+                    self._enqueue(tid, t)
+                    arrivals.append(tid)
+                elif kind == FINISH:
+                    if epoch == self.records[tid].epoch and tid in self.running:
+                        self._finish(tid)
+                        unfinished -= 1
+                        freed = True
+                else:
+                    self._tick()
+                    freed = True
+                    if unfinished:
+                        self._push(t + self.cfg.tick_s, TICK)
+            if freed:
+                self.failed.clear()
+                self._drain()
+            else:
+                for tid in arrivals:
+                    self._try_new(tid)
+        return self._result()
+
+    def _advance(self, t: float) -> None:
+        if t > self._last_t:
+            lo, hi = max(self._last_t, self.first_arrival), min(t, self.last_arrival)
+            if hi > lo:
+                self._alloc_area += (self.total - float(self.free.sum())) * (hi - lo)
+            self._last_t = t
+        self.now = t
+        for q, arr, win in ((self._ev_q_short, self.ev_short, self.cfg.eviction_short_s),
+                            (self._ev_q_long, self.ev_long, self.cfg.eviction_long_s)):
+            while q and q[0][0] <= t - win:
+                arr[q.popleft()[1]] -= 1
+
+    # ---- queue ---------------------------------------------------------------------------
+    def _enqueue(self, tid: str, t: float) -> None:
+        rec = self.records[tid]
+        rec.queued_since = t
+        req = rec.task.request
+        self.queues[req.priority].setdefault(req.shape, deque()).append(tid)
+        if req.is_hp:
+            self.hp_tenant[self.tenant_index.get(req.tenant, 0)] += req.total_gpus
+
+    def _try_new(self, tid: str) -> bool:
+        """An arrival frees nothing: try it alone, when no queued task of its class goes first."""
+        req = self.records[tid].task.request
+        q = self.queues[req.priority]
+        if len(q[req.shape]) > 1 or req.shape in self.failed:
+            return False
+        if self.s.queue.strict and any(d for sh, d in q.items() if d and sh != req.shape):
+            return False
+        if not self._cheap_ok(req.shape):
+            self.failed.add(req.shape)
+            return False
+        return self._attempt(req.shape, q)
+
+    def _order_key(self, shape: Shape, d: deque[str]) -> tuple[float, ...]:
+        head = self.records[d[0]]
+        if self.s.queue.order == "size":
+            return (shape[1] * shape[2], shape[2], shape[1], head.task.submit_s)
+        return (head.task.submit_s,)
+
+    def _drain(self) -> None:
+        for prio in ("hp", "spot"):
+            q = self.queues[prio]
+            live = [(self._order_key(sh, d), sh) for sh, d in q.items() if d and sh not in self.failed]
+            if not live:
+                continue
+            if self.s.queue.order == "size" and not self.s.queue.strict:
+                for _, sh in sorted(live):
+                    while q[sh] and sh not in self.failed:
+                        if not self._cheap_ok(sh) or not self._attempt(sh, q):
+                            self.failed.add(sh)
+                continue
+            heap = list(live)
+            heapq.heapify(heap)
+            while heap:
+                _, sh = heapq.heappop(heap)
+                if self._cheap_ok(sh) and self._attempt(sh, q):
+                    if q[sh]:
+                        heapq.heappush(heap, (self._order_key(sh, q[sh]), sh))
+                else:
+                    self.failed.add(sh)
+                    if self.s.queue.strict:
+                        break  # strict FCFS: the blocked head holds back its whole class
+
+    def _cheap_ok(self, shape: Shape) -> bool:
+        """A necessary condition (free GPUs, quota) checked before calling the scheduler."""
+        prio, g, w, _ = shape
+        need = g * w
+        if prio == "spot":
+            if float(self.free.sum()) < need - EPS:
+                return False
+            if self.quota_loop is not None and self.quota_loop.quota is not None:
+                return self.spot_alloc + need <= self.quota_loop.quota + EPS
+            return True
+        return float(self.free.sum()) + self.spot_alloc >= need - EPS
+
+    def _snapshot(self) -> ClusterSnapshot:
+        return ClusterSnapshot(
+            self.now, self.w.nodes.names, self.w.nodes.gpu_model, self.gpus, self.card_free, self.hp, self.spot,
+            self.ev_short, self.ev_long, MappingProxyType(self.running), MappingProxyType(self.node_tasks),
+            self.G, self.F, None if self.quota_loop is None else self.quota_loop.quota, self.spot_alloc,
+            self.idle, self.free)
+
+    def _attempt(self, shape: Shape, q: dict[Shape, deque[str]]) -> bool:
+        tid = q[shape][0]
+        rec = self.records[tid]
+        self.calls += 1
+        placement = self.s.schedule(self._snapshot(), rec.task.request)
+        if placement is None:
+            self.failed.add(shape)
+            return False
+        q[shape].popleft()
+        self._start(rec, placement)
+        return True
+
+    # ---- state changes -------------------------------------------------------------------
+    def _start(self, rec: TaskRecord, p: Placement) -> None:
+        req = rec.task.request
+        for vid in p.victims:
+            self._evict(vid)
+        cards = []
+        for pod in p.pods:
+            for c, s in pod.cards:
+                cards.append((pod.node, c, s))
+                self.card_free[pod.node, c] -= s
+                if self.card_free[pod.node, c] < -EPS:
+                    raise RuntimeError(f"GPU double-booked: node {pod.node} card {c} by {req.id}")
+            self._refresh(pod.node)
+            (self.hp if req.is_hp else self.spot)[pod.node] += req.gpus
+            self.node_tasks[pod.node][req.id] = None
+        if len(p.pods) != req.pods:
+            raise RuntimeError(f"placement of {req.id} has {len(p.pods)} pods, the gang needs {req.pods}")
+        wait = self.now - rec.queued_since
+        rec.jqt_s += wait
+        rec.runs += 1
+        rec.epoch += 1
+        if req.is_hp:
+            self.hp_alloc += req.total_gpus
+        else:
+            self.spot_alloc += req.total_gpus
+            self._recent_runs.append(self.now)
+            self._recent_waits.append((self.now, wait))
+        self.running[req.id] = RunningTask(req.id, req.priority, req.gpus, req.pods, tuple(cards), self.now,
+                                           self.cfg.checkpoint_s, req.tenant)
+        self._push(self.now + rec.remaining_s, FINISH, req.id, rec.epoch)
+        if self.cfg.check_invariants:
+            self._check()
+
+    def _release(self, tid: str) -> RunningTask:
+        rt = self.running.pop(tid)
+        touched = set()
+        for n, c, s in rt.cards:
+            self.card_free[n, c] += s
+            if self.card_free[n, c] > 1 + EPS:
+                raise RuntimeError(f"card over-freed: node {n} card {c} by {tid}")
+            touched.add(n)
+            (self.hp if rt.priority == "hp" else self.spot)[n] -= s
+        for n in touched:
+            self.node_tasks[n].pop(tid, None)
+            self._refresh(n)
+        if rt.priority == "hp":
+            self.hp_alloc -= rt.total_gpus
+        else:
+            self.spot_alloc -= rt.total_gpus
+        return rt
+
+    def _finish(self, tid: str) -> None:
+        rt = self._release(tid)
+        rec = self.records[tid]
+        rec.finish_s = self.now
+        rec.finished += 1
+        rec.remaining_s = 0.0
+        if rt.priority == "hp":
+            self.hp_tenant[self.tenant_index.get(rec.task.request.tenant, 0)] -= rt.total_gpus
+        else:
+            self.G += 1
+
+    def _evict(self, tid: str) -> None:
+        rt = self.running.get(tid)
+        if rt is None or rt.priority != "spot":
+            raise RuntimeError(f"victim {tid} is not a running spot task")
+        self._release(tid)
+        rec = self.records[tid]
+        saved = rt.last_checkpoint_s(self.now) - rt.started_s
+        rec.remaining_s = max(rec.remaining_s - saved, 0.0)
+        rec.evictions += 1
+        rec.epoch += 1
+        self.F += 1
+        self._recent_evictions.append(self.now)
+        for n in {n for n, _, _ in rt.cards}:
+            self.ev_short[n] += 1
+            self.ev_long[n] += 1
+            self._ev_q_short.append((self.now, n))
+            self._ev_q_long.append((self.now, n))
+        self._enqueue(tid, self.now)
+
+    def _refresh(self, n: int) -> None:
+        row = self.card_free[n]
+        self.idle[n] = int((row >= 1 - EPS).sum())
+        self.free[n] = float(row.sum())
+
+    def _tick(self) -> None:
+        self._ticks += 1
+        ql = self.quota_loop
+        if ql is None:
+            return
+        ql.sample(self.hp_tenant.copy())
+        per_hour = max(int(round(3600.0 / self.cfg.tick_s)), 1)
+        if self._ticks % per_hour == 0:
+            ql.close_hour()
+        h = self.cfg.quota.horizon_hours * 3600.0
+        for dq in (self._recent_runs, self._recent_evictions):
+            while dq and dq[0] < self.now - h:
+                dq.popleft()
+        while self._recent_waits and self._recent_waits[0][0] < self.now - h:
+            self._recent_waits.popleft()
+        runs, evs = len(self._recent_runs), len(self._recent_evictions)
+        e = min(evs / runs, 1.0) if runs else (1.0 if evs else 0.0)
+        waits = [w for _, w in self._recent_waits]
+        for d in self.queues["spot"].values():
+            if d:
+                waits.append(self.now - self.records[d[0]].queued_since)
+        ql.update(e, max(waits, default=0.0), float(self.free.sum()), self.spot_alloc)
+
+    def _check(self) -> None:
+        used = np.zeros_like(self.card_free)
+        for rt in self.running.values():
+            for n, c, s in rt.cards:
+                used[n, c] += s
+        cap = (np.arange(self.card_free.shape[1])[None, :] < self.gpus[:, None]).astype(float)
+        if not np.allclose(cap - used, self.card_free, atol=1e-6) or np.any(used > cap + 1e-6):
+            raise RuntimeError("GPU accounting broken: a card is double-booked or leaked")
+
+    # ---- results -------------------------------------------------------------------------
+    def _class(self, hp: bool) -> ClassMetrics:
+        recs = [r for r in self.records.values() if r.task.request.is_hp == hp]
+        done = [r for r in recs if r.finished]
+        jct = np.array([r.finish_s - r.task.submit_s for r in done])
+        jqt = np.array([r.jqt_s for r in done])
+        return ClassMetrics(len(recs), len(done), float(jct.mean()) if len(jct) else 0.0,
+                            float(np.percentile(jct, 99)) if len(jct) else 0.0,
+                            float(jqt.mean()) if len(jqt) else 0.0,
+                            sum(r.runs for r in recs), sum(r.evictions for r in recs))
+
+    def _result(self) -> SimResult:
+        span = self.last_arrival - self.first_arrival
+        alloc = self._alloc_area / (self.total * span) if span > 0 and self.total > 0 else 0.0
+        return SimResult(self.s.name, self.w.name, self._class(True), self._class(False), alloc, self.now,
+                         self.calls, self.records)
+
+
+def simulate(workload: Workload, scheduler: FrameworkScheduler, config: SimConfig | None = None) -> SimResult:
+    """Run ``scheduler`` over ``workload`` (see :class:`GpuSimulator`)."""
+    return GpuSimulator(workload, scheduler, config).run()
