@@ -218,6 +218,7 @@ class Job(BaseModel):
     checkpointed_hours: float = 0.0
     checkpoint_left_hours: float = 0.0  # > 0 while CHECKPOINTING (simulated workload)
     next_checkpoint_hours: float | None = None
+    segment_start_hours: float = 0.0  # progress when the current nodes started (planner input)
     cost: float = 0.0
     on_demand_cost: float = 0.0  # what the same GPU hours would cost on on-demand only
     gpu_hours: float = 0.0  # GPU hours billed so far
@@ -227,9 +228,12 @@ class Job(BaseModel):
     market: Market | None = None
     zone: str | None = None
     node_ids: list[str] = Field(default_factory=list)
-    accounted_at: float | None = None  # progress/cost accounted up to here
+    accounted_at: float | None = None  # progress accounted up to here
+    billed_at: float | None = None  # node cost billed up to here
     changeover_left_hours: float = 0.0  # overhead d still to pay before progress counts
     cancel_requested: bool = False
+    policy_action: str | None = None  # deadline jobs: the policy's last action (idle/spot/on_demand)
+    policy_zone: str | None = None
     message: str = ""
 
     @property
@@ -310,7 +314,7 @@ class Node(BaseModel):
     ready_at: float | None = None
     ended_at: float | None = None
     notice_at: float | None = None
-    accounted_at: float | None = None
+    idle_since: float | None = None  # ready with no job since (kept a while for reuse)
 
     @property
     def gone(self) -> bool:

@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
+CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
 CREATE TABLE IF NOT EXISTS bags (
   id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (
@@ -514,7 +515,9 @@ class Store:
     def commit(self, *, jobs: Sequence[Job] = (), nodes: Sequence[Node] = (),
                events: Sequence[Event] = (), decisions: Sequence[Decision] = (),
                intents: Sequence[Intent] = (), control_time: float | None = None,
-               counters: dict[str, float] | None = None) -> None:
+               counters: dict[str, float] | None = None,
+               demand: dict[str, tuple[float, float]] | None = None,
+               demand_at: float | None = None) -> None:
         """Persist one step of the controller atomically (jobs/nodes upserted, logs appended)."""
         with self._tx() as db:
             if jobs:
@@ -548,6 +551,13 @@ class Store:
                     "status = excluded.status, done_at = excluded.done_at",
                     [(i.id, i.kind, i.status, i.created_at, i.done_at, json.dumps(i.payload))
                      for i in intents])
+            if demand:
+                hour = int((demand_at or 0.0) // HOUR)
+                db.executemany(
+                    "INSERT INTO demand VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, hour) DO UPDATE "
+                    "SET hp_gpu_hours = hp_gpu_hours + excluded.hp_gpu_hours, "
+                    "spot_gpu_hours = spot_gpu_hours + excluded.spot_gpu_hours",
+                    [(t, hour, hp, sp) for t, (hp, sp) in demand.items()])
             for name, by in (counters or {}).items():
                 db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
                            "SET value = value + excluded.value", (name, by))

@@ -1,0 +1,73 @@
+"""Where deadline policies live: in process (tests, benchmarks) or in Ray actors (actors/deadline.py).
+
+The controller sends one batch of :class:`PolicyRequest` per tick and gets one
+:class:`~policies.deadline.Action` per job. A host keeps one policy object per job, created with
+``make_policy(name, task, tick_hours=...)`` on first sight and restored from its saved
+``state_dict`` (in the store) after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from policies.deadline import Action, DeadlinePolicy, DeadlineTask, Observation, make_policy
+
+
+@dataclass(frozen=True)
+class PolicyRequest:
+    job_id: str
+    policy: str
+    task: DeadlineTask
+    obs: Observation
+    tick_hours: float = 0.0
+
+
+class DeadlinePolicyHost(Protocol):
+    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action]: ...
+
+    def forget(self, job_ids: Sequence[str]) -> None: ...
+
+
+class PolicyBook:
+    """Policies of several jobs in one process (what one DeadlinePolicyActor hosts)."""
+
+    def __init__(self, store: Any = None) -> None:
+        self.store = store  # a controlplane.store.Store (state survives restarts) or None
+        self.policies: dict[str, DeadlinePolicy] = {}
+        self._saved: dict[str, dict[str, Any]] = {}
+
+    def _policy(self, req: PolicyRequest) -> DeadlinePolicy:
+        pol = self.policies.get(req.job_id)
+        if pol is None:
+            kwargs = {"tick_hours": req.tick_hours} if req.policy in (
+                "uniform_progress", "greedy", "time_sliced") else {}
+            pol = make_policy(req.policy, req.task, **kwargs)
+            saved = self.store.policy_state(req.job_id) if self.store is not None else None
+            if saved:
+                pol.load_state_dict(saved)
+                self._saved[req.job_id] = saved
+            self.policies[req.job_id] = pol
+        return pol
+
+    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action]:
+        out = {r.job_id: self._policy(r).decide(r.obs) for r in requests}
+        if self.store is not None and requests:
+            states = {r.job_id: self.policies[r.job_id].state_dict() for r in requests}
+            changed = {k: v for k, v in states.items() if self._saved.get(k) != v}
+            if changed:
+                self.store.put_policy_states(changed)
+                self._saved.update(changed)
+        return out
+
+    def forget(self, job_ids: Sequence[str]) -> None:
+        for j in job_ids:
+            self.policies.pop(j, None)
+            self._saved.pop(j, None)
+
+    def __len__(self) -> int:
+        return len(self.policies)
+
+
+LocalDeadlineHost = PolicyBook
