@@ -173,23 +173,27 @@ class PreemptionModel(ABC):
             p = np.where(s > 0, (self.cdf(a + d) - self.cdf(a)) / np.where(s > 0, s, 1.0), 1.0)
         return np.asarray(np.clip(p, 0.0, 1.0), dtype=np.float64)
 
-    def sample(self, n: int, rng: np.random.Generator) -> FloatArray:
-        """Inverse-transform samples; a draw above F_c(L-) is preempted at the limit L."""
-        if n < 0:
-            raise InvalidInput("n", f"must be >= 0, got {n}", fix="ask for a non-negative count")
-        u = rng.random(n)
-        out = np.full(n, self.max_lifetime)
+    def ppf(self, q: ArrayLike) -> FloatArray:
+        """Inverse CDF; a quantile above F_c(L-) is the limit L (the deadline kill)."""
+        u = np.asarray(q, dtype=np.float64)
+        out = np.full(u.shape, self.max_lifetime)
         smooth = u < 1.0 - self.atom
-        lo = np.zeros(int(smooth.sum()))
-        hi = np.full_like(lo, self.support_end)
         target = u[smooth]
-        for _ in range(64):
+        lo = np.zeros(target.shape)
+        hi = np.full(target.shape, self.support_end)
+        for _ in range(64):  # bisection to ~1e-18 relative: F_c is increasing
             mid = (lo + hi) / 2
             below = self._raw_cdf(mid) < target
             lo = np.where(below, mid, lo)
             hi = np.where(below, hi, mid)
         out[smooth] = (lo + hi) / 2
         return out
+
+    def sample(self, n: int, rng: np.random.Generator) -> FloatArray:
+        """Inverse-transform samples of the lifetime (hours)."""
+        if n < 0:
+            raise InvalidInput("n", f"must be >= 0, got {n}", fix="ask for a non-negative count")
+        return self.ppf(rng.random(n))
 
     # -- fitting -------------------------------------------------------------------------------
     def loglik(self, data: CensoredLifetimes) -> float:
