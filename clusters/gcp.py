@@ -1,0 +1,510 @@
+"""GCP Compute Engine fleet provider (google-cloud-compute, REST transport): Spot and standard VMs.
+
+Calls made (and nothing else): ``instances.insert``, ``instances.get``, ``instances.list``,
+``instances.delete``, ``zoneOperations.wait``, ``zoneOperations.list`` and
+``machineTypes.get``.
+
+- Spot VMs carry ``scheduling.provisioningModel = SPOT`` and an
+  ``instanceTerminationAction`` (``DELETE`` by default, like an AWS one-time spot request);
+  standard VMs ``STANDARD``. GPU machine types that do not bundle GPUs (N1) get
+  ``guestAccelerators`` and ``onHostMaintenance = TERMINATE``.
+- Idempotency: instance names derive from the intent id, every insert carries a ``requestId``
+  (a UUID derived from the intent, so a retried insert is the same operation for GCE), and the
+  provider first lists instances already labelled with that intent.
+- Preemptions: zone operations with ``operationType = compute.instances.preempted`` (the event
+  in the Google preemption dataset) and instance status.
+- ``ZONE_RESOURCE_POOL_EXHAUSTED(_WITH_DETAILS)``, ``QUOTA_EXCEEDED`` and stockouts raise
+  :class:`CapacityUnavailable`; ``rateLimitExceeded`` / 429 / 5xx are retried with jittered backoff
+  on the control-plane clock (the client library's own retries are off).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from clusters.cloudcalls import Backoff
+from clusters.fleet import (
+    EventKind,
+    FleetEvent,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Offer,
+)
+from controlplane.clock import Clock, WallClock
+from controlplane.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
+
+log = logging.getLogger(__name__)
+
+CLOUD = "gcp"
+PREEMPTED_OP = "compute.instances.preempted"
+CAPACITY_CODES = frozenset({
+    "ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "QUOTA_EXCEEDED",
+    "RESOURCE_EXHAUSTED", "STOCKOUT", "insufficientCapacity", "quotaExceeded",
+})
+RATE_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
+NOTICE_SECONDS = 30.0
+NAMESPACE = uuid.UUID("6f1c2f0e-8a53-4d59-9a0b-5e2b3c7d9a11")
+
+# Machine types whose GPUs must be attached explicitly (N1): name -> (accelerator type, count).
+ATTACHED_GPUS: dict[str, tuple[str, int]] = {
+    "n1-standard-8": ("nvidia-tesla-t4", 1),
+    "n1-standard-16": ("nvidia-tesla-v100", 2),
+}
+# USD/hour in us-central1 (public price list): machine type -> (spot, standard). Override per run.
+PRICES: dict[str, tuple[float, float]] = {
+    "g2-standard-4": (0.2824, 0.7068), "a2-highgpu-1g": (1.1028, 3.6731),
+    "a2-highgpu-8g": (8.8224, 29.3872), "a3-highgpu-8g": (29.7858, 88.2494),
+    "n1-standard-8": (0.2310, 0.7300), "n1-standard-16": (1.9040, 5.7600),
+}
+
+CapacityProbe = Callable[[str, str], bool]
+
+
+def label_value(text: str) -> str:
+    """A GCE label value (<= 63 of [a-z0-9_-]) for arbitrary text; long or odd text is hashed."""
+    clean = re.sub(r"[^a-z0-9_-]", "-", text.lower())
+    if clean == text and len(clean) <= 63:
+        return clean
+    return f"{clean[:46]}-{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+
+
+def instance_name(intent_id: str, index: int) -> str:
+    """A valid instance name (RFC 1035, <= 63) that is the same for every retry of an intent."""
+    return f"sp-{hashlib.sha1(intent_id.encode()).hexdigest()[:20]}-{index}"
+
+
+def request_id(intent_id: str, what: str) -> str:
+    """The ``requestId`` GCE uses to dedupe a retried insert/delete: a UUID stable per intent."""
+    return str(uuid.uuid5(NAMESPACE, f"{what}:{intent_id}"))
+
+
+def _last(url: str) -> str:
+    return url.rsplit("/", 1)[-1]
+
+
+def _parse_time(stamp: str) -> float | None:
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
+def _http_reason(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None) or []
+    for err in errors:
+        if isinstance(err, dict) and err.get("reason"):
+            return str(err["reason"])
+    return str(getattr(exc, "reason", "") or "")
+
+
+def _retryable(exc: Exception) -> bool:
+    from google.api_core import exceptions as gexc
+
+    if isinstance(exc, gexc.TooManyRequests | gexc.InternalServerError | gexc.BadGateway
+                  | gexc.ServiceUnavailable | gexc.GatewayTimeout):
+        return _http_reason(exc) not in CAPACITY_CODES
+    if isinstance(exc, gexc.Forbidden):
+        return _http_reason(exc) in RATE_REASONS
+    import requests
+
+    return isinstance(exc, requests.ConnectionError | requests.Timeout)
+
+
+@dataclass(frozen=True)
+class GcpLaunchTemplate:
+    """What every VM shares besides machine type, zone and market."""
+
+    source_image: str = "projects/deeplearning-platform-release/global/images/family/common-cu124"
+    disk_size_gb: int = 100
+    network: str = "global/networks/default"
+    service_account: str = ""
+    startup_script: str = ""
+    termination_action: str = "DELETE"  # or STOP
+
+
+class GcpFleet:
+    """FleetProvider over some zones of one GCP project."""
+
+    name = CLOUD
+
+    def __init__(
+        self,
+        instances: Any,
+        operations: Any,
+        machine_types: Any,
+        *,
+        project: str,
+        zones: Sequence[str],
+        machine_types_wanted: Sequence[str],
+        clock: Clock | None = None,
+        cluster: str = "spotplane",
+        template: GcpLaunchTemplate | None = None,
+        capacity_probe: CapacityProbe | None = None,
+        prices: dict[str, tuple[float, float]] | None = None,
+        backoff: Backoff | None = None,
+        wait_rounds: int = 30,
+    ) -> None:
+        if not zones:
+            raise InvalidInput("zones", "no zone given", fix="pass zones=['us-central1-a', ...]")
+        if not machine_types_wanted:
+            raise InvalidInput("machine_types", "no machine type given", fix="pass machine_types=['g2-standard-4']")
+        self.instances = instances
+        self.operations = operations
+        self.machine_types = machine_types
+        self.project = project
+        self.zones = list(zones)
+        self.machine_types_wanted = list(machine_types_wanted)
+        self.clock: Clock = clock or WallClock()
+        self.cluster = cluster
+        self.template = template or GcpLaunchTemplate()
+        self.capacity_probe = capacity_probe
+        self.prices = {**PRICES, **(prices or {})}
+        self.backoff = backoff or Backoff(self.clock)
+        self.wait_rounds = wait_rounds
+        self._gpu: dict[tuple[str, str], tuple[str, int] | None] = {}
+        self._launched_at: dict[str, float] = {}
+        self._last_state: dict[str, InstanceState] = {}
+        self._zone_of: dict[str, str] = {}
+        self._preempted: dict[str, str] = {}  # instance name -> operation id
+        self._seen_ops: set[str] = set()
+        self._ours_deleted: set[str] = set()
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_options(cls, **options: Any) -> GcpFleet:
+        """Build from options: project, zones, machine_types, credentials, api_endpoint, clock, ..."""
+        from google.cloud import compute_v1
+
+        credentials = options.get("credentials")
+        project = options.get("project")
+        if credentials == "anonymous":
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
+        elif credentials is None:
+            import google.auth
+            from google.auth.exceptions import DefaultCredentialsError
+
+            try:
+                credentials, default_project = google.auth.default(
+                    scopes=["https://www.googleapis.com/auth/compute"])
+            except DefaultCredentialsError as exc:
+                raise CredentialsError(
+                    "gcp: no credentials found",
+                    fix="run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS",
+                ) from exc
+            project = project or default_project
+        if not project:
+            raise CredentialsError("gcp: no project configured",
+                                   fix="pass --project or set GOOGLE_CLOUD_PROJECT")
+        client_options = {"api_endpoint": options["api_endpoint"]} if options.get("api_endpoint") else None
+        kwargs: dict[str, Any] = {"credentials": credentials, "transport": "rest",
+                                  "client_options": client_options}
+        clock = options.get("clock") or WallClock()
+        template_keys = GcpLaunchTemplate.__dataclass_fields__.keys()
+        return cls(
+            compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs),
+            compute_v1.MachineTypesClient(**kwargs), project=project,
+            zones=options.get("zones") or ["us-central1-a", "us-central1-b", "us-central1-c"],
+            machine_types_wanted=options.get("machine_types") or ["g2-standard-4"],
+            clock=clock, cluster=options.get("cluster", "spotplane"),
+            template=GcpLaunchTemplate(**{k: v for k, v in options.items() if k in template_keys}),
+            capacity_probe=options.get("capacity_probe"), prices=options.get("prices"),
+            backoff=Backoff(clock, rng=random.Random(options.get("seed"))),
+        )
+
+    # ---------------------------------------------------------------- calls
+    def _call(self, what: str, fn: Callable[..., Any], request: dict[str, Any],
+              zone: str = "?", machine_type: str = "?") -> Any:
+        try:
+            return self.backoff.call(lambda: fn(request=request, retry=None), _retryable, what)
+        except Exception as exc:
+            raise self._translate(exc, what, zone, machine_type) from exc
+
+    def _translate(self, exc: Exception, what: str, zone: str, machine_type: str) -> Exception:
+        from google.api_core import exceptions as gexc
+        from google.auth.exceptions import DefaultCredentialsError, RefreshError
+
+        if isinstance(exc, DefaultCredentialsError | RefreshError):
+            return CredentialsError(f"gcp: {what} rejected the credentials ({exc})",
+                                    fix="check GOOGLE_APPLICATION_CREDENTIALS / `gcloud auth application-default login`")
+        reason = _http_reason(exc)
+        if reason in CAPACITY_CODES:
+            return CapacityUnavailable(zone, machine_type, reason)
+        if isinstance(exc, gexc.Unauthorized):
+            return CredentialsError(f"gcp: {what} rejected the credentials (401)",
+                                    fix="check GOOGLE_APPLICATION_CREDENTIALS / `gcloud auth application-default login`")
+        if isinstance(exc, gexc.Forbidden):
+            return CredentialsError(f"gcp: {what} is not allowed for this identity ({reason or 'forbidden'})",
+                                    fix=f"grant roles/compute.instanceAdmin.v1 on project {self.project}")
+        return CloudError(f"gcp: {what} failed: {exc}")
+
+    # ---------------------------------------------------------------- catalog
+    def _accelerator(self, zone: str, machine_type: str) -> tuple[str, int] | None:
+        """(accelerator, count) of a machine type in a zone; None when the zone does not offer it."""
+        from google.api_core import exceptions as gexc
+
+        key = (zone, machine_type)
+        if key not in self._gpu:
+            try:
+                mt = self.backoff.call(
+                    lambda: self.machine_types.get(request={
+                        "project": self.project, "zone": zone, "machine_type": machine_type}, retry=None),
+                    _retryable, "machineTypes.get")
+            except gexc.NotFound:
+                self._gpu[key] = None
+                return None
+            except Exception as exc:
+                raise self._translate(exc, "machineTypes.get", zone, machine_type) from exc
+            if mt.accelerators:
+                acc = mt.accelerators[0]
+                self._gpu[key] = (acc.guest_accelerator_type, int(acc.guest_accelerator_count))
+            else:
+                self._gpu[key] = ATTACHED_GPUS.get(machine_type, ("", 0))
+        return self._gpu[key]
+
+    def offers(self) -> list[Offer]:
+        out = []
+        for zone in self.zones:
+            for mt in self.machine_types_wanted:
+                acc = self._accelerator(zone, mt)
+                if acc is None:
+                    continue
+                spot, standard = self.prices.get(mt, (float("nan"), float("nan")))
+                out.append(Offer(CLOUD, zone, mt, acc[0], acc[1], spot, standard, zone.rsplit("-", 1)[0]))
+        return out
+
+    def spot_available(self, zone: str, instance_type: str) -> bool:
+        if self._accelerator(zone, instance_type) is None:
+            return False
+        return self.capacity_probe(zone, instance_type) if self.capacity_probe else True
+
+    # ---------------------------------------------------------------- launch / terminate
+    def _intent_filter(self, intent_id: str) -> str:
+        return (f'(labels.spotplane-cluster = "{label_value(self.cluster)}") AND '
+                f'(labels.spotplane-intent = "{label_value(intent_id)}")')
+
+    def _list(self, zone: str, filter_: str) -> list[Any]:
+        out: list[Any] = []
+        token = ""
+        while True:
+            req: dict[str, Any] = {"project": self.project, "zone": zone, "filter": filter_, "max_results": 500}
+            if token:
+                req["page_token"] = token
+            page = self._call("instances.list", self.instances.list, req, zone)
+            out.extend(page.items)
+            token = page.next_page_token
+            if not token:
+                return out
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        if request.count < 1:
+            raise InvalidInput("count", f"must be >= 1, got {request.count}", fix="launch at least one")
+        existing = {i.name: i for i in self._list(request.zone, self._intent_filter(request.intent_id))}
+        for index in range(request.count):
+            name = instance_name(request.intent_id, index)
+            if name in existing:
+                continue
+            self._insert(request, name, index)
+            self._launched_at[name] = self.clock.now()
+            existing[name] = self._get(request.zone, name)
+        return [self._instance(existing[n]) for n in sorted(existing)]
+
+    def _insert(self, request: LaunchRequest, name: str, index: int) -> None:
+        from google.api_core import exceptions as gexc
+
+        body = self._body(request, name)
+        try:
+            op = self.backoff.call(
+                lambda: self.instances.insert_unary(request={
+                    "project": self.project, "zone": request.zone, "instance_resource": body,
+                    "request_id": request_id(request.intent_id, f"insert-{index}")}, retry=None),
+                _retryable, "instances.insert")
+        except gexc.Conflict:  # already exists: an earlier try made it
+            return
+        except Exception as exc:
+            raise self._translate(exc, "instances.insert", request.zone, request.instance_type) from exc
+        self._wait(op, request.zone, request.instance_type)
+
+    def _wait(self, op: Any, zone: str, machine_type: str) -> None:
+        """Wait until the insert operation is DONE; its error codes decide what is raised."""
+        from google.cloud import compute_v1
+
+        for _ in range(self.wait_rounds):
+            if op.status == compute_v1.Operation.Status.DONE:
+                break
+            op = self._call("zoneOperations.wait", self.operations.wait,
+                            {"project": self.project, "zone": zone, "operation": op.name}, zone, machine_type)
+        else:
+            raise CloudError(f"gcp: insert {op.name} in {zone} not done after {self.wait_rounds} waits")
+        errors = list(op.error.errors) if op.error else []
+        if not errors:
+            return
+        codes = [e.code for e in errors]
+        capacity = next((c for c in codes if c in CAPACITY_CODES or "STOCKOUT" in c), None)
+        if capacity:
+            raise CapacityUnavailable(zone, machine_type, capacity)
+        raise CloudError(f"gcp: insert in {zone} failed: " + "; ".join(f"{e.code}: {e.message}" for e in errors))
+
+    def _body(self, request: LaunchRequest, name: str) -> Any:
+        from google.cloud import compute_v1
+
+        t = self.template
+        zone = request.zone
+        labels = {"spotplane-cluster": label_value(self.cluster),
+                  "spotplane-intent": label_value(request.intent_id)}
+        labels.update({f"spotplane-{label_value(k)}"[:63]: label_value(str(v)) for k, v in request.tags.items()})
+        scheduling = compute_v1.Scheduling(on_host_maintenance="TERMINATE", automatic_restart=False)
+        if request.market == Market.SPOT:
+            scheduling.provisioning_model = "SPOT"
+            scheduling.instance_termination_action = t.termination_action
+        else:
+            scheduling.provisioning_model = "STANDARD"
+        items = [compute_v1.Items(key="spotplane-intent", value=request.intent_id)]
+        items += [compute_v1.Items(key=f"spotplane-{k}", value=str(v)) for k, v in request.tags.items()]
+        if t.startup_script:
+            items.append(compute_v1.Items(key="startup-script", value=t.startup_script))
+        body = compute_v1.Instance(
+            name=name, machine_type=f"zones/{zone}/machineTypes/{request.instance_type}",
+            labels=labels, scheduling=scheduling, metadata=compute_v1.Metadata(items=items),
+            disks=[compute_v1.AttachedDisk(boot=True, auto_delete=True, initialize_params=compute_v1.AttachedDiskInitializeParams(
+                source_image=t.source_image, disk_size_gb=t.disk_size_gb))],
+            network_interfaces=[compute_v1.NetworkInterface(network=t.network)],
+        )
+        attached = ATTACHED_GPUS.get(request.instance_type)
+        if attached:
+            body.guest_accelerators = [compute_v1.AcceleratorConfig(
+                accelerator_type=f"zones/{zone}/acceleratorTypes/{attached[0]}", accelerator_count=attached[1])]
+        if t.service_account:
+            body.service_accounts = [compute_v1.ServiceAccount(
+                email=t.service_account, scopes=["https://www.googleapis.com/auth/cloud-platform"])]
+        return body
+
+    def _get(self, zone: str, name: str) -> Any:
+        return self._call("instances.get", self.instances.get,
+                          {"project": self.project, "zone": zone, "instance": name}, zone)
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        from google.api_core import exceptions as gexc
+
+        for iid in instance_ids:
+            zone = self._zone_of.get(iid) or self._find_zone(iid)
+            if zone is None:
+                continue
+            self._ours_deleted.add(iid)
+            req = {"project": self.project, "zone": zone, "instance": iid,
+                   "request_id": request_id(iid, "delete")}
+            try:
+                self.backoff.call(lambda r=req: self.instances.delete_unary(request=r, retry=None),  # type: ignore[misc]
+                                  _retryable, "instances.delete")
+            except gexc.NotFound:
+                continue
+            except Exception as exc:
+                raise self._translate(exc, "instances.delete", zone, "?") from exc
+
+    def _find_zone(self, name: str) -> str | None:
+        for zone in self.zones:
+            if self._list(zone, f'name = "{name}"'):
+                self._zone_of[name] = zone
+                return zone
+        return None
+
+    # ---------------------------------------------------------------- views and events
+    def _all(self) -> list[Any]:
+        out = []
+        for zone in self.zones:
+            out.extend(self._list(zone, f'labels.spotplane-cluster = "{label_value(self.cluster)}"'))
+        return out
+
+    def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:
+        raws = self._all()
+        if instance_ids is not None:
+            wanted = set(instance_ids)
+            raws = [r for r in raws if r.name in wanted]
+        return [self._instance(r) for r in raws]
+
+    def _state(self, raw: Any) -> InstanceState:
+        status = raw.status
+        if raw.name in self._preempted:
+            return InstanceState.PREEMPTED if status in ("STOPPING", "TERMINATED", "SUSPENDED") else InstanceState.NOTICED
+        if status in ("PROVISIONING", "STAGING", "REPAIRING"):
+            return InstanceState.PENDING
+        if status == "RUNNING":
+            return InstanceState.RUNNING
+        return InstanceState.TERMINATED
+
+    def _instance(self, raw: Any) -> Instance:
+        zone = _last(raw.zone)
+        self._zone_of[raw.name] = zone
+        mt = _last(raw.machine_type)
+        spot = raw.scheduling.provisioning_model == "SPOT" or raw.scheduling.preemptible
+        acc = ("", 0)
+        if raw.guest_accelerators:
+            acc = (_last(raw.guest_accelerators[0].accelerator_type), int(raw.guest_accelerators[0].accelerator_count))
+        else:
+            acc = self._accelerator(zone, mt) or ("", 0)
+        price = self.prices.get(mt, (float("nan"), float("nan")))[0 if spot else 1]
+        meta = {i.key: i.value for i in raw.metadata.items} if raw.metadata else {}
+        launched = self._launched_at.get(raw.name) or _parse_time(raw.creation_timestamp) or self.clock.now()
+        return Instance(
+            instance_id=raw.name, cloud=CLOUD, zone=zone, instance_type=mt,
+            market=Market.SPOT if spot else Market.ON_DEMAND, state=self._state(raw),
+            launched_at=launched, price_per_hour=price, accelerator=acc[0], accelerator_count=acc[1],
+            intent_id=meta.get("spotplane-intent", ""),
+            tags={k.removeprefix("spotplane-"): v for k, v in meta.items()
+                  if k.startswith("spotplane-") and k != "spotplane-intent"},
+        )
+
+    def _preemption_ops(self, zone: str) -> list[Any]:
+        # first page only (the pager would fetch more pages outside the retry loop): the newest 500
+        page = self._call("zoneOperations.list", self.operations.list,
+                          {"project": self.project, "zone": zone, "max_results": 500,
+                           "order_by": "creationTimestamp desc",
+                           "filter": f'operationType = "{PREEMPTED_OP}"'}, zone)
+        return list(page.items)
+
+    def poll_events(self) -> list[FleetEvent]:
+        now = self.clock.now()
+        events: list[FleetEvent] = []
+        ours = {r.name: r for r in self._all()}
+        known = set(ours) | set(self._last_state)
+        for zone in self.zones:
+            for op in self._preemption_ops(zone):
+                name = _last(op.target_link)
+                if op.id in self._seen_ops or name not in known:
+                    continue
+                self._seen_ops.add(op.id)
+                self._preempted[name] = str(op.id)
+                raw = ours.get(name)
+                if raw is not None and raw.status == "RUNNING":
+                    events.append(FleetEvent(EventKind.PREEMPTION_NOTICE, name, zone, now,
+                                             seconds_left=NOTICE_SECONDS, detail=PREEMPTED_OP))
+        for name, raw in ours.items():
+            events.extend(self._transition(name, _last(raw.zone), self._state(raw), raw.status, now))
+        for name in set(self._last_state) - set(ours):  # deleted (by us, or by a DELETE preemption)
+            state = InstanceState.PREEMPTED if name in self._preempted else InstanceState.TERMINATED
+            events.extend(self._transition(name, self._zone_of.get(name, ""), state, "DELETED", now))
+        return events
+
+    def _transition(self, name: str, zone: str, state: InstanceState, status: str, now: float) -> list[FleetEvent]:
+        before = self._last_state.get(name)
+        self._last_state[name] = state
+        if state == before or before in (InstanceState.PREEMPTED, InstanceState.TERMINATED):
+            return []
+        if state in (InstanceState.RUNNING, InstanceState.NOTICED) and before in (None, InstanceState.PENDING):
+            return [FleetEvent(EventKind.READY, name, zone, now)]
+        if state == InstanceState.PREEMPTED:
+            return [FleetEvent(EventKind.PREEMPTED, name, zone, now, detail=PREEMPTED_OP)]
+        if state == InstanceState.TERMINATED:
+            return [FleetEvent(EventKind.TERMINATED, name, zone, now, detail=status)]
+        return []
