@@ -1,0 +1,479 @@
+"""GFS GPU demand estimator (paper 002 Sec. 3.2): OrgLinear (Eq. 1-8) and the baselines.
+
+Every forecaster takes an hourly history ``[tenants, T]`` (one row per tenant, always in the
+same order) and forecasts the ``horizon`` hours after its end as a :class:`Forecast` (mean and
+sigma per tenant and hour; ``upper(p)`` is the bound of Eq. 9). ``start_hour`` is the
+hour-of-week of the history's column 0, with 0 = Monday 00:00 (see :data:`DLRM_START_HOUR`).
+
+OrgLinear as built here (numpy/scipy only, analytic gradients, L-BFGS):
+
+* Each training sample is a window of the last ``lookback`` hours of one tenant, *anchored* on
+  its last value and scaled by the tenant's training scale (a RevIN-style normalisation, not
+  in the paper; without it one shared linear head cannot serve tenants of 0.01 to 390 GPUs).
+* Eq. 1-2: trend = moving average of kernel ``kernel`` with reflection padding, cycle = rest.
+* Eq. 3: temporal context ``c_t`` = Emb(hour) + Emb(weekday) + Emb(holiday) (concatenated) of
+  the first forecast hour; Eq. 4: tenant context ``c_o`` = Emb(tenant) + Emb(size bucket). The
+  DLRM trace carries no business attributes besides the tenant and its size, so the attention
+  of Eq. 4 over attribute embeddings is reduced to their concatenation.
+* Eq. 5-6: mean = W_c'[chi_c + c_o + c_t] + b_c + W_t'[chi_t + c_o + c_t] + b_t (H outputs).
+* Eq. 7: sigma = softplus(W_v'[chi + c_o + c_t] + b_v) + sigma_min.
+* Eq. 8 as printed (``-sum log phi((y - mu) / sigma)``) drops the ``log sigma`` Jacobian and
+  would drive sigma to infinity; the Gaussian negative log-likelihood
+  ``sum log sigma + (y - mu)^2 / (2 sigma^2)`` is minimised instead, plus an L2 penalty.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import minimize
+from scipy.stats import norm
+
+from controlplane.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+HOURS_PER_WEEK = 168
+#: Hour-of-week (0 = Monday 00:00) of hour 0 of the alibaba-dlrm trace. The trace has no
+#: absolute timestamp; its deployment changes cluster in hours 10-19 of each day (working hours
+#: if hour 0 is midnight) and are rare on days 0-1, 7-8, 14-15, 28-29, i.e. day 0 looks like a
+#: Saturday. So hour 0 = Saturday 00:00 local time = hour-of-week 5 * 24.
+DLRM_START_HOUR = 5 * 24
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Per-tenant, per-hour demand distribution: Gaussian N(mean, sigma), or empirical.
+
+    ``residuals`` (optional, ``[tenants, K]``, GPUs) replaces the Gaussian for ``upper``: the
+    bound is then ``mean + quantile_p(residuals)`` (DLinear's residual quantiles).
+    """
+
+    mean: np.ndarray
+    sigma: np.ndarray
+    residuals: np.ndarray | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mean.shape != self.sigma.shape or self.mean.ndim != 2:
+            raise InvalidInput("forecast", f"mean {self.mean.shape} and sigma "
+                               f"{self.sigma.shape} must both be [tenants, hours]",
+                               fix="build Forecast from two arrays of the same 2-D shape")
+
+    @property
+    def horizon(self) -> int:
+        return int(self.mean.shape[1])
+
+    def upper(self, p: float) -> np.ndarray:
+        """The p-quantile ICDF(p, mu, sigma) per tenant and hour (Sec. 3.3.1, Eq. 9)."""
+        if not 0.0 < p < 1.0:
+            raise InvalidInput("p", f"quantile level must be in (0, 1), got {p}", fix="use 0.9")
+        if self.residuals is not None:
+            q = np.quantile(self.residuals, p, axis=1)
+            return self.mean + q[:, None]
+        return self.mean + float(norm.ppf(p)) * self.sigma
+
+    def head(self, hours: int) -> Forecast:
+        """The first ``hours`` hours."""
+        return Forecast(self.mean[:, :hours], self.sigma[:, :hours], self.residuals)
+
+    @staticmethod
+    def concat(parts: list[Forecast]) -> Forecast:
+        """Join forecasts along the hour axis (e.g. the origins of a rolling evaluation)."""
+        res = parts[0].residuals
+        return Forecast(np.concatenate([f.mean for f in parts], axis=1),
+                        np.concatenate([f.sigma for f in parts], axis=1), res)
+
+
+@runtime_checkable
+class DemandForecaster(Protocol):
+    """What the quota allocator and the simulator call."""
+
+    def fit(self, history: np.ndarray, start_hour: int = 0) -> DemandForecaster: ...
+
+    def predict(self, history: np.ndarray, horizon: int, start_hour: int = 0) -> Forecast: ...
+
+
+# --------------------------------------------------------------------------------------------
+# shared helpers
+# --------------------------------------------------------------------------------------------
+def _check_history(history: np.ndarray, min_hours: int, what: str = "history") -> np.ndarray:
+    h = np.asarray(history, dtype=float)
+    if h.ndim != 2:
+        raise InvalidInput(what, f"must be [tenants, hours], got shape {h.shape}",
+                           fix="pass TenantDemand.gpus or a slice of its columns")
+    if h.shape[1] < min_hours:
+        raise InvalidInput(what, f"has {h.shape[1]} hours, needs at least {min_hours}",
+                           fix="pass a longer history or lower the lookback")
+    if not np.all(np.isfinite(h)):
+        raise InvalidInput(what, "contains NaN or inf", fix="fill missing hours with 0")
+    return h
+
+
+def _check_horizon(horizon: int) -> None:
+    if horizon < 1:
+        raise InvalidInput("horizon", f"must be >= 1, got {horizon}", fix="ask for 1+ hours")
+
+
+def moving_average_matrix(length: int, kernel: int) -> np.ndarray:
+    """Eq. 1's K_MA^d as a [length, length] matrix: centred mean, reflection padding."""
+    if kernel < 1 or kernel % 2 == 0:
+        raise InvalidInput("kernel", f"must be odd and >= 1, got {kernel}", fix="use e.g. 25")
+    half = kernel // 2
+    a = np.zeros((length, length))
+    for i in range(length):
+        for k in range(i - half, i + half + 1):
+            j = k
+            while j < 0 or j >= length:  # reflect (no edge repeat) until inside
+                j = -j if j < 0 else 2 * (length - 1) - j
+            a[i, j] += 1.0 / kernel
+    return a
+
+
+def decompose(x: np.ndarray, kernel: int) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. 1-2: (trend, cycle) of the rows of ``x`` (last axis = time)."""
+    n = x.shape[-1]
+    a = moving_average_matrix(n, min(kernel, n if n % 2 else n - 1))
+    trend = x @ a.T
+    return trend, x - trend
+
+
+def tenant_scale(history: np.ndarray) -> np.ndarray:
+    """Per-tenant scale for normalisation: std + 1% of mean level + 1e-3 GPUs."""
+    return history.std(axis=1) + 0.01 * np.abs(history).mean(axis=1) + 1e-3
+
+
+def _windows(series: np.ndarray, lookback: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """All (input, target) windows of every row: X [tenants, n, L], Y [tenants, n, H]."""
+    n = series.shape[1] - lookback - horizon + 1
+    v = np.lib.stride_tricks.sliding_window_view(series, lookback + horizon, axis=1)[:, :n]
+    return v[..., :lookback], v[..., lookback:]
+
+
+# --------------------------------------------------------------------------------------------
+# baselines
+# --------------------------------------------------------------------------------------------
+@dataclass
+class LastWeekPeak:
+    """GFS-e's production estimator: each tenant's peak over the last week, for every hour.
+
+    A deterministic bound: ``sigma = 0`` so ``upper(p) = mean`` for every p.
+    """
+
+    window: int = HOURS_PER_WEEK
+
+    def fit(self, history: np.ndarray, start_hour: int = 0) -> LastWeekPeak:
+        _check_history(history, 1)
+        return self
+
+    def predict(self, history: np.ndarray, horizon: int, start_hour: int = 0) -> Forecast:
+        h = _check_history(history, 1)
+        _check_horizon(horizon)
+        peak = h[:, -self.window:].max(axis=1)
+        mean = np.repeat(peak[:, None], horizon, axis=1)
+        return Forecast(mean, np.zeros_like(mean))
+
+
+@dataclass
+class SeasonalNaive:
+    """Same hour one period ago (period 24 = last day, 168 = last week); sigma = std of the
+    period-differences in the fit history (per tenant)."""
+
+    period: int = 24
+    sigma_: np.ndarray | None = None
+
+    def fit(self, history: np.ndarray, start_hour: int = 0) -> SeasonalNaive:
+        h = _check_history(history, self.period + 1)
+        d = h[:, self.period:] - h[:, :-self.period]
+        self.sigma_ = np.sqrt(np.mean(d**2, axis=1))
+        return self
+
+    def predict(self, history: np.ndarray, horizon: int, start_hour: int = 0) -> Forecast:
+        h = _check_history(history, self.period)
+        _check_horizon(horizon)
+        if self.sigma_ is None or self.sigma_.shape[0] != h.shape[0]:
+            raise InvalidInput("history", "call fit() first with the same tenants",
+                               fix="fit on the training history")
+        t = h.shape[1]
+        idx = t - self.period + (np.arange(horizon) % self.period)
+        mean = h[:, idx]
+        return Forecast(mean, np.repeat(self.sigma_[:, None], horizon, axis=1))
+
+
+@dataclass
+class DLinear:
+    """DLinear (Zeng et al., AAAI'23): trend/cycle decomposition + two linear heads, MSE loss.
+
+    Shared across tenants on per-tenant standardised series (the published form), fitted in
+    closed form (ridge least squares = the MSE optimum). The bound uses the tenant's in-sample
+    residuals (GPUs) of the first ``horizon`` steps: ``upper(p) = mean + quantile_p(resid)``.
+    """
+
+    lookback: int = HOURS_PER_WEEK
+    horizon: int = 24
+    kernel: int = 25
+    ridge: float = 1e-3
+    anchor: bool = False
+    w_: np.ndarray | None = None
+    loc_: np.ndarray | None = None
+    scale_: np.ndarray | None = None
+    resid_: np.ndarray | None = None
+
+    def _design(self, x: np.ndarray) -> np.ndarray:
+        trend, cycle = decompose(x, self.kernel)
+        ones = np.ones(x.shape[:-1] + (1,))
+        return np.concatenate([trend, cycle, ones], axis=-1)
+
+    def _norm(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        assert self.loc_ is not None and self.scale_ is not None
+        base = x[..., -1:] if self.anchor else self.loc_.reshape((-1,) + (1,) * (x.ndim - 1))
+        scale = self.scale_.reshape((-1,) + (1,) * (x.ndim - 1))
+        return (x - base) / scale, base
+
+    def fit(self, history: np.ndarray, start_hour: int = 0) -> DLinear:
+        h = _check_history(history, self.lookback + self.horizon)
+        self.loc_, self.scale_ = h.mean(axis=1), tenant_scale(h)
+        x, y = _windows(h, self.lookback, self.horizon)
+        xn, base = self._norm(x)
+        yn = (y - base) / self.scale_[:, None, None]
+        a = self._design(xn).reshape(-1, 2 * self.lookback + 1)
+        b = yn.reshape(-1, self.horizon)
+        reg = self.ridge * a.shape[0] * np.eye(a.shape[1])
+        reg[-1, -1] = 0.0
+        self.w_ = np.linalg.solve(a.T @ a + reg, a.T @ b)
+        fitted = (a @ self.w_).reshape(yn.shape)
+        self.resid_ = (yn - fitted) * self.scale_[:, None, None]  # [tenants, n, H] GPUs
+        return self
+
+    def predict(self, history: np.ndarray, horizon: int, start_hour: int = 0) -> Forecast:
+        h = _check_history(history, self.lookback)
+        _check_horizon(horizon)
+        if self.w_ is None or self.resid_ is None or self.resid_.shape[0] != h.shape[0]:
+            raise InvalidInput("history", "call fit() first with the same tenants",
+                               fix="fit on the training history")
+        out = []
+        hist = h
+        while sum(o.shape[1] for o in out) < horizon:
+            xn, base = self._norm(hist[:, -self.lookback:])
+            pred = self._design(xn) @ self.w_ * self.scale_[:, None] + base  # type: ignore[index]
+            out.append(pred)
+            hist = np.concatenate([hist, pred], axis=1)
+        mean = np.concatenate(out, axis=1)[:, :horizon]
+        steps = min(horizon, self.horizon)
+        resid = self.resid_[:, :, :steps].reshape(h.shape[0], -1)
+        sigma = np.repeat(resid.std(axis=1)[:, None], horizon, axis=1)
+        return Forecast(mean, sigma, resid)
+
+
+# --------------------------------------------------------------------------------------------
+# OrgLinear
+# --------------------------------------------------------------------------------------------
+def _softplus(h: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, h)
+
+
+def _sigmoid(h: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * h))
+
+
+def _onehot(idx: np.ndarray, n: int) -> sparse.csr_matrix:
+    m = idx.shape[0]
+    return sparse.csr_matrix((np.ones(m), (np.arange(m), idx)), shape=(m, n))
+
+
+@dataclass
+class OrgBatch:
+    """Training tensors of OrgLinear: normalised windows and the context indices per sample."""
+
+    trend: np.ndarray  # [N, L]
+    cycle: np.ndarray  # [N, L]
+    y: np.ndarray  # [N, H] normalised targets
+    tenant: np.ndarray  # [N] int
+    size: np.ndarray  # [N] int
+    hour: np.ndarray  # [N] int
+    weekday: np.ndarray  # [N] int
+    holiday: np.ndarray  # [N] int
+    onehots: list[sparse.csr_matrix] = field(default_factory=list)
+
+    def build_onehots(self, sizes: tuple[int, ...]) -> None:
+        cats = (self.tenant, self.size, self.hour, self.weekday, self.holiday)
+        self.onehots = [_onehot(c, n) for c, n in zip(cats, sizes, strict=True)]
+
+
+@dataclass
+class OrgLinear:
+    """OrgLinear (Eq. 1-8): decomposed linear mean heads + softplus sigma head, Gaussian MLE.
+
+    ``holidays``: day indices (days since the history's column 0 as used in ``fit``/``predict``,
+    counted on the absolute hour ``start_hour + t``) that are holidays; none for the DLRM trace.
+    """
+
+    lookback: int = HOURS_PER_WEEK
+    horizon: int = 24
+    kernel: int = 25
+    d_tenant: int = 4
+    d_time: int = 4
+    size_buckets: int = 4
+    l2: float = 1e-4
+    sigma_min: float = 1e-3
+    maxiter: int = 300
+    seed: int = 0
+    holidays: frozenset[int] = frozenset()
+    theta_: np.ndarray | None = None
+    loc_: np.ndarray | None = None
+    scale_: np.ndarray | None = None
+    size_of_: np.ndarray | None = None
+    n_tenants_: int = 0
+    train_info_: dict[str, float] = field(default_factory=dict)
+
+    # ---- parameter layout -----------------------------------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        return self.d_tenant * 2 + self.d_time * 3
+
+    def _shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        lf, hh = self.lookback + self.n_ctx, self.horizon
+        return [("Wt", (lf, hh)), ("Wc", (lf, hh)), ("Wv", (lf, hh)),
+                ("bt", (hh,)), ("bc", (hh,)), ("bv", (hh,)),
+                ("Eo", (self.n_tenants_, self.d_tenant)), ("Es", (self.size_buckets, self.d_tenant)),
+                ("Eh", (24, self.d_time)), ("Ew", (7, self.d_time)), ("Ehol", (2, self.d_time))]
+
+    def _cat_sizes(self) -> tuple[int, ...]:
+        return (self.n_tenants_, self.size_buckets, 24, 7, 2)
+
+    def unpack(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        out, i = {}, 0
+        for name, shape in self._shapes():
+            n = int(np.prod(shape))
+            out[name] = theta[i:i + n].reshape(shape)
+            i += n
+        return out
+
+    def n_params(self) -> int:
+        return sum(int(np.prod(s)) for _, s in self._shapes())
+
+    def init_params(self) -> np.ndarray:
+        rng = np.random.default_rng(self.seed)
+        p = {name: np.zeros(shape) for name, shape in self._shapes()}
+        for name in ("Eo", "Es", "Eh", "Ew", "Ehol"):
+            p[name] = rng.normal(0.0, 0.1, p[name].shape)
+        p["bv"][:] = math.log(math.expm1(0.5))  # sigma starts at ~0.5 training scales
+        return np.concatenate([p[name].ravel() for name, _ in self._shapes()])
+
+    # ---- features --------------------------------------------------------------------------
+    def _calendar(self, abs_hour: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        hour = abs_hour % 24
+        weekday = (abs_hour // 24) % 7
+        day = abs_hour // 24
+        hol = np.isin(day, np.fromiter(self.holidays, dtype=int, count=len(self.holidays)))
+        return hour.astype(int), weekday.astype(int), hol.astype(int)
+
+    def _batch(self, x: np.ndarray, y: np.ndarray | None, origin_abs: np.ndarray) -> OrgBatch:
+        """x [tenants, n, L] raw windows, origin_abs [n] absolute hour of the first target."""
+        assert self.scale_ is not None and self.size_of_ is not None
+        nt, n, _ = x.shape
+        base = x[..., -1:]
+        scale = self.scale_[:, None, None]
+        xn = ((x - base) / scale).reshape(nt * n, -1)
+        trend, cycle = decompose(xn, self.kernel)
+        yn = np.zeros((nt * n, self.horizon)) if y is None else ((y - base) / scale).reshape(nt * n, -1)
+        hour, wd, hol = self._calendar(np.tile(origin_abs, nt))
+        tenant = np.repeat(np.arange(nt), n)
+        return OrgBatch(trend, cycle, yn, tenant, self.size_of_[tenant], hour, wd, hol)
+
+    def _context(self, p: dict[str, np.ndarray], b: OrgBatch) -> np.ndarray:
+        return np.concatenate([p["Eo"][b.tenant], p["Es"][b.size], p["Eh"][b.hour],
+                               p["Ew"][b.weekday], p["Ehol"][b.holiday]], axis=1)
+
+    def forward(self, theta: np.ndarray, b: OrgBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Eq. 5-7 on normalised data: (mu, sigma, h) each [N, H]."""
+        p = self.unpack(theta)
+        L = self.lookback
+        c = self._context(p, b)
+        mu = (b.trend @ p["Wt"][:L] + b.cycle @ p["Wc"][:L] + c @ (p["Wt"][L:] + p["Wc"][L:])
+              + p["bt"] + p["bc"])
+        h = (b.trend + b.cycle) @ p["Wv"][:L] + c @ p["Wv"][L:] + p["bv"]
+        return mu, _softplus(h) + self.sigma_min, h
+
+    def loss_and_grad(self, theta: np.ndarray, b: OrgBatch) -> tuple[float, np.ndarray]:
+        """Mean Gaussian NLL (Eq. 8, with the log-sigma term) + L2, and its analytic gradient."""
+        p = self.unpack(theta)
+        L = self.lookback
+        c = self._context(p, b)
+        wtc = p["Wt"][L:] + p["Wc"][L:]
+        mu = b.trend @ p["Wt"][:L] + b.cycle @ p["Wc"][:L] + c @ wtc + p["bt"] + p["bc"]
+        x = b.trend + b.cycle
+        h = x @ p["Wv"][:L] + c @ p["Wv"][L:] + p["bv"]
+        sig = _softplus(h) + self.sigma_min
+        r = b.y - mu
+        m = r.size
+        z2 = (r / sig) ** 2
+        loss = float(np.sum(np.log(sig) + 0.5 * z2) / m + 0.5 * math.log(2 * math.pi))
+        loss += 0.5 * self.l2 * float(theta @ theta)
+        gmu = -(r / sig**2) / m
+        gh = ((1.0 - z2) / sig) / m * _sigmoid(h)
+        g = {name: np.zeros(shape) for name, shape in self._shapes()}
+        g_ctx_mu = c.T @ gmu
+        g["Wt"][:L] = b.trend.T @ gmu
+        g["Wt"][L:] = g_ctx_mu
+        g["Wc"][:L] = b.cycle.T @ gmu
+        g["Wc"][L:] = g_ctx_mu
+        g["Wv"][:L] = x.T @ gh
+        g["Wv"][L:] = c.T @ gh
+        g["bt"] = g["bc"] = gmu.sum(axis=0)
+        g["bv"] = gh.sum(axis=0)
+        gc = gmu @ wtc.T + gh @ p["Wv"][L:].T
+        if not b.onehots:
+            b.build_onehots(self._cat_sizes())
+        cols = np.cumsum([0, self.d_tenant, self.d_tenant, self.d_time, self.d_time, self.d_time])
+        for name, oh, lo, hi in zip(("Eo", "Es", "Eh", "Ew", "Ehol"), b.onehots, cols[:-1],
+                                    cols[1:], strict=True):
+            g[name] = oh.T @ gc[:, lo:hi]
+        grad = np.concatenate([g[name].ravel() for name, _ in self._shapes()])
+        return loss, grad + self.l2 * theta
+
+    # ---- public API ------------------------------------------------------------------------
+    def fit(self, history: np.ndarray, start_hour: int = 0) -> OrgLinear:
+        """Maximum-likelihood fit (Eq. 8) on every window of ``history`` with L-BFGS."""
+        h = _check_history(history, self.lookback + self.horizon)
+        self.n_tenants_ = h.shape[0]
+        self.loc_, self.scale_ = h.mean(axis=1), tenant_scale(h)
+        level = np.log10(np.abs(h).mean(axis=1) + 1e-3)
+        edges = np.quantile(level, np.linspace(0, 1, self.size_buckets + 1)[1:-1])
+        self.size_of_ = np.searchsorted(edges, level).astype(int)
+        x, y = _windows(h, self.lookback, self.horizon)
+        origin = start_hour + self.lookback + np.arange(x.shape[1])
+        batch = self._batch(x, y, origin)
+        batch.build_onehots(self._cat_sizes())
+        res = minimize(self.loss_and_grad, self.init_params(), args=(batch,), jac=True,
+                       method="L-BFGS-B", options={"maxiter": self.maxiter})
+        self.theta_ = res.x
+        self.train_info_ = {"loss": float(res.fun), "iterations": float(res.nit),
+                            "samples": float(batch.y.shape[0])}
+        log.info("OrgLinear fit: %d samples, %d iterations, NLL %.4f (%s)",
+                 batch.y.shape[0], res.nit, res.fun, res.message)
+        return self
+
+    def predict(self, history: np.ndarray, horizon: int, start_hour: int = 0) -> Forecast:
+        """Mean and sigma of the ``horizon`` hours after the history (recursive past H)."""
+        h = _check_history(history, self.lookback)
+        _check_horizon(horizon)
+        if self.theta_ is None or self.scale_ is None or h.shape[0] != self.n_tenants_:
+            raise InvalidInput("history", f"call fit() first with the same {self.n_tenants_} "
+                               f"tenants, got {h.shape[0]} rows", fix="fit on the training history")
+        means, sigmas, hist = [], [], h
+        while sum(m.shape[1] for m in means) < horizon:
+            t = hist.shape[1]
+            x = hist[:, None, -self.lookback:]
+            b = self._batch(x, None, np.array([start_hour + t]))
+            mu, sig, _ = self.forward(self.theta_, b)
+            mean = hist[:, -1:] + mu * self.scale_[:, None]
+            means.append(mean)
+            sigmas.append(sig * self.scale_[:, None])
+            hist = np.concatenate([hist, mean], axis=1)
+        return Forecast(np.concatenate(means, axis=1)[:, :horizon],
+                        np.concatenate(sigmas, axis=1)[:, :horizon])

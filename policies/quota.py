@@ -1,0 +1,175 @@
+"""GFS spot quota allocator (SQA, paper 002 Sec. 3.3, Eq. 9-11).
+
+One :class:`SpotQuotaAllocator` manages one GPU pool (one GPU model of one cluster: the paper
+schedules "according to GPU models", so a heterogeneous cluster holds one allocator per model).
+Quantities are GPUs; the forecast is hourly, one row per HP tenant (organisation).
+
+Two slips in the paper's text are corrected here (and tested):
+
+* Eq. 9 prints ``f(p, H) = C - max(C, sum_o max(y_o|p[1:H]))``, which is never positive. The text
+  says "when the aggregated demand exceeds C, we set f(p, H) = 0", i.e. ``C - min(C, D)`` =
+  ``max(0, C - D)``, which is what :meth:`SpotQuotaAllocator.inventory` computes.
+* Eq. 11 compares the eviction rate ``e`` with ``1.5 p`` and ``0.5 p`` where ``p`` is the guarantee
+  rate (0.9): ``e > 1.35`` can never happen. Sec. 3.3.1 defines ``p = 0.95`` as "the eviction
+  rate does not exceed 0.05", so the rule is read with the tolerated eviction rate
+  ``eps = 1 - p``: ``e > 1.5 eps`` -> ``eta * eps / e``; ``e < 0.5 eps`` and ``l > theta`` ->
+  ``eta * (1.5 - e / eps)``; otherwise unchanged.
+
+``eta`` is clamped to ``[eta_min, eta_max]`` (not in the paper) so that a long run of empty
+evictions with long queues cannot grow it without bound (it is multiplied by up to 1.5 every
+update, every 300 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from controlplane.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+
+class UpperBound(Protocol):
+    """What the allocator needs from a forecast: per-tenant, per-hour p-quantiles."""
+
+    @property
+    def mean(self) -> np.ndarray: ...
+
+    def upper(self, p: float) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class QuotaParams:
+    """Table 4 of the paper (alpha, beta, gamma and m are the scheduler's, kept here for one config).
+
+    ``horizon_hours`` is H in Eq. 9-11 (the paper sweeps 1, 2, 4); ``theta_seconds`` is Eq. 11's
+    queueing threshold; ``update_seconds`` is how often the simulator calls :meth:`update_eta`.
+    """
+
+    alpha: float = 0.5
+    beta: float = 0.5
+    p: float = 0.9
+    theta_seconds: float = 3600.0
+    gamma: float = 0.8
+    m: float = 3.0
+    horizon_hours: int = 1
+    update_seconds: float = 300.0
+    eta0: float = 1.0
+    eta_min: float = 0.05
+    eta_max: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.p < 1.0:
+            raise InvalidInput("p", f"guarantee rate must be in [0.5, 1), got {self.p}",
+                               fix="use e.g. 0.9 (Table 4)")
+        if self.horizon_hours < 1:
+            raise InvalidInput("horizon_hours", f"must be >= 1, got {self.horizon_hours}",
+                               fix="use 1, 2 or 4 (Table 4)")
+        if self.theta_seconds < 0 or self.update_seconds <= 0:
+            raise InvalidInput("theta_seconds/update_seconds", "must be non-negative / positive",
+                               fix="use 3600 and 300 (Table 4)")
+        if not 0 < self.eta_min <= self.eta0 <= self.eta_max:
+            raise InvalidInput("eta0", f"need 0 < eta_min <= eta0 <= eta_max, got "
+                               f"{self.eta_min}, {self.eta0}, {self.eta_max}",
+                               fix="keep eta0 = 1.0 inside the clamp")
+
+    @property
+    def tolerated_eviction_rate(self) -> float:
+        """``1 - p``: the eviction rate the guarantee ``p`` allows (see the Eq. 11 note)."""
+        return 1.0 - self.p
+
+
+def aggregate_upper_demand(hp_forecast: UpperBound, p: float, horizon_hours: int) -> float:
+    """Eq. 9's inner term: sum over tenants of the max over [1:H] of the p-quantile (GPUs)."""
+    bound = np.asarray(hp_forecast.upper(p), dtype=float)
+    if bound.ndim != 2:
+        raise InvalidInput("hp_forecast", f"upper(p) must be [tenants, hours], got {bound.shape}",
+                           fix="pass a policies.forecast.Forecast")
+    if bound.shape[1] < horizon_hours:
+        raise InvalidInput("hp_forecast", f"covers {bound.shape[1]} h < H = {horizon_hours} h",
+                           fix=f"predict with horizon >= {horizon_hours}")
+    if bound.shape[0] == 0:
+        return 0.0
+    peak = np.max(bound[:, :horizon_hours], axis=1)
+    return float(np.sum(np.maximum(peak, 0.0)))
+
+
+@dataclass
+class SpotQuotaAllocator:
+    """Spot quota of one GPU pool: inventory (Eq. 9), quota (Eq. 10), eta feedback (Eq. 11)."""
+
+    params: QuotaParams = field(default_factory=QuotaParams)
+    _eta: float = field(init=False)
+    updates: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self._eta = self.params.eta0
+
+    @property
+    def eta(self) -> float:
+        """Safety coefficient of Eq. 10 (starts at 1.0)."""
+        return self._eta
+
+    def inventory(self, capacity_gpus: float, hp_forecast: UpperBound) -> float:
+        """Eq. 9 (corrected): f(p, H) = C - min(C, sum_o max_{1..H} ICDF(p, mu_o, sigma_o))."""
+        _check_nonneg("capacity_gpus", capacity_gpus)
+        demand = aggregate_upper_demand(hp_forecast, self.params.p, self.params.horizon_hours)
+        return capacity_gpus - min(capacity_gpus, demand)
+
+    def quota(self, capacity_gpus: float, hp_forecast: UpperBound, s0: float, sa: float) -> float:
+        """Eq. 10: Q_H = min(f(p, H) * eta, S0 + Sa).
+
+        ``s0``: idle GPUs now; ``sa``: GPUs held by spot tasks whose guaranteed duration still
+        covers at least H hours. The result is the number of spot GPUs the pool may hold.
+        """
+        _check_nonneg("s0", s0)
+        _check_nonneg("sa", sa)
+        return min(self.inventory(capacity_gpus, hp_forecast) * self._eta, s0 + sa)
+
+    def update_eta(self, eviction_rate: float, max_queue_seconds: float) -> float:
+        """Eq. 11 (with eps = 1 - p): shrink on high eviction, grow on low eviction + long queues."""
+        e, q = eviction_rate, max_queue_seconds
+        if not (0.0 <= e <= 1.0) or math.isnan(e):
+            raise InvalidInput("eviction_rate", f"must be in [0, 1], got {e}",
+                               fix="pass evictions / runs over the last H hours")
+        _check_nonneg("max_queue_seconds", q)
+        eps = self.params.tolerated_eviction_rate
+        old = self._eta
+        if e > 1.5 * eps:
+            new = old * eps / e
+        elif e < 0.5 * eps and q > self.params.theta_seconds:
+            new = old * (1.5 - e / eps)
+        else:
+            new = old
+        self._eta = min(max(new, self.params.eta_min), self.params.eta_max)
+        self.updates += 1
+        if self._eta != old:
+            log.debug("eta %.4f -> %.4f (e=%.4f, l=%.0fs)", old, self._eta, e, q)
+        return self._eta
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: params, eta and the update count."""
+        return {"params": asdict(self.params), "eta": self._eta, "updates": self.updates}
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        try:
+            self.params = QuotaParams(**d["params"])
+            eta = float(d["eta"])
+            updates = int(d.get("updates", 0))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput("state", f"not a SpotQuotaAllocator state: {exc}",
+                               fix="pass the dict state_dict() returned") from exc
+        self._eta = min(max(eta, self.params.eta_min), self.params.eta_max)
+        self.updates = updates
+
+
+def _check_nonneg(name: str, value: float) -> None:
+    if not value >= 0 or math.isinf(value):
+        raise InvalidInput(name, f"must be a finite number >= 0, got {value}",
+                           fix="pass GPUs (or seconds) as a non-negative float")
