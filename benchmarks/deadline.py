@@ -1,0 +1,595 @@
+"""Deadline policies replayed on the real spot traces (Can't Be Late, NSDI'24: Table 3, Fig. 11-14).
+
+    python -m benchmarks.deadline table3 [--json] [--no-omniscient] [--workers 2] [--plot F.png]
+    python -m benchmarks.deadline sweep  [--json] [--windows 50] [--collections 2w,2m] [--plot F.png]
+    python -m benchmarks.deadline gang   [--json] [--windows 20]
+    python -m benchmarks.deadline window --trace FILE --start-tick I --compute-hours C
+        --deadline-hours R --overhead-hours D [--on-demand-price K] [--nodes N] --policy NAME [--json]
+
+Windows start at random ticks drawn from ``numpy.random.default_rng(seed)`` (fixed seed) and last
+``ceil(R / gap)`` ticks. Costs: spot 1, on-demand k per instance-hour (changeovers billed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusters.traces import DataCatalog, SpotTrace, load_spot_trace
+from controlplane.config import data_dir
+from controlplane.errors import InvalidInput, SpotplaneError
+from policies.deadline import DeadlinePolicy, DeadlineTask, make_policy
+from policies.deadline_sim import SimResult, lifetime_oracle, simulate, window_ticks
+
+COLLECTIONS = {
+    "2w": "availability/1-node/aws-10-26-2022",
+    "2m": "availability/1-node/aws-02-15-2023",
+}
+GANG_COLLECTIONS = {4: "preemption/4-node", 16: "availability/16-node"}
+PAPER_TABLE3 = {
+    "on_demand": (48.0, 0.0),
+    "greedy": (30.8, 17.2),
+    "uniform_progress": (25.1, 22.9),
+    "omniscient": (20.7, 27.4),
+}
+TABLE3_POLICIES = ["on_demand", "greedy", "uniform_progress", "time_sliced", "partial_lookahead", "up_oracle", "omniscient"]
+TS_GRID = (2, 4, 6, 8, 12, 16, 24, 32, 50)
+FRACTIONS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+SEED = 20221026
+FUTURE_KNOWLEDGE = {"omniscient", "partial_lookahead", "up_oracle"}
+
+
+# ---------------------------------------------------------------------------------------------
+# One window
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Scenario:
+    """A trace prepared for replay: spot-up mask for the gang size and the lifetime oracle."""
+
+    trace: SpotTrace
+    nodes: int
+    up: np.ndarray
+    life: np.ndarray
+
+    @classmethod
+    def of(cls, trace: SpotTrace, nodes: int = 1) -> Scenario:
+        up = trace.spot_up(nodes)
+        return cls(trace, nodes, up, lifetime_oracle(up, trace.gap_hours))
+
+    @property
+    def g(self) -> float:
+        return self.trace.gap_hours
+
+
+def build_policy(name: str, task: DeadlineTask, sc: Scenario, start: int, n_ticks: int, **kw: Any) -> DeadlinePolicy:
+    """The named policy for the window [start, start + n_ticks) of ``sc``."""
+    g = sc.g
+    if name in ("omniscient", "partial_lookahead"):
+        return make_policy(name, task, availability=sc.up[start : start + n_ticks], tick_hours=g, **kw)
+    if name == "up_oracle":
+        life = sc.life
+
+        def lifetime(obs: Any) -> float:
+            return float(life[start + int(round(obs.elapsed_hours / g))])
+
+        return make_policy(name, task, lifetime=lifetime, tick_hours=g)
+    return make_policy(name, task, tick_hours=g, **kw)
+
+
+def run_window(name: str, task: DeadlineTask, sc: Scenario, start: int, *, record: bool = False, **kw: Any) -> SimResult:
+    n_ticks = window_ticks(task.deadline_hours, sc.g)
+    sc.trace.window(start, n_ticks)  # raises InvalidInput past the end
+    window = sc.up[start : start + n_ticks]
+    return simulate(build_policy(name, task, sc, start, n_ticks, **kw), window, sc.g, record=record)
+
+
+def sample_starts(trace: SpotTrace, n_ticks: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    last = trace.n_ticks - n_ticks
+    if last < 0:
+        raise InvalidInput("deadline_hours", f"a {n_ticks}-tick window does not fit in {trace.name} ({trace.n_ticks} ticks)")
+    return rng.integers(0, last + 1, size=count)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches (run in worker processes)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Job:
+    """Policies x windows of one trace for one task; results come back as arrays of metrics."""
+
+    collection: str
+    trace_index: int
+    task: DeadlineTask
+    starts: tuple[int, ...]
+    policies: tuple[str, ...]
+    ts_grid: tuple[int, ...] = ()
+
+
+_CATALOG: dict[str, DataCatalog] = {}
+
+
+def _scenario(collection: str, index: int, nodes: int) -> Scenario:
+    cat = _CATALOG.setdefault("c", DataCatalog(data_dir()))
+    return Scenario.of(cat.spot_traces(collection)[index], nodes)
+
+
+METRICS = ("cost", "od_hours", "spot_hours", "missed", "changeovers", "seconds")
+
+
+def run_job(job: Job) -> dict[str, np.ndarray]:
+    """Metrics per policy: array (windows, len(METRICS)); time_sliced:n for every n in the grid."""
+    sc = _scenario(job.collection, job.trace_index, job.task.nodes)
+    out: dict[str, np.ndarray] = {}
+    names: list[tuple[str, dict[str, Any]]] = [(p, {}) for p in job.policies]
+    names += [(f"time_sliced:{n}", {"n": n}) for n in job.ts_grid]
+    for label, kw in names:
+        base = label.split(":")[0]
+        rows = np.zeros((len(job.starts), len(METRICS)))
+        for w, s in enumerate(job.starts):
+            t0 = time.perf_counter()
+            r = run_window(base, job.task, sc, int(s), **kw)
+            rows[w] = (r.cost, r.od_hours, r.spot_hours, float(not r.met_deadline), r.changeovers, time.perf_counter() - t0)
+        out[label] = rows
+    return out
+
+
+def run_jobs(jobs: list[Job], workers: int) -> list[dict[str, np.ndarray]]:
+    if workers <= 1 or len(jobs) <= 1:
+        return [run_job(j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(run_job, jobs))
+
+
+def _split(jobs: Iterable[Job], parts: int) -> list[Job]:
+    """Split each job's windows into ``parts`` pieces so slow policies spread over workers."""
+    out = []
+    for j in jobs:
+        for chunk in np.array_split(np.asarray(j.starts), parts):
+            if len(chunk):
+                out.append(Job(j.collection, j.trace_index, j.task, tuple(int(x) for x in chunk), j.policies, j.ts_grid))
+    return out
+
+
+def _merge(results: list[dict[str, np.ndarray]], keys: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], dict[str, np.ndarray]]:
+    merged: dict[tuple[Any, ...], dict[str, list[np.ndarray]]] = {}
+    for key, res in zip(keys, results, strict=True):
+        slot = merged.setdefault(key, {})
+        for name, rows in res.items():
+            slot.setdefault(name, []).append(rows)
+    return {k: {n: np.vstack(v) for n, v in d.items()} for k, d in merged.items()}
+
+
+def _best_ts(res: dict[str, np.ndarray]) -> tuple[int, np.ndarray]:
+    """Time Sliced with the n (from the grid) of least mean cost, chosen in hindsight as in the paper."""
+    cands = [(float(v[:, 0].mean()), int(k.split(":")[1])) for k, v in res.items() if k.startswith("time_sliced:")]
+    _, n = min(cands)
+    return n, res[f"time_sliced:{n}"]
+
+
+# ---------------------------------------------------------------------------------------------
+# table3
+# ---------------------------------------------------------------------------------------------
+def table3(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    cat = DataCatalog(data_dir())
+    traces = cat.spot_traces(COLLECTIONS["2w"])
+    task = DeadlineTask(args.compute_hours, args.compute_hours / args.job_fraction, args.overhead_hours, on_demand_price=args.on_demand_price)
+    rng = np.random.default_rng(args.seed)
+    policies = [p for p in TABLE3_POLICIES if p != "time_sliced" and not (args.no_omniscient and p == "omniscient")]
+    jobs = []
+    for i, tr in enumerate(traces):
+        starts = sample_starts(tr, window_ticks(task.deadline_hours, tr.gap_hours), args.windows, rng)
+        jobs.append(Job(COLLECTIONS["2w"], i, task, tuple(int(s) for s in starts), tuple(policies), TS_GRID))
+    jobs = _split(jobs, max(1, args.workers))
+    results = run_jobs(jobs, args.workers)
+    merged = _merge(results, [("all",)] * len(results))[("all",)]
+    ts_n, merged["time_sliced"] = _best_ts(merged)
+    omni_spot = float(merged["omniscient"][:, 2].mean()) if "omniscient" in merged else float("nan")
+    table: dict[str, dict[str, float]] = {}
+    for name in TABLE3_POLICIES:
+        if name not in merged:
+            continue
+        rows = merged[name]
+        spot = float(rows[:, 2].mean())
+        table[name] = {
+            "od_hours": round(float(rows[:, 1].mean()), 3),
+            "spot_hours": round(spot, 3),
+            "od_std": round(float(rows[:, 1].std()), 2),
+            "spot_util": round(spot / omni_spot, 4) if omni_spot == omni_spot and omni_spot > 0 else float("nan"),
+            "cost": round(float(rows[:, 0].mean()), 3),
+            "missed": int(rows[:, 3].sum()),
+            "changeovers": round(float(rows[:, 4].mean()), 2),
+            "policy_seconds": round(float(rows[:, 5].sum()), 2),
+        }
+    core = sum(table[p]["policy_seconds"] for p in ("greedy", "uniform_progress", "on_demand"))
+    out: dict[str, Any] = {
+        "windows": int(merged["greedy"].shape[0]),
+        "task": {"compute_hours": task.compute_hours, "deadline_hours": task.deadline_hours, "overhead_hours": task.overhead_hours, "k": task.k},
+        "seed": args.seed,
+        "policies": table,
+        "time_sliced_n": ts_n,
+        "paper": {k: {"od_hours": v[0], "spot_hours": v[1]} for k, v in PAPER_TABLE3.items()},
+        "core_policy_seconds": round(core, 2),
+        "decide_us": decide_microseconds(task),
+        "workers": args.workers,
+        "seconds": round(time.perf_counter() - t_start, 2),
+    }
+    if args.plot:
+        sc = Scenario.of(traces[2])
+        start = int(sample_starts(traces[2], window_ticks(task.deadline_hours, sc.g), 1, np.random.default_rng(args.seed))[0])
+        plot_decisions(args.plot, task, sc, start, ["greedy", "uniform_progress", "omniscient"])
+    return out
+
+
+def decide_microseconds(task: DeadlineTask, reps: int = 20000) -> dict[str, float]:
+    """Mean wall time of one decide() call (hysteresis-relevant state: on-demand, spot up)."""
+    from policies.deadline import Kind, Observation
+
+    out = {}
+    obs = [Observation(10.0 + i * 1e-4, 7.0, Kind.ON_DEMAND, None, bool(i % 2)) for i in range(64)]
+    for name in ("greedy", "uniform_progress"):
+        pol = make_policy(name, task, tick_hours=1 / 6)
+        t0 = time.perf_counter()
+        for i in range(reps):
+            pol.decide(obs[i & 63])
+        out[name] = round((time.perf_counter() - t0) / reps * 1e6, 3)
+    return out
+
+
+def print_table3(out: dict[str, Any]) -> None:
+    print(f"Table 3: {out['windows']} windows (8 traces x {out['windows'] // 8}), C={out['task']['compute_hours']} h, "
+          f"R={out['task']['deadline_hours']:.1f} h, d={out['task']['overhead_hours']} h, k={out['task']['k']}")
+    print(f"{'policy':<20}{'od h':>8}{'spot h':>8}{'util':>7}{'cost':>9}{'missed':>7}{'chg':>6}{'sec':>8}   paper od/spot")
+    for name, r in out["policies"].items():
+        paper = out["paper"].get(name)
+        ptxt = f"{paper['od_hours']:.1f} / {paper['spot_hours']:.1f}" if paper else ""
+        label = f"{name}(n={out['time_sliced_n']})" if name == "time_sliced" else name
+        print(f"{label:<20}{r['od_hours']:>8.2f}{r['spot_hours']:>8.2f}{r['spot_util']:>7.0%}{r['cost']:>9.2f}{r['missed']:>7d}"
+              f"{r['changeovers']:>6.1f}{r['policy_seconds']:>8.1f}   {ptxt}")
+    print(f"greedy+UP+on-demand replay time {out['core_policy_seconds']} s; decide() us {out['decide_us']}; "
+          f"total {out['seconds']} s on {out['workers']} worker(s)")
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep (Fig. 11-12)
+# ---------------------------------------------------------------------------------------------
+SWEEP_POLICIES = ("on_demand", "greedy", "uniform_progress", "partial_lookahead", "up_oracle", "omniscient")
+
+
+def sweep(args: argparse.Namespace) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    cat = DataCatalog(data_dir())
+    rng = np.random.default_rng(args.seed)
+    fractions = [float(f) for f in args.fractions.split(",")]
+    policies = tuple(p for p in SWEEP_POLICIES if not (args.no_omniscient and p in ("omniscient",)))
+    jobs, keys = [], []
+    for coll_key in args.collections.split(","):
+        coll = COLLECTIONS[coll_key]
+        for i, tr in enumerate(cat.spot_traces(coll)):
+            for f in fractions:
+                task = DeadlineTask(args.compute_hours, args.compute_hours / f, args.overhead_hours, on_demand_price=args.on_demand_price)
+                starts = sample_starts(tr, window_ticks(task.deadline_hours, tr.gap_hours), args.windows, rng)
+                job = Job(coll, i, task, tuple(int(s) for s in starts), policies, TS_GRID)
+                for part in _split([job], max(1, args.workers)):
+                    jobs.append(part)
+                    keys.append((coll_key, tr.name, f))
+    results = run_jobs(jobs, args.workers)
+    merged = _merge(results, keys)
+    rows = []
+    for (coll_key, name, f), res in merged.items():
+        ts_n, res["time_sliced"] = _best_ts(res)
+        od = res["on_demand"][:, 0]
+        omni = res.get("omniscient")
+        for pol in (*policies, "time_sliced"):
+            if pol == "on_demand":
+                continue
+            c = res[pol][:, 0]
+            sav = 1 - c / od
+            row = {
+                "collection": coll_key, "trace": name, "job_fraction": f, "policy": pol,
+                "saving_mean": round(float(sav.mean()), 4), "saving_p25": round(float(np.percentile(sav, 25)), 4),
+                "saving_p75": round(float(np.percentile(sav, 75)), 4), "missed": int(res[pol][:, 3].sum()),
+                "windows": int(len(c)),
+            }
+            if omni is not None:
+                gap = (c - omni[:, 0]) / od
+                row["gap_mean"] = round(float(gap.mean()), 4)
+                row["gap_p75"] = round(float(np.percentile(gap, 75)), 4)
+            if pol == "time_sliced":
+                row["n"] = ts_n
+            rows.append(row)
+    out = {"rows": rows, "summary": sweep_summary(rows, merged), "seconds": round(time.perf_counter() - t_start, 2), "workers": args.workers}
+    if args.plot:
+        plot_savings(args.plot, rows)
+    return out
+
+
+def sweep_summary(rows: list[dict[str, Any]], merged: dict[tuple[Any, ...], dict[str, np.ndarray]]) -> dict[str, Any]:
+    """The Fig. 11-12 claims, checked over every (trace, job fraction)."""
+    by = {(r["collection"], r["trace"], r["job_fraction"], r["policy"]): r for r in rows}
+    cells = {(c, t, f) for c, t, f, _ in by}
+    up_ge_greedy = sum(by[(*k, "uniform_progress")]["saving_mean"] >= by[(*k, "greedy")]["saving_mean"] - 1e-9 for k in cells)
+    out: dict[str, Any] = {"cells": len(cells), "up_at_least_greedy_cells": int(up_ge_greedy)}
+    missed = {p: sum(r["missed"] for r in rows if r["policy"] == p) for p in {r["policy"] for r in rows}}
+    out["missed"] = missed
+    for coll in sorted({c for c, _, _ in cells}):
+        per: dict[str, Any] = {}
+        for pol in ("greedy", "uniform_progress", "time_sliced", "partial_lookahead", "up_oracle"):
+            gaps = []
+            for (c, _t, _f), res in merged.items():
+                if c == coll and "omniscient" in res and pol in res:
+                    gaps.append((res[pol][:, 0] - res["omniscient"][:, 0]) / res["on_demand"][:, 0])
+            if gaps:
+                allg = np.concatenate(gaps)
+                per[pol] = {"gap_mean": round(float(allg.mean()), 4), "gap_p75": round(float(np.percentile(allg, 75)), 4)}
+        if "greedy" in per and "uniform_progress" in per:
+            g, u = per["greedy"], per["uniform_progress"]
+            per["up_closes_greedy_gap_mean"] = round(1 - u["gap_mean"] / g["gap_mean"], 3) if g["gap_mean"] > 0 else None
+            per["up_closes_greedy_gap_p75"] = round(1 - u["gap_p75"] / g["gap_p75"], 3) if g["gap_p75"] > 0 else None
+        out[coll] = per
+    return out
+
+
+def print_sweep(out: dict[str, Any]) -> None:
+    rows = out["rows"]
+    pols = ["greedy", "time_sliced", "uniform_progress", "partial_lookahead", "up_oracle", "omniscient"]
+    pols = [p for p in pols if any(r["policy"] == p for r in rows)]
+    print("Mean cost savings vs on-demand per (trace, job fraction)")
+    print(f"{'coll':<5}{'trace':<28}{'frac':>6}" + "".join(f"{p[:12]:>13}" for p in pols))
+    keys = sorted({(r["collection"], r["trace"], r["job_fraction"]) for r in rows})
+    by = {(r["collection"], r["trace"], r["job_fraction"], r["policy"]): r for r in rows}
+    for k in keys:
+        print(f"{k[0]:<5}{k[1][4:]:<28}{k[2]:>6.2f}" + "".join(f"{by[(*k, p)]['saving_mean']:>13.1%}" if (*k, p) in by else f"{'':>13}" for p in pols))
+    print(json.dumps(out["summary"], indent=1))
+    print(f"total {out['seconds']} s on {out['workers']} worker(s)")
+
+
+# ---------------------------------------------------------------------------------------------
+# gang (Fig. 14, A.7.4)
+# ---------------------------------------------------------------------------------------------
+def gang(args: argparse.Namespace) -> dict[str, Any]:
+    from policies.omniscient import heterogeneous_plan, omniscient_plan
+
+    t_start = time.perf_counter()
+    cat = DataCatalog(data_dir())
+    rng = np.random.default_rng(args.seed)
+    fractions = [float(f) for f in args.fractions.split(",")]
+    rows = []
+    for nodes, coll in GANG_COLLECTIONS.items():
+        for tr in cat.spot_traces(coll):
+            sc = Scenario.of(tr, nodes)
+            for f in fractions:
+                task = DeadlineTask(args.compute_hours, args.compute_hours / f, args.overhead_hours, on_demand_price=args.on_demand_price, nodes=nodes)
+                n_ticks = window_ticks(task.deadline_hours, sc.g)
+                starts = sample_starts(tr, n_ticks, args.windows, rng)
+                acc: dict[str, list[float]] = {"greedy": [], "uniform_progress": [], "on_demand": [], "omniscient_homogeneous": [], "omniscient_heterogeneous": []}
+                missed = {"greedy": 0, "uniform_progress": 0}
+                for s in starts:
+                    s = int(s)
+                    for pol in ("greedy", "uniform_progress", "on_demand"):
+                        r = run_window(pol, task, sc, s)
+                        acc[pol].append(r.cost)
+                        if pol in missed:
+                            missed[pol] += int(not r.met_deadline)
+                    acc["omniscient_homogeneous"].append(omniscient_plan(task, sc.up[s : s + n_ticks], sc.g).cost)
+                    acc["omniscient_heterogeneous"].append(heterogeneous_plan(task, tr.available[s : s + n_ticks], sc.g).cost)
+                od = np.asarray(acc["on_demand"])
+                row: dict[str, Any] = {"nodes": nodes, "trace": tr.name, "job_fraction": f, "windows": len(starts), "missed": missed}
+                for pol, costs in acc.items():
+                    if pol != "on_demand":
+                        row[pol] = round(float((1 - np.asarray(costs) / od).mean()), 4)
+                homo, het = np.asarray(acc["omniscient_homogeneous"]), np.asarray(acc["omniscient_heterogeneous"])
+                row["homo_vs_hetero_cost_pct"] = round(float((homo.mean() / het.mean() - 1) * 100), 3)
+                rows.append(row)
+    return {"rows": rows, "seconds": round(time.perf_counter() - t_start, 2)}
+
+
+def print_gang(out: dict[str, Any]) -> None:
+    print("Gang-scheduled jobs: mean savings vs on-demand (homogeneous clusters; Omniscient homo / hetero)")
+    print(f"{'N':>3} {'trace':<30}{'frac':>6}{'greedy':>9}{'UP':>9}{'omni-ho':>9}{'omni-he':>9}{'ho/he-1':>9}  missed")
+    for r in out["rows"]:
+        print(f"{r['nodes']:>3} {r['trace'][4:]:<30}{r['job_fraction']:>6.2f}{r['greedy']:>9.1%}{r['uniform_progress']:>9.1%}"
+              f"{r['omniscient_homogeneous']:>9.1%}{r['omniscient_heterogeneous']:>9.1%}{r['homo_vs_hetero_cost_pct']:>8.2f}%  {r['missed']}")
+    print(f"total {out['seconds']} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# window
+# ---------------------------------------------------------------------------------------------
+def resolve_trace(path: str) -> SpotTrace:
+    p = Path(path)
+    if not p.is_file():
+        for base in (data_dir() / "spot-traces", data_dir() / "multiregion-h100", data_dir()):
+            if (base / path).is_file():
+                p = base / path
+                break
+    return load_spot_trace(p)
+
+
+def window(args: argparse.Namespace) -> dict[str, Any]:
+    trace = resolve_trace(args.trace)
+    task = DeadlineTask(args.compute_hours, args.deadline_hours, args.overhead_hours, on_demand_price=args.on_demand_price, nodes=args.nodes)
+    sc = Scenario.of(trace, args.nodes)
+    kw = {"n": args.slices} if args.policy in ("time_sliced", "partial_lookahead") and args.slices else {}
+    r = run_window(args.policy, task, sc, args.start_tick, record=True, **kw)
+    out = {
+        "trace": trace.name, "policy": args.policy, "start_tick": args.start_tick, "tick_hours": sc.g,
+        "cost": round(r.cost, 6), "spot_hours": round(r.spot_hours, 6), "od_hours": round(r.od_hours, 6),
+        "changeovers": r.changeovers, "finish_hours": round(r.finish_hours, 6) if math.isfinite(r.finish_hours) else None,
+        "met_deadline": r.met_deadline, "decisions": r.decision_list(),
+    }
+    if args.plot:
+        plot_decisions(args.plot, task, sc, args.start_tick, [args.policy])
+    return out
+
+
+def print_window(out: dict[str, Any]) -> None:
+    print(f"{out['policy']} on {out['trace']} from tick {out['start_tick']}: cost {out['cost']:.2f}, spot {out['spot_hours']:.2f} h, "
+          f"on-demand {out['od_hours']:.2f} h, changeovers {out['changeovers']}, finish {out['finish_hours']} h, met deadline {out['met_deadline']}")
+    states = "".join({"idle": ".", "spot": "s", "on_demand": "D"}[s] for _, s in out["decisions"])
+    print(states)
+
+
+# ---------------------------------------------------------------------------------------------
+# plots
+# ---------------------------------------------------------------------------------------------
+def plot_decisions(path: str, task: DeadlineTask, sc: Scenario, start: int, policies: list[str]) -> None:
+    """Fig. 4 / 9: spot availability band, instance state per policy, progress vs the ep(t) line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n_ticks = window_ticks(task.deadline_hours, sc.g)
+    t = np.arange(n_ticks) * sc.g
+    fig, axes = plt.subplots(len(policies) + 1, 1, figsize=(10, 1.8 * (len(policies) + 1) + 1), sharex=True)
+    up = sc.up[start : start + n_ticks]
+    axes[0].fill_between(t, 0, up.astype(float), step="post", color="tab:green", alpha=0.5)
+    axes[0].set_ylabel("spot\navailable")
+    axes[0].set_yticks([])
+    for ax, name in zip(axes[1:], policies, strict=True):
+        r = run_window(name, task, sc, start, record=True)
+        dec = r.decisions if r.decisions is not None else np.zeros(n_ticks, dtype=np.int8)
+        for code, color in ((1, "tab:blue"), (2, "tab:red")):
+            ax.fill_between(t, 0, (dec == code).astype(float) * 0.3, step="post", color=color, alpha=0.7,
+                            label="spot" if code == 1 else "on-demand")
+        work = np.where(dec > 0, sc.g, 0.0)
+        prog = np.minimum(np.cumsum(work) - r.changeovers * 0, task.compute_hours)
+        ax2 = ax.twinx()
+        ax2.plot(t, _progress_curve(r, dec, task, sc.g), color="black", lw=1, label="progress")
+        ax2.plot(t, t * task.compute_hours / task.deadline_hours, color="gray", ls="--", lw=1, label="ep(t)")
+        ax2.set_ylim(0, task.compute_hours * 1.05)
+        ax.set_yticks([])
+        ax.set_ylabel(name.replace("_", "\n"))
+        ax.set_title(f"{name}: cost {r.cost:.1f}, spot {r.spot_hours:.1f} h, od {r.od_hours:.1f} h, changeovers {r.changeovers}", fontsize=8)
+        del prog
+    axes[1].legend(loc="upper left", fontsize=7)
+    axes[-1].set_xlabel("hours")
+    fig.suptitle(f"{sc.trace.name} from tick {start}: C={task.compute_hours} h, R={task.deadline_hours:.1f} h, d={task.overhead_hours} h")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _progress_curve(r: SimResult, dec: np.ndarray, task: DeadlineTask, g: float) -> np.ndarray:
+    """Progress at each tick start, rebuilt from the decision trace (changeover d after each switch)."""
+    out = np.zeros(len(dec))
+    p, oh, prev = 0.0, 0.0, 0
+    for i, s in enumerate(dec.tolist()):
+        out[i] = p
+        if s == 0:
+            prev = 0
+            continue
+        if s != prev:
+            oh = task.overhead_hours
+        use = min(oh, g)
+        oh -= use
+        p = min(task.compute_hours, p + g - use)
+        prev = s
+    return out
+
+
+def plot_savings(path: str, rows: list[dict[str, Any]]) -> None:
+    """Fig. 11: mean cost savings vs job fraction, one panel per trace."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    traces = sorted({(r["collection"], r["trace"]) for r in rows})
+    cols = 4
+    nrows = math.ceil(len(traces) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows), squeeze=False)
+    for ax, (coll, tr) in zip(axes.flat, traces, strict=False):
+        for pol in ("greedy", "time_sliced", "uniform_progress", "partial_lookahead", "up_oracle", "omniscient"):
+            pts = sorted((r["job_fraction"], r["saving_mean"]) for r in rows if r["trace"] == tr and r["collection"] == coll and r["policy"] == pol)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] * 100 for p in pts], marker="o", ms=3, label=pol)
+        ax.set_title(f"{coll} {tr[4:]}", fontsize=8)
+        ax.set_xlabel("job fraction C/R")
+        ax.set_ylabel("savings vs on-demand (%)")
+    axes.flat[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.deadline", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p: argparse.ArgumentParser, windows: int, workers: int = min(2, os.cpu_count() or 1)) -> None:
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.add_argument("--plot", default=None, help="write a PNG")
+        p.add_argument("--seed", type=int, default=SEED)
+        p.add_argument("--windows", type=int, default=windows, help="random windows per trace (and job fraction)")
+        p.add_argument("--workers", type=int, default=workers)
+        p.add_argument("--compute-hours", type=float, default=48.0)
+        p.add_argument("--overhead-hours", type=float, default=0.2)
+        p.add_argument("--on-demand-price", type=float, default=3.0)
+        p.add_argument("--no-omniscient", action="store_true", help="skip the (slower) Omniscient DP")
+
+    t3 = sub.add_parser("table3", help="Table 3: hours on on-demand / spot, 8 traces x 300 windows")
+    common(t3, 300)
+    t3.add_argument("--job-fraction", type=float, default=0.8)
+    sw = sub.add_parser("sweep", help="Fig. 11-12: savings per (trace, job fraction, policy)")
+    common(sw, 50)
+    sw.add_argument("--collections", default="2w,2m")
+    sw.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS))
+    gg = sub.add_parser("gang", help="Fig. 14 / A.7.4: gangs of 4 and 16")
+    common(gg, 20)
+    gg.add_argument("--fractions", default="0.6,0.8,0.9")
+    w = sub.add_parser("window", help="one window, with its decision trace")
+    w.add_argument("--trace", required=True, help="trace file (path, or relative to the data directory)")
+    w.add_argument("--start-tick", type=int, required=True)
+    w.add_argument("--compute-hours", type=float, required=True)
+    w.add_argument("--deadline-hours", type=float, required=True)
+    w.add_argument("--overhead-hours", type=float, required=True)
+    w.add_argument("--on-demand-price", type=float, default=3.0)
+    w.add_argument("--nodes", type=int, default=1)
+    w.add_argument("--policy", required=True)
+    w.add_argument("--slices", type=int, default=0, help="n for time_sliced / partial_lookahead")
+    w.add_argument("--json", action="store_true")
+    w.add_argument("--plot", default=None)
+    return ap.parse_args(argv)
+
+
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], dict[str, Any]], Callable[[dict[str, Any]], None]]] = {
+    "table3": (table3, print_table3),
+    "sweep": (sweep, print_sweep),
+    "gang": (gang, print_gang),
+    "window": (window, print_window),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run, show = COMMANDS[args.cmd]
+    try:
+        out = run(args)
+    except SpotplaneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if args.json:
+        print(json.dumps(out, default=float))
+    else:
+        show(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""Omniscient (Eq. 6-10) = brute force on small windows; its variants and Partial Lookahead."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from controlplane.errors import InvalidInput
+from policies.deadline import DeadlineTask, Greedy, PlanPolicy, UniformProgress
+from policies.deadline_sim import simulate, window_ticks
+from policies.omniscient import (
+    Omniscient,
+    PartialLookahead,
+    brute_force_cost,
+    heterogeneous_plan,
+    omniscient_plan,
+)
+
+G = 1 / 6
+
+
+def test_dp_equals_brute_force_on_random_small_windows() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(25):
+        n = int(rng.integers(4, 8))
+        g = 1.0
+        d = float(rng.choice([0.0, 0.25, 0.5, 1.0, 1.5]))
+        c = float(rng.uniform(0.5, max(0.6, n - 1 - d)))
+        r = float(rng.uniform(c + d, n))
+        task = DeadlineTask(c, r, d, on_demand_price=float(rng.choice([1.5, 3.0, 5.0])))
+        up = rng.random(n) < rng.uniform(0.2, 0.9)
+        plan = omniscient_plan(task, up, g)
+        best = brute_force_cost(task, up, g)
+        assert plan.cost == pytest.approx(best, abs=1e-9), (c, r, d, up)
+        replay = simulate(Omniscient(task, up, tick_hours=g), up, g)
+        assert replay.met_deadline and replay.cost == pytest.approx(plan.cost, abs=1e-9)
+
+
+def test_dp_equals_brute_force_on_real_trace_snippets(catalog) -> None:
+    """7-tick windows of a real trace at its 10-minute tick, d = 0.2 h (not a tick multiple)."""
+    tr = catalog.spot_traces("availability/1-node/aws-10-26-2022")[6]
+    up = tr.spot_up()
+    task = DeadlineTask(0.75, 7 * G, 0.2)
+    flips = np.flatnonzero(np.diff(up.astype(int)) != 0)
+    for s in flips[flips >= 3][:12] - 3:
+        w = up[s : s + 7]
+        assert omniscient_plan(task, w, G).cost == pytest.approx(brute_force_cost(task, w, G), abs=1e-9)
+
+
+def test_infeasible_window_reported() -> None:
+    task = DeadlineTask(1.0, 1.2, 0.2)
+    plan = omniscient_plan(task, [False], 1.0)  # a single 1 h tick cannot hold d + C = 1.2 h
+    assert not plan.feasible and plan.cost == float("inf")
+    with pytest.raises(InvalidInput, match="empty"):
+        omniscient_plan(task, [], 1.0)
+
+
+@pytest.mark.slow
+def test_omniscient_lower_bounds_every_policy_on_real_windows(catalog) -> None:
+    task = DeadlineTask(48.0, 60.0, 0.2)
+    rng = np.random.default_rng(5)
+    for tr in catalog.spot_traces("availability/1-node/aws-10-26-2022")[::3]:
+        up = tr.spot_up()
+        for s in rng.integers(0, tr.n_ticks - 360, size=2):
+            w = up[s : s + 360]
+            om = Omniscient(task, w, tick_hours=G)
+            r = simulate(om, w, G)
+            assert r.met_deadline and r.cost == pytest.approx(om.result.cost, rel=1e-9)
+            for pol in (Greedy(task, tick_hours=G), UniformProgress(task, tick_hours=G), PartialLookahead(task, w, n=8, tick_hours=G)):
+                other = simulate(pol, w, G)
+                assert other.met_deadline
+                assert r.cost <= other.cost + 1e-9
+
+
+def test_plan_policy_round_trips_state() -> None:
+    task = DeadlineTask(2.0, 4.0, 0.5)
+    p = PlanPolicy(task, np.array([1, 1, 2, 2], dtype=np.int8), tick_hours=1.0)
+    q = PlanPolicy(task, np.zeros(4, dtype=np.int8), tick_hours=1.0)
+    q.load_state_dict(p.state_dict())
+    assert q.plan.tolist() == [1, 1, 2, 2]
+
+
+def _brute_force_heterogeneous(task: DeadlineTask, counts: list[int], g: float) -> float:
+    """Every sequence of configs (idle or s spot + N - s on-demand, s <= a(t)); Eq. 23-32 accounting."""
+    n = task.nodes
+    best = float("inf")
+    options = [[-1] + list(range(0, a + 1)) for a in counts]
+    for combo in itertools.product(*options):
+        progress, cost, prev, oh, done = 0.0, 0.0, None, 0.0, False
+        for t, s in enumerate(combo):
+            if s < 0:
+                prev = None
+                continue
+            if s != prev:
+                oh = task.overhead_hours
+            prev = s
+            price = s * task.spot_price + (n - s) * task.on_demand_price
+            use = min(oh, g)
+            oh -= use
+            gain = g - use
+            if progress + gain >= task.compute_hours - 1e-12:
+                used = use + task.compute_hours - progress
+                cost += price * used
+                done = t * g + used <= task.deadline_hours + 1e-9
+                break
+            progress += gain
+            cost += price * g
+        if done:
+            best = min(best, cost)
+    return best
+
+
+def test_heterogeneous_equals_brute_force_and_beats_homogeneous() -> None:
+    rng = np.random.default_rng(2)
+    for _ in range(8):
+        task = DeadlineTask(2.5, 5.0, 0.5, nodes=2)
+        counts = [int(x) for x in rng.integers(0, 3, size=5)]
+        het = heterogeneous_plan(task, counts, 1.0)
+        assert het.cost == pytest.approx(_brute_force_heterogeneous(task, counts, 1.0), abs=1e-9), counts
+        homo = omniscient_plan(task, np.asarray(counts) >= 2, 1.0)
+        assert het.cost <= homo.cost + 1e-9
+
+
+def test_heterogeneous_with_one_node_is_homogeneous(catalog) -> None:
+    tr = catalog.spot_traces("availability/1-node/aws-10-26-2022")[1]
+    task = DeadlineTask(8.0, 10.0, 0.2)
+    w = tr.available[100:160]
+    assert heterogeneous_plan(task, w, G).cost == pytest.approx(omniscient_plan(task, w >= 1, G).cost)
+
+
+def test_gang_cost_scales_with_nodes(catalog) -> None:
+    tr = catalog.spot_traces("preemption/4-node")[2]
+    g = tr.gap_hours
+    task1 = DeadlineTask(10.0, 12.5, 0.2, nodes=1)
+    task4 = DeadlineTask(10.0, 12.5, 0.2, nodes=4)
+    up = tr.spot_up(4)[:window_ticks(12.5, g)]
+    assert omniscient_plan(task4, up, g).cost == pytest.approx(4 * omniscient_plan(task1, up, g).cost)
+
+
+def test_partial_lookahead_meets_deadline_and_tracks_targets(catalog) -> None:
+    task = DeadlineTask(48.0, 60.0, 0.2)
+    tr = catalog.spot_traces("availability/1-node/aws-10-26-2022")[4]  # low availability (12%)
+    up = tr.spot_up()
+    for s in (0, 1000, 2500):
+        w = up[s : s + 360]
+        pl = PartialLookahead(task, w, n=8, tick_hours=G)
+        r = simulate(pl, w, G, record=True)
+        assert r.met_deadline
+        state = pl.state_dict()
+        assert state["slice"] == 7 and len(state["plan"]) == 360
