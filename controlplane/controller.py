@@ -145,8 +145,9 @@ class Controller:
                  settings: ControllerSettings | None = None, *,
                  policy_host: DeadlinePolicyHost | None = None,
                  executor: JobExecutor | None = None, quota: QuotaSource | None = None,
-                 scheduler: Any = None) -> None:
+                 scheduler: Any = None, epoch: int | None = None) -> None:
         self.store, self.fleet, self.clock = store, fleet, clock
+        self.epoch = epoch  # fencing token from Store.take_controller_lease (None: unfenced)
         self.settings = settings or ControllerSettings()
         self.policy_host: DeadlinePolicyHost = policy_host or LocalDeadlineHost(store)
         self.executor = executor
@@ -168,6 +169,7 @@ class Controller:
         self._quota_cache: dict[str, float | None] = {}
         self._recovered = False
         self._w = _Work()
+        self.after_barrier: Callable[[int], None] | None = None  # fault injection (tests)
 
     # -- start / restart -----------------------------------------------------------------------
     def recover(self) -> None:
@@ -213,6 +215,8 @@ class Controller:
         self._reap_idle(now)
         self._account_demand(now)
         self._persist(now, barrier=True)  # every intent is durable before we act
+        if self.after_barrier is not None:
+            self.after_barrier(len(w.launches))
         self._act(now)
         self._persist(now)
         self._forget_finished()
@@ -696,6 +700,7 @@ class Controller:
                 self._release(victim, now, "job finished", keep=True)
                 continue
             cause = f"preempted by {job.kind.value} job {job.id} (placement {p.policy})"
+            self._w.count("hp_evictions_total")
             self._decide(victim, p.policy, "preempt", cause, now)
             self._preempt(victim, now, [], cause)
         for node_id in p.replace:
@@ -710,6 +715,8 @@ class Controller:
         job.market, job.zone = market, (new[0].zone if new else reused[0].zone)
         job.attempts += 1
         job.billed_at = job.accounted_at = now
+        if job.kind is JobKind.SPOT:
+            self._w.count("spot_placements_total")
         self._decide(job, p.policy, "place", f"{len(new)} new + {len(reused)} reused "
                      f"{offer.accelerator} nodes, {market.value} in {job.zone}"
                      + (f", evicting {', '.join(p.victims)}" if p.victims else ""), now, job.zone)
@@ -785,7 +792,8 @@ class Controller:
         demand = getattr(self, "_demand", None) if barrier else None
         self.store.commit(jobs=list(w.jobs.values()), nodes=list(w.nodes.values()),
                           events=w.events, decisions=w.decisions, intents=w.intents,
-                          control_time=now, counters=w.counters, demand=demand, demand_at=now)
+                          control_time=now, counters=w.counters, demand=demand, demand_at=now,
+                          epoch=self.epoch)
         w.jobs, w.nodes, w.events, w.decisions, w.intents, w.counters = {}, {}, [], [], [], {}
 
     def _act(self, now: float) -> None:

@@ -169,6 +169,14 @@ class Store:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
+    def take_controller_lease(self) -> int:
+        """Become THE controller: a new fencing epoch; commits of older epochs are refused."""
+        with self._tx() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'controller_epoch'").fetchone()
+            epoch = (int(row[0]) if row else 0) + 1
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('controller_epoch', ?)", (str(epoch),))
+        return epoch
+
     def control_time(self) -> float:
         """The control-plane time as of the controller's last tick (0.0 before the first)."""
         return float(self.get_meta("control_time", "0") or 0)
@@ -517,9 +525,18 @@ class Store:
                intents: Sequence[Intent] = (), control_time: float | None = None,
                counters: dict[str, float] | None = None,
                demand: dict[str, tuple[float, float]] | None = None,
-               demand_at: float | None = None) -> None:
-        """Persist one step of the controller atomically (jobs/nodes upserted, logs appended)."""
+               demand_at: float | None = None, epoch: int | None = None) -> None:
+        """Persist one step of the controller atomically (jobs/nodes upserted, logs appended).
+
+        With ``epoch`` the commit is fenced: refused (Conflict) when a newer controller holds
+        the lease, so two controllers never write over each other after a restart.
+        """
         with self._tx() as db:
+            if epoch is not None:
+                row = db.execute("SELECT value FROM meta WHERE key = 'controller_epoch'").fetchone()
+                if row is not None and int(row[0]) != epoch:
+                    raise Conflict(f"controller epoch {epoch} is fenced by epoch {row[0]}",
+                                   fix="a newer controller runs; this one must stop")
             if jobs:
                 db.executemany(
                     "UPDATE jobs SET state = ?, cost = ?, on_demand_cost = ?, gpu_hours = ?, "

@@ -1,0 +1,170 @@
+"""ControllerActor: the reconcile loop in a detached, named Ray actor that restarts on failure.
+
+Its ``__init__`` rebuilds everything from the durable state (the store, the fleet's own state
+file), so a restart after ``ray.kill`` or a crash resumes the loop with no job lost, none
+duplicated and no node launched twice (pending launch intents are re-applied idempotently).
+A background thread ticks every ``tick_seconds`` of control-plane time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from clusters.providers import make_provider
+from controlplane.clock import Clock, SimClock, WallClock
+from controlplane.controller import Controller, ControllerSettings
+from controlplane.errors import Conflict
+from controlplane.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class ControllerActor:
+    """Owns one :class:`Controller`; ``config`` is ``RuntimeSettings.actor_config()``."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        state = Path(config["state_dir"])
+        self.store = Store(state / "spotplane.db")
+        self.epoch = self.store.take_controller_lease()
+        self.clock = self._clock()
+        fleet_opts = dict(config.get("fleet_options") or {})
+        if config["fleet"] == "sim":
+            fleet_opts.setdefault("state_path", str(state / "simfleet.db"))
+            fleet_opts.setdefault("seed", config.get("seed", 0))
+        self.fleet = make_provider(config["fleet"], clock=self.clock, **fleet_opts)
+        host = None
+        if config.get("policy_actors", True):
+            from actors.deadline import RayDeadlineHost
+
+            host = RayDeadlineHost(str(state / "spotplane.db"), namespace=config["namespace"],
+                                   shards=int(config.get("policy_actor_shards", 0)),
+                                   detached=bool(config.get("detached", True)))
+        settings = ControllerSettings(**config.get("controller", {}))
+        self.controller = Controller(self.store, self.fleet, self.clock, settings,
+                                     policy_host=host, epoch=self.epoch)
+        crash = config.get("crash_after_intents")
+        if crash:
+            self.controller.after_barrier = self._crash_hook(state / "crash-injected", int(crash))
+        self.controller.recover()
+        self.reports: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._paused = threading.Event()
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="reconcile", daemon=True)
+        if config.get("autostart", True):
+            self._thread.start()
+
+    @staticmethod
+    def _crash_hook(marker: Path, nth: int) -> Any:
+        """Fault injection for the crash tests: die (once per state dir) right after the
+        ``nth`` tick whose launch intents are durable, before any of them is acted on."""
+        seen = [0]
+
+        def hook(launches: int) -> None:
+            if launches == 0 or marker.exists():
+                return
+            seen[0] += 1
+            if seen[0] >= nth:
+                marker.write_text("crashed after writing launch intents\n")
+                log.error("fault injection: process exits between intent and launch")
+                os._exit(1)
+
+        return hook
+
+    def _clock(self) -> Clock:
+        """Wall time, or a simulated clock the loop paces itself (``speed`` sim s per wall s).
+
+        The loop advances the simulated clock by one tick per iteration, so a slow tick slows
+        simulated time down instead of skipping it (what the policies see stays exact).
+        """
+        if self.config.get("clock", "sim") == "wall":
+            return WallClock()
+        start = max(float(self.config.get("start_time") or 0.0), self.store.control_time())
+        return SimClock(start=start, speed=0.0)
+
+    def _loop(self) -> None:
+        tick_s = self.controller.settings.tick_seconds
+        speed = float(self.config.get("speed", 3600.0)) or 3600.0
+        min_wall = float(self.config.get("min_tick_wall_seconds", 0.002))
+        while not self._stop.is_set():
+            if self._paused.is_set():
+                self._stop.wait(0.05)
+                continue
+            t0 = time.monotonic()
+            try:
+                advance = getattr(self.clock, "advance", None)
+                if advance is not None:
+                    advance(tick_s)
+                self.tick()
+            except Conflict as exc:  # fenced: a newer controller took over the store
+                log.error("controller stops: %s", exc)
+                self.error = str(exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - a bad tick must not kill the loop
+                log.exception("tick failed")
+                self.error = repr(exc)
+            wait = max(tick_s / speed - (time.monotonic() - t0), min_wall)
+            self._stop.wait(wait)
+
+    def tick(self) -> dict[str, Any]:
+        """One reconcile tick now (the loop calls it; tests may too)."""
+        with self._lock:
+            r = asdict(self.controller.tick())
+        self.reports.append(r)
+        del self.reports[:-200]
+        return r
+
+    def run_for(self, seconds: float, tick_seconds: float | None = None) -> dict[str, Any]:
+        """Manual clock: advance and tick until ``seconds`` more have passed (one call)."""
+        dt = tick_seconds or self.controller.settings.tick_seconds
+        steps = max(1, int(round(seconds / dt)))
+        r: dict[str, Any] = {}
+        for _ in range(steps):
+            r = self.step(dt)
+        return r
+
+    def step(self, seconds: float) -> dict[str, Any]:
+        """Advance a manual (speed 0) clock by ``seconds`` and tick (deterministic tests)."""
+        advance = getattr(self.clock, "advance", None)
+        if advance is not None:
+            advance(seconds)
+        return self.tick()
+
+    def status(self) -> dict[str, Any]:
+        return {"ticks": self.controller.ticks, "now": self.clock.now(),
+                "jobs": len(self.controller.jobs), "nodes": len(self.controller.nodes),
+                "epoch": self.epoch, "error": self.error,
+                "last": self.reports[-1] if self.reports else None}
+
+    def launches_per_intent(self) -> dict[str, int]:
+        per = getattr(self.fleet, "instances_per_intent", None)
+        return per() if per is not None else {}
+
+    def pause(self) -> None:
+        self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
+
+    def shutdown(self) -> None:
+        """Stop the loop after the current tick (state stays in the store)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+RemoteControllerActor = ray.remote(  # type: ignore[call-overload]
+    num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=4)(ControllerActor)

@@ -1,0 +1,115 @@
+"""ForecasterActor: every 300 s of control-plane time, refit the HP demand forecaster on the
+tenants' hourly histories (from their TenantActors) and push new quotas to the allocator.
+
+Control-plane time is the store's ``control_time`` (the controller writes it every tick), so the
+actor follows the simulated clock at any speed. With less than a week of history OrgLinear
+cannot be fitted; the last-week-peak estimator (GFS-e) stands in until there is enough.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+import ray
+
+from controlplane.models import ForecastRow, JobKind
+from controlplane.store import Store
+from policies.forecast import HOURS_PER_WEEK, Forecast, LastWeekPeak
+
+log = logging.getLogger(__name__)
+
+
+class ForecasterActor:
+    def __init__(self, db_path: str, quota: Any, namespace: str, *, every_seconds: float = 300.0,
+                 horizon_hours: int = 4, poll_wall_seconds: float = 0.2,
+                 detached: bool = True) -> None:
+        self.db_path, self.quota, self.namespace = db_path, quota, namespace
+        self.store = Store(db_path)
+        self.every, self.horizon, self.poll = every_seconds, horizon_hours, poll_wall_seconds
+        self.detached = detached
+        self.last_fit = float(self.store.get_meta("forecast_at", "-1e18") or -1e18)
+        self.fits = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                now = self.store.control_time()
+                if now - self.last_fit >= self.every:
+                    self.refit(now)
+            except Exception:  # noqa: BLE001 - keep the loop alive; logged
+                log.exception("forecaster refit failed")
+            self._stop.wait(self.poll)
+
+    def refit(self, now: float) -> int:
+        """One refit: forecasts per pool, quotas pushed; returns the number of tenants."""
+        from actors.tenant import tenant_actor
+
+        tenants = self.store.list_tenants()
+        hours = HOURS_PER_WEEK
+        handles = [tenant_actor(self.db_path, t.id, self.namespace, self.detached)
+                   for t in tenants]
+        hist = np.asarray(ray.get([h.history.remote(hours, now, "hp") for h in handles]),
+                          dtype=float).reshape(len(tenants), hours)
+        fc = self._forecast(hist)
+        self.store.put_forecasts([
+            ForecastRow(tenant_id=t.id, at=now, horizon_hours=self.horizon,
+                        mean=fc.mean[i].tolist(), upper=fc.upper(0.9)[i].tolist())
+            for i, t in enumerate(tenants)])
+        pools = self._per_pool(fc, [t.id for t in tenants])
+        ray.get(self.quota.update.remote(pools, now))
+        self.last_fit = now
+        self.store.set_meta("forecast_at", repr(now))
+        self.fits += 1
+        return len(tenants)
+
+    def _forecast(self, hist: np.ndarray) -> Forecast:
+        if hist.shape[0] == 0:
+            return Forecast(np.zeros((0, self.horizon)), np.zeros((0, self.horizon)))
+        try:
+            from policies.forecast import OrgLinear
+
+            if (hist > 0).sum(axis=1).min() >= HOURS_PER_WEEK // 2:
+                model = OrgLinear(horizon=self.horizon, maxiter=50).fit(hist)
+                return model.predict(hist, self.horizon)
+        except Exception as exc:  # noqa: BLE001 - fall back to the GFS-e estimator
+            log.info("OrgLinear unavailable (%s); last-week peak stands in", exc)
+        return LastWeekPeak().predict(hist, self.horizon)
+
+    def _per_pool(self, fc: Forecast, tenant_ids: list[str]
+                  ) -> dict[str, tuple[list[list[float]], list[list[float]]]]:
+        """Split each tenant's HP forecast over pools by the accelerators its HP jobs asked for."""
+        share: dict[str, dict[str, float]] = {}
+        for j in self.store.list_jobs(kind=JobKind.HP, limit=100_000):
+            acc = j.spec.accelerator or "any"
+            share.setdefault(j.tenant_id, {}).setdefault(acc, 0.0)
+            share[j.tenant_id][acc] += j.gpus
+        pools = {q.accelerator for q in self.store.quotas()} | {
+            a for s in share.values() for a in s if a != "any"}
+        out = {}
+        for acc in pools:
+            w = np.array([_weight(share.get(t, {}), acc) for t in tenant_ids])[:, None]
+            out[acc] = ((fc.mean * w).tolist(), (fc.sigma * w).tolist())
+        return out
+
+    def status(self) -> dict[str, Any]:
+        return {"fits": self.fits, "last_fit": self.last_fit}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _weight(shares: dict[str, float], acc: str) -> float:
+    total = sum(shares.values())
+    if total <= 0:
+        return 0.0
+    return (shares.get(acc, 0.0) + shares.get("any", 0.0) / max(len(shares), 1)) / total
+
+
+RemoteForecasterActor = ray.remote(  # type: ignore[call-overload]
+    num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=2)(ForecasterActor)

@@ -1,0 +1,55 @@
+"""NodeActor: health and preemption notices of one GPU node.
+
+On a real Ray cluster the actor is pinned to its node with ``NodeAffinitySchedulingStrategy``
+(:func:`node_actor_options`), so it dies with the node and can watch the node's metadata server
+(``clusters/metadata.py``, issue 8). On the simulated fleet there is no Ray node per instance;
+the controller folds the fleet's events itself and NodeActors are optional.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from controlplane.clock import Clock, WallClock
+
+
+class NodeActor:
+    def __init__(self, node_id: str, instance_id: str, clock: Clock | None = None) -> None:
+        self.node_id, self.instance_id = node_id, instance_id
+        self.clock = clock or WallClock()
+        self.started_at = self.clock.now()
+        self.last_beat = self.started_at
+        self.notices: list[dict[str, Any]] = []
+
+    def heartbeat(self) -> float:
+        self.last_beat = self.clock.now()
+        return self.last_beat
+
+    def notice(self, seconds_left: float, source: str = "fleet") -> None:
+        """Record a preemption notice (from the fleet or the metadata server)."""
+        self.notices.append({"at": self.clock.now(), "seconds_left": float(seconds_left),
+                             "source": source})
+
+    def health(self) -> dict[str, Any]:
+        now = self.clock.now()
+        return {"node_id": self.node_id, "instance_id": self.instance_id,
+                "age_s": now - self.started_at, "since_heartbeat_s": now - self.last_beat,
+                "noticed": bool(self.notices), "notices": list(self.notices)}
+
+    def ray_node_id(self) -> str:
+        return str(ray.get_runtime_context().get_node_id())
+
+
+RemoteNodeActor = ray.remote(num_cpus=0, max_restarts=0)(NodeActor)
+
+
+def node_actor_options(ray_node_id: str | None, name: str, namespace: str) -> dict[str, Any]:
+    """Actor options: pinned (hard affinity) to ``ray_node_id`` when the node is a Ray node."""
+    opts: dict[str, Any] = {"name": name, "namespace": namespace, "get_if_exists": True}
+    if ray_node_id is not None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=ray_node_id, soft=False)
+    return opts

@@ -1,0 +1,105 @@
+"""QuotaAllocatorActor: the spot quota of each GPU pool (GFS SQA, ``policies.quota``).
+
+One :class:`~policies.quota.SpotQuotaAllocator` per accelerator pool. The ForecasterActor pushes
+the HP demand forecast; the actor computes Eq. 10's quota from the pool's capacity, its idle
+GPUs (S0) and the GPUs spot jobs hold (Sa), adapts eta from the eviction rate (Eq. 11), and
+writes the quotas to the store, where the controller reads them each tick (spot admission).
+Its eta state is saved in the store, so it survives restarts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import ray
+
+from controlplane.models import JobKind, Quota
+from controlplane.store import Store
+from policies.forecast import Forecast
+from policies.quota import QuotaParams, SpotQuotaAllocator
+
+STATE_KEY = "quota_allocators"
+
+
+class QuotaAllocatorActor:
+    def __init__(self, db_path: str, pools: dict[str, int], gpus_per_node: dict[str, int]) -> None:
+        """``pools``: accelerator -> capacity in nodes; ``gpus_per_node``: accelerator -> GPUs."""
+        self.store = Store(db_path)
+        self.pools, self.per_node = dict(pools), dict(gpus_per_node)
+        self.allocators = {acc: SpotQuotaAllocator(QuotaParams()) for acc in self.pools}
+        saved = self.store.get_meta(STATE_KEY)
+        if saved:
+            for acc, state in json.loads(saved).items():
+                if acc in self.allocators:
+                    self.allocators[acc].load_state_dict(state)
+        self._last_counts: dict[str, float] = {}
+
+    def capacity_gpus(self, acc: str) -> float:
+        return float(self.pools[acc] * self.per_node.get(acc, 1))
+
+    def usage(self) -> dict[str, tuple[float, float]]:
+        """Per pool: (GPUs held by anything, GPUs held by spot jobs)."""
+        jobs = {j.id: j for j in self.store.active_jobs()}
+        out: dict[str, tuple[float, float]] = {acc: (0.0, 0.0) for acc in self.pools}
+        for n in self.store.live_nodes():
+            used, spot = out.get(n.accelerator, (0.0, 0.0))
+            used += n.accelerator_count
+            job = jobs.get(n.job_id or "")
+            if job is not None and job.kind is JobKind.SPOT:
+                spot += n.accelerator_count
+            out[n.accelerator] = (used, spot)
+        return out
+
+    def update(self, forecasts: dict[str, tuple[list[list[float]], list[list[float]]]],
+               now: float) -> list[Quota]:
+        """New quotas from per-pool HP forecasts ``(mean, sigma)`` [tenants, hours]."""
+        import numpy as np
+
+        usage = self.usage()
+        self._adapt_eta()
+        quotas = []
+        for acc, alloc in self.allocators.items():
+            mean, sigma = forecasts.get(acc, ([[0.0]], [[0.0]]))
+            fc = Forecast(np.asarray(mean, dtype=float), np.asarray(sigma, dtype=float))
+            cap = self.capacity_gpus(acc)
+            used, spot = usage.get(acc, (0.0, 0.0))
+            q = alloc.quota(cap, fc, max(cap - used, 0.0), spot)
+            quotas.append(Quota(pool="default", accelerator=acc, capacity_gpus=int(cap),
+                                spot_quota_gpus=int(q), updated_at=now))
+        self.store.set_quotas(quotas)
+        self.store.set_meta(STATE_KEY, json.dumps({a: al.state_dict()
+                                                   for a, al in self.allocators.items()}))
+        return quotas
+
+    def _adapt_eta(self) -> None:
+        """Eq. 11 from the controller's counters since the last update (HP evictions / spot runs)."""
+        m = self.store.metrics()
+        counts = {k: m.get(k, 0.0) for k in ("hp_evictions_total", "spot_placements_total")}
+        if self._last_counts:
+            ev = counts["hp_evictions_total"] - self._last_counts["hp_evictions_total"]
+            runs = counts["spot_placements_total"] - self._last_counts["spot_placements_total"]
+            rate = min(1.0, ev / runs) if runs > 0 else 0.0
+            queued = m.get('jobs{state="QUEUED"}', 0.0)
+            for alloc in self.allocators.values():
+                alloc.update_eta(rate, 3600.0 * 2 if queued else 0.0)
+        self._last_counts = counts
+
+    def quotas(self) -> list[Quota]:
+        return self.store.quotas()
+
+    def eta(self) -> dict[str, float]:
+        return {a: al.eta for a, al in self.allocators.items()}
+
+
+RemoteQuotaAllocatorActor = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)(
+    QuotaAllocatorActor)
+
+
+def quota_actor(db_path: str, pools: dict[str, int], gpus_per_node: dict[str, int],
+                namespace: str, detached: bool = True) -> Any:
+    opts: dict[str, Any] = {"name": "spotplane-quota", "namespace": namespace,
+                            "get_if_exists": True}
+    if detached:
+        opts["lifetime"] = "detached"
+    return RemoteQuotaAllocatorActor.options(**opts).remote(db_path, pools, gpus_per_node)

@@ -1,0 +1,146 @@
+"""Start and stop the control plane's actors: ``start_control_plane(settings) -> handles``.
+
+``spotplane up`` (and the tests) call :func:`start_control_plane` after ``ray.init``; every actor
+is named in ``settings.namespace`` and, by default, detached (it outlives the driver) and
+restarted by Ray on failure. All state is in ``state_dir``: ``spotplane.db`` (the store, also
+the Serve API's) and ``simfleet.db`` (the simulated cloud's own state). ``stop_control_plane``
+stops the loop and kills the actors; the state stays for the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from controlplane.controller import ControllerSettings
+from controlplane.store import Store
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_NAME = "spotplane-controller"
+FORECASTER_NAME = "spotplane-forecaster"
+
+
+@dataclass
+class RuntimeSettings:
+    """Everything :func:`start_control_plane` needs."""
+
+    state_dir: Path
+    fleet: str = "sim"  # sim | aws | gcp (clusters.providers)
+    speed: float = 3600.0  # simulated seconds per wall second (sim clock); 0 = manual steps
+    clock: str = "sim"  # sim | wall
+    start_time: float = 0.0  # simulated epoch of a fresh state dir
+    seed: int = 0
+    namespace: str = "spotplane"
+    detached: bool = True
+    fleet_options: dict[str, Any] = field(default_factory=dict)
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+    policy_actors: bool = True  # False: deadline policies run inside the controller actor
+    policy_actor_shards: int = 0  # 0: one DeadlinePolicyActor per job; K: K shared actors
+    forecaster: bool = True
+    forecast_every_seconds: float = 300.0
+    autostart: bool = True  # False: no loop thread (tests drive ControllerActor.step)
+    min_tick_wall_seconds: float = 0.002
+    crash_after_intents: int = 0  # fault injection (tests): exit once after the n-th launch tick
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.state_dir) / "spotplane.db"
+
+    def actor_config(self) -> dict[str, Any]:
+        return {"state_dir": str(self.state_dir), "fleet": self.fleet, "speed": self.speed,
+                "clock": self.clock, "start_time": self.start_time, "seed": self.seed,
+                "namespace": self.namespace, "detached": self.detached,
+                "fleet_options": dict(self.fleet_options),
+                "controller": asdict(self.controller), "policy_actors": self.policy_actors,
+                "policy_actor_shards": self.policy_actor_shards, "autostart": self.autostart,
+                "min_tick_wall_seconds": self.min_tick_wall_seconds,
+                "crash_after_intents": self.crash_after_intents}
+
+
+@dataclass
+class ControlPlaneHandles:
+    """Handles of the running actors (``controller.status.remote()`` etc.)."""
+
+    controller: Any
+    quota: Any | None
+    forecaster: Any | None
+    settings: RuntimeSettings
+    db_path: Path
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = ray.get(self.controller.status.remote())
+        return out
+
+
+def _opts(name: str, settings: RuntimeSettings) -> dict[str, Any]:
+    opts: dict[str, Any] = {"name": name, "namespace": settings.namespace, "get_if_exists": True}
+    if settings.detached:
+        opts["lifetime"] = "detached"
+    return opts
+
+
+def start_control_plane(settings: RuntimeSettings) -> ControlPlaneHandles:
+    """Start (or find, if already running in the namespace) every control-plane actor."""
+    from actors.controller import RemoteControllerActor
+    from actors.forecaster import RemoteForecasterActor
+    from actors.quota import quota_actor
+
+    if not ray.is_initialized():
+        ray.init(namespace=settings.namespace)
+    Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
+    Store(settings.db_path).close()  # create the schema before the actors race for it
+    controller = RemoteControllerActor.options(**_opts(CONTROLLER_NAME, settings)).remote(
+        settings.actor_config())
+    ray.get(controller.status.remote())  # wait until recovered and ticking
+    quota = forecaster = None
+    if settings.forecaster:
+        pools = dict(settings.controller.pool_nodes)
+        per_node = {"V100": 1, "H100": 8}
+        per_node.update({z.accelerator: z.accelerator_count for z in Store(settings.db_path).zones()})
+        quota = quota_actor(str(settings.db_path), pools, per_node, settings.namespace,
+                            settings.detached)
+        forecaster = RemoteForecasterActor.options(**_opts(FORECASTER_NAME, settings)).remote(
+            str(settings.db_path), quota, settings.namespace,
+            every_seconds=settings.forecast_every_seconds, detached=settings.detached)
+    return ControlPlaneHandles(controller, quota, forecaster, settings, settings.db_path)
+
+
+def find_control_plane(namespace: str = "spotplane") -> Any | None:
+    """The running ControllerActor of ``namespace`` (None when there is none)."""
+    try:
+        return ray.get_actor(CONTROLLER_NAME, namespace=namespace)
+    except ValueError:
+        return None
+
+
+def stop_control_plane(handles: ControlPlaneHandles | None = None,
+                       namespace: str = "spotplane") -> None:
+    """Stop the loop cleanly, then kill every spotplane actor of the namespace (state is kept)."""
+    ns = handles.settings.namespace if handles is not None else namespace
+    controller = handles.controller if handles is not None else find_control_plane(ns)
+    if controller is not None:
+        try:
+            ray.get(controller.shutdown.remote(), timeout=60)
+        except Exception as exc:  # noqa: BLE001 - already dead is fine
+            log.debug("controller shutdown: %s", exc)
+    for info in _named_actors(ns):
+        try:
+            ray.kill(ray.get_actor(info, namespace=ns), no_restart=True)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("kill %s: %s", info, exc)
+
+
+def _named_actors(namespace: str) -> list[str]:
+    from ray.util import list_named_actors
+
+    names = []
+    for a in list_named_actors(all_namespaces=True):
+        if isinstance(a, dict) and a.get("namespace") == namespace and str(
+                a.get("name", "")).startswith("spotplane-"):
+            names.append(str(a["name"]))
+    return names
