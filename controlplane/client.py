@@ -193,7 +193,7 @@ class SpotplaneClient:
     # -- fleet, quotas, cost -------------------------------------------------------------------
     def nodes(self, *, active_only: bool = False) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.request(
-            "GET", f"{API}/fleet/nodes", params={"active": "true" if active_only else None}
+            "GET", f"{API}/fleet/nodes", params={"live": "true" if active_only else None}
         )
         return result
 

@@ -1,0 +1,337 @@
+"""``spotplane up | submit | jobs | status | cancel | fleet | cost | tenants | down``.
+
+``up`` starts local Ray, the control plane's actors and the Serve API, prints the URL and the
+admin token, and records both (mode 0600) in the state directory so the other commands find the
+running API. Every other command is a plain HTTP client of that API (``--url``/``SPOTPLANE_URL``,
+``--token``/``SPOTPLANE_TOKEN``, else what ``up`` recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controlplane.client import ServerUnreachable, SpotplaneClient, read_endpoint
+from controlplane.config import Settings
+from controlplane.errors import ConfigError, InvalidInput, NotFound
+
+HOUR = 3600.0
+
+
+# --------------------------------------------------------------------------------------------
+# Registration
+# --------------------------------------------------------------------------------------------
+def _client_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--url", default=None, help="API base URL (default: $SPOTPLANE_URL, else what `up` recorded)")
+    p.add_argument("--token", default=None, help="bearer token (default: $SPOTPLANE_TOKEN, else the admin token)")
+    p.add_argument("--state-dir", default=None, help="state directory of `up` (default: $SPOTPLANE_STATE_DIR)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return p
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    common = _client_options()
+
+    up = sub.add_parser("up", help="start Ray, the control plane and the HTTP API (and the demo)")
+    up.add_argument("--demo", action="store_true", help="run the demo scenario through the API")
+    up.add_argument("--speed", type=float, default=None,
+                    help="simulated seconds per wall second (default: 3600 with --demo, else 60)")
+    up.add_argument("--fleet", default="sim", choices=["sim", "aws", "gcp", "ray"], help="fleet provider")
+    up.add_argument("--port", type=int, default=None, help="HTTP port (default: 8000, or a free one if taken)")
+    up.add_argument("--host", default="127.0.0.1", help="HTTP host to bind")
+    up.add_argument("--state-dir", default=None, help="where the store and artifacts live (kept across `up`s)")
+    up.add_argument("--report-json", default=None, metavar="FILE",
+                    help="with --demo: write the demo's report here and exit when it is done")
+    up.add_argument("--plot", default=None, metavar="FILE.png",
+                    help="with --demo: where to draw the fleet/decisions plot (default: STATE_DIR/demo.png)")
+    up.add_argument("--fresh", action="store_true", help="start from an empty store (moves the old one aside)")
+    up.set_defaults(handler=cmd_up)
+
+    submit = sub.add_parser("submit", parents=[common], help="submit jobs or a bag from a YAML file")
+    submit.add_argument("file", help="YAML: one job, `jobs: [...]`, or `bag: {name, template, params}`")
+    submit.add_argument("--tenant", default=None, help="admin only: submit for this tenant id")
+    submit.set_defaults(handler=cmd_submit)
+
+    jobs = sub.add_parser("jobs", parents=[common], help="list jobs (a live table with --watch)")
+    jobs.add_argument("--state", action="append", default=None, help="filter by state (repeatable)")
+    jobs.add_argument("--kind", default=None, choices=["hp", "spot", "deadline"])
+    jobs.add_argument("--tenant", default=None, help="admin only: one tenant's jobs")
+    jobs.add_argument("--watch", action="store_true", help="redraw until every job has finished")
+    jobs.add_argument("--interval", type=float, default=1.0, help="seconds between redraws")
+    jobs.set_defaults(handler=cmd_jobs)
+
+    status = sub.add_parser("status", parents=[common], help="one job: state, progress, events, decisions")
+    status.add_argument("job", help="job id")
+    status.set_defaults(handler=cmd_status)
+
+    cancel = sub.add_parser("cancel", parents=[common], help="cancel a job")
+    cancel.add_argument("job", help="job id")
+    cancel.set_defaults(handler=cmd_cancel)
+
+    fleet = sub.add_parser("fleet", parents=[common], help="nodes, zones, prices and spot availability")
+    fleet.add_argument("--all", action="store_true", help="include nodes that are gone")
+    fleet.set_defaults(handler=cmd_fleet)
+
+    cost = sub.add_parser("cost", parents=[common], help="spend per tenant vs on-demand only")
+    cost.set_defaults(handler=cmd_cost)
+
+    tenants = sub.add_parser("tenants", parents=[common], help="list tenants, or create one (admin)")
+    tenants.add_argument("--create", default=None, metavar="NAME", help="create a tenant and print its token")
+    tenants.add_argument("--max-gpus", type=int, default=64)
+    tenants.set_defaults(handler=cmd_tenants)
+
+    down = sub.add_parser("down", parents=[common], help="stop the running `spotplane up` (state is kept)")
+    down.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for it to stop")
+    down.set_defaults(handler=cmd_down)
+
+
+# --------------------------------------------------------------------------------------------
+# Finding the API
+# --------------------------------------------------------------------------------------------
+def state_dir_of(flag: str | None) -> Path:
+    """The state directory: ``--state-dir``, ``$SPOTPLANE_STATE_DIR``, or the default."""
+    return Path(flag).expanduser() if flag else Settings().state_dir.expanduser()
+
+
+def client_of(args: argparse.Namespace) -> SpotplaneClient:
+    """A client for the API named by the flags, the environment or what ``up`` recorded."""
+    recorded = read_endpoint(state_dir_of(getattr(args, "state_dir", None))) or {}
+    url = args.url or os.environ.get("SPOTPLANE_URL") or recorded.get("url")
+    if not url:
+        raise ServerUnreachable("(no URL)", "no running `spotplane up` recorded in the state directory")
+    token = args.token or os.environ.get("SPOTPLANE_TOKEN") or recorded.get("admin_token")
+    return SpotplaneClient(str(url), token)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+def _table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=False)))
+    for r in rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)))
+
+
+# --------------------------------------------------------------------------------------------
+# Client commands
+# --------------------------------------------------------------------------------------------
+def load_submission(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Jobs and/or a bag from a YAML file: one job mapping, ``jobs: [...]``, or ``bag: {...}``."""
+    p = Path(path)
+    if not p.is_file():
+        raise NotFound(f"{p}: no such file", fix="give the path of a YAML job file")
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise InvalidInput("file", f"{p} is not valid YAML ({exc})", fix="fix the YAML syntax") from exc
+    if not isinstance(doc, dict):
+        raise InvalidInput("file", f"{p} must hold a mapping", fix="write `name: ...` or `jobs: [...]` or `bag: {...}`")
+    if "bag" in doc or "jobs" in doc:
+        jobs = doc.get("jobs") or []
+        if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+            raise InvalidInput("jobs", "must be a list of job mappings", fix="write `jobs: [{name: ..., ...}]`")
+        bag = doc.get("bag")
+        if bag is not None and not isinstance(bag, dict):
+            raise InvalidInput("bag", "must be a mapping", fix="write `bag: {name, template, params}`")
+        return list(jobs), bag
+    return [doc], None
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    jobs, bag = load_submission(args.file)
+    out: list[dict[str, Any]] = []
+    with client_of(args) as client:
+        params = {"tenant_id": args.tenant} if args.tenant else None
+        for spec in jobs:
+            out.append(client.request("POST", "/v1/jobs", json_body=spec, params=params))
+        bag_out = None
+        if bag is not None:
+            bag_out = client.request("POST", "/v1/bags", json_body=bag, params=params)
+    if args.json:
+        _print_json({"jobs": out, "bag": bag_out})
+        return 0
+    for j in out:
+        print(f"{j['id']}  {j['name']}  {j['kind']}  {j['state']}")
+    if bag_out is not None:
+        print(f"{bag_out['bag']['id']}  bag {bag_out['bag']['name']}: {len(bag_out['job_ids'])} jobs")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from controlplane.live import LiveTable, job_row
+
+    with client_of(args) as client:
+        def fetch() -> list[dict[str, Any]]:
+            rows: list[dict[str, Any]] = client.request(
+                "GET", "/v1/jobs", params={"state": args.state, "kind": args.kind, "tenant_id": args.tenant})
+            return rows
+
+        names = _tenant_names(client)
+        if args.json:
+            _print_json(fetch())
+            return 0
+        if not args.watch:
+            now = float(client.clock()["now"])
+            from controlplane.live import HEADER
+
+            print(HEADER)
+            for j in fetch():
+                print(job_row(j, now, names.get(j["tenant_id"], "?"), ascii_only=not sys.stdout.isatty(),
+                              color=False))
+            return 0
+        table = LiveTable()
+        t0 = time.monotonic()
+        while True:
+            jobs, now = fetch(), float(client.clock()["now"])
+            table.update(jobs, now, tenants=names, wall=time.monotonic() - t0)
+            if jobs and all(j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") for j in jobs):
+                return 0
+            time.sleep(args.interval)
+
+
+def _tenant_names(client: SpotplaneClient) -> dict[str, str]:
+    try:
+        return {t["id"]: t["name"] for t in client.tenants()}
+    except Exception:  # noqa: BLE001 - names are cosmetic
+        return {}
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with client_of(args) as client:
+        job = client.job(args.job)
+        events = client.events(args.job)
+        decisions = client.decisions(args.job)
+        now = float(client.clock()["now"])
+    if args.json:
+        _print_json({"job": job, "events": events, "decisions": decisions})
+        return 0
+    spec = job["spec"]
+    print(f"{job['id']}  {job['name']}  ({job['kind']}, tenant {job['tenant_id']})")
+    print(f"  state        {job['state']}  {job.get('message', '')}")
+    print(f"  progress     {job['progress_hours']:.2f} / {spec['compute_hours']:.2f} h "
+          f"({job['progress_fraction']:.0%}), checkpointed {job['checkpointed_hours']:.2f} h")
+    print(f"  gang         {spec['workers']} x {spec['gpus_per_worker']} GPU {spec.get('accelerator') or 'any'}"
+          f"  on {job.get('market') or '-'} {job.get('zone') or ''}")
+    if job.get("deadline_at") is not None:
+        left = (job["deadline_at"] - now) / HOUR
+        met = job.get("met_deadline")
+        print(f"  deadline     {job['deadline_at'] / HOUR:.2f} h ({left:+.2f} h from now)"
+              + ("" if met is None else f", met: {met}"))
+    print(f"  cost         ${job['cost']:.2f} (on-demand only: ${job['on_demand_cost']:.2f})")
+    print(f"  preemptions  {job['preemptions']}   checkpoints {job['checkpoints']}")
+    print(f"\nevents ({len(events)}):")
+    for e in events[-15:]:
+        print(f"  {e['at'] / HOUR:8.2f}h  {e['kind']:<10} {e.get('src') or '':<13} -> {e.get('dst') or '':<13} {e['cause']}")
+    if decisions:
+        print(f"\nlast decisions ({len(decisions)}):")
+        for d in decisions[-8:]:
+            print(f"  {d['at'] / HOUR:8.2f}h  {d['policy']:<18} {d['action']:<10} {d.get('zone') or '':<24} {d['reason']}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with client_of(args) as client:
+        job = client.cancel(args.job)
+    if args.json:
+        _print_json(job)
+    else:
+        print(f"{job['id']}: cancellation requested (state {job['state']}); the controller stops it on its next tick")
+    return 0
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    with client_of(args) as client:
+        nodes = client.nodes(active_only=not args.all)
+        prices = client.prices()
+        avail = {(a["zone"], a["instance_type"]): a["spot_available"] for a in client.availability()}
+    if args.json:
+        _print_json({"nodes": nodes, "zones": prices, "availability": [
+            {"zone": z, "instance_type": t, "spot_available": v} for (z, t), v in avail.items()]})
+        return 0
+    print(f"nodes ({len(nodes)}{'' if args.all else ' live'}):")
+    _table([[n["id"], n["cloud"], n["zone"], n["instance_type"], n["market"], n["state"],
+             f"{n['price_per_hour']:.2f}", n.get("job_id") or "-"] for n in nodes],
+           ["node", "cloud", "zone", "type", "market", "state", "$/h", "job"])
+    print(f"\nzones ({len(prices)}):")
+    _table([[p["cloud"], p["zone"], p["instance_type"], p["accelerator"], f"{p['spot_price']:.2f}",
+             f"{p['on_demand_price']:.2f}", f"{p['spot_discount_pct']:.0f}%",
+             "yes" if avail.get((p["zone"], p["instance_type"])) else "no"] for p in prices],
+           ["cloud", "zone", "type", "gpu", "spot $/h", "od $/h", "discount", "spot now"])
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    with client_of(args) as client:
+        report = client.cost()
+    if args.json:
+        _print_json(report)
+        return 0
+    _table([[t["tenant_name"], str(t["jobs"]), f"{t['gpu_hours']:.1f}", f"{t['cost']:.2f}",
+             f"{t['on_demand_cost']:.2f}", f"{t['savings_pct']:.1f}%"] for t in report["tenants"]],
+           ["tenant", "jobs", "GPU h", "cost $", "on-demand $", "savings"])
+    print(f"\ntotal ${report['total_cost']:.2f} vs ${report['on_demand_cost']:.2f} on-demand only: "
+          f"{report['savings_pct']:.1f}% saved")
+    return 0
+
+
+def cmd_tenants(args: argparse.Namespace) -> int:
+    with client_of(args) as client:
+        if args.create:
+            created = client.create_tenant(args.create, args.max_gpus)
+            if args.json:
+                _print_json(created)
+            else:
+                t = created["tenant"]
+                print(f"tenant {t['name']} ({t['id']}), max {t['max_gpus']} GPUs")
+                print(f"token (shown once): {created['token']}")
+            return 0
+        tenants = client.tenants()
+    if args.json:
+        _print_json(tenants)
+    else:
+        _table([[t["id"], t["name"], str(t["max_gpus"])] for t in tenants], ["id", "name", "max GPUs"])
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    state_dir = state_dir_of(args.state_dir)
+    recorded = read_endpoint(state_dir)
+    if not recorded or not recorded.get("pid"):
+        print(f"no running `spotplane up` recorded in {state_dir}")
+        return 0
+    pid = int(recorded["pid"])
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        from controlplane.client import clear_endpoint
+
+        clear_endpoint(state_dir)
+        print(f"`spotplane up` (pid {pid}) was not running; forgot its endpoint")
+        return 0
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            print(f"stopped `spotplane up` (pid {pid}); state kept in {state_dir}")
+            return 0
+        time.sleep(0.5)
+    raise ConfigError(f"`spotplane up` (pid {pid}) did not stop within {args.timeout:.0f} s",
+                      fix=f"wait longer, or `kill -INT {pid}`")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from controlplane.up import run_up
+
+    return run_up(args)

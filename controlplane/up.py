@@ -1,0 +1,263 @@
+"""``spotplane up``: local Ray, the control plane's actors, the Serve API, and optionally the demo.
+
+Order of start: Ray -> control plane (``actors.runtime.start_control_plane``) -> Serve API on
+the port -> the endpoint file (URL, admin token, pid; mode 0600) for the other commands. Stop
+(Ctrl-C, SIGTERM from ``spotplane down``, or the end of ``--demo --report-json``) runs in the
+reverse order and keeps the state directory for the next ``up``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
+from controlplane.config import Settings
+from controlplane.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEMO_SPEED = 3600.0  # simulated seconds per wall second for --demo (68 h of deadlines ~ 70 s)
+DEFAULT_SPEED = 60.0
+DEMO_TIMEOUT_S = 290.0
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def choose_port(requested: int | None, host: str) -> int:
+    """``--port`` when given (it must be free); else $SPOTPLANE_PORT/8000, or a free port if taken."""
+    if requested is not None:
+        if not port_is_free(requested, host):
+            raise ConfigError(f"port: {requested} is already in use on {host}",
+                              fix="pick another --port, or stop what listens there")
+        return requested
+    default = Settings().port
+    return default if port_is_free(default, host) else free_port(host)
+
+
+def check_fleet(name: str) -> None:
+    """Fail fast, before Ray starts, on a provider that is unknown or not built."""
+    from clusters.providers import PROVIDERS
+
+    if name not in PROVIDERS:
+        raise ConfigError(f"fleet: unknown provider {name!r}", fix=f"use one of {', '.join(PROVIDERS)}")
+    module = PROVIDERS[name].partition(":")[0]
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(f"fleet: provider {name!r} is not available in this build", fix="use --fleet sim")
+
+
+def check_not_running(state_dir: Path) -> None:
+    recorded = read_endpoint(state_dir)
+    if not recorded or not recorded.get("pid"):
+        return
+    pid = int(recorded["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        clear_endpoint(state_dir)  # a previous `up` died without cleaning up
+        return
+    except PermissionError:
+        pass
+    raise ConfigError(f"spotplane is already up at {recorded.get('url')} (pid {pid}) with state {state_dir}",
+                      fix="stop it with `spotplane down`, or use another --state-dir")
+
+
+def move_aside(state_dir: Path) -> None:
+    """``--fresh``: keep the old databases under a timestamped name instead of deleting them."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for name in ("spotplane.db", "simfleet.db"):
+        for suffix in ("", "-wal", "-shm"):
+            p = state_dir / f"{name}{suffix}"
+            if p.exists():
+                p.rename(state_dir / f"{name}.{stamp}{suffix}")
+
+
+class Pacer(threading.Thread):
+    """Drives a simulated control plane in lockstep: one ``step(tick_seconds)`` per tick, paced to
+    ``speed`` simulated seconds per wall second.
+
+    The controller's own loop reads a free-running clock, so a tick that blocks (starting a
+    policy actor takes seconds on a loaded machine) lets hours of simulated time pass unseen
+    at x3600. Stepping a manual clock instead means a slow tick slows the simulation down and
+    never skips it: every job sees every tick.
+    """
+
+    def __init__(self, controller: Any, tick_seconds: float, speed: float) -> None:
+        super().__init__(name="spotplane-pacer", daemon=True)
+        self.controller = controller
+        self.tick_seconds = tick_seconds
+        self.speed = speed
+        self.stopped = threading.Event()
+        self.ticks = 0
+        self.error: str | None = None
+
+    def run(self) -> None:
+        import ray
+
+        while not self.stopped.is_set():
+            t0 = time.monotonic()
+            try:
+                ray.get(self.controller.step.remote(self.tick_seconds))
+                self.ticks += 1
+                self.error = None
+            except Exception as exc:  # noqa: BLE001 - a restarting controller: try again
+                if self.stopped.is_set():
+                    return
+                self.error = repr(exc)
+                log.warning("controller step failed (retrying): %s", exc)
+                self.stopped.wait(0.5)
+                continue
+            wait = self.tick_seconds / self.speed - (time.monotonic() - t0)
+            if wait > 0:
+                self.stopped.wait(wait)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=30)
+
+
+class _Stop(Exception):
+    """SIGTERM (``spotplane down``) asks ``up`` to stop like Ctrl-C does."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Stop()
+
+
+def run_up(args: argparse.Namespace) -> int:
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else Settings().state_dir.expanduser()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    check_not_running(state_dir)
+    check_fleet(args.fleet)
+    if args.report_json and not args.demo:
+        raise ConfigError("--report-json: only the demo writes a report", fix="add --demo")
+    if args.fresh:
+        move_aside(state_dir)
+    port = choose_port(args.port, args.host)
+    speed = args.speed if args.speed is not None else (DEMO_SPEED if args.demo else DEFAULT_SPEED)
+    if speed <= 0:
+        raise ConfigError(f"speed: must be > 0, got {speed}", fix="e.g. --speed 3600 (one simulated hour per second)")
+    from serve.auth import new_admin_token
+
+    admin_token = os.environ.get("SPOTPLANE_ADMIN_TOKEN") or new_admin_token()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
+    started: dict[str, Any] = {}
+    try:
+        url = _start(args, state_dir, port, speed, admin_token, started)
+        if args.demo:
+            return _demo(args, url, admin_token, state_dir)
+        print("serving until Ctrl-C (or `spotplane down`)", flush=True)
+        while True:
+            time.sleep(1.0)
+    except (KeyboardInterrupt, _Stop):
+        print("\nspotplane: stopping (state is kept)", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        _stop(started, state_dir)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, admin_token: str,
+           started: dict[str, Any]) -> str:
+    import ray
+
+    from actors.runtime import RuntimeSettings, start_control_plane
+    from controlplane.service import db_path
+    from serve.app import start_api
+
+    t0 = time.monotonic()
+    print(f"spotplane: starting Ray, the control plane ({args.fleet} fleet"
+          + (f", x{speed:g} speed" if args.fleet == "sim" else "") + ") and the API...", flush=True)
+    ray.init(namespace="spotplane", include_dashboard=False, log_to_driver=False,
+             configure_logging=False, num_cpus=max(4, os.cpu_count() or 1))
+    started["ray"] = True
+    simulated = args.fleet == "sim"
+    # Simulated fleet: a manual clock stepped in lockstep by the Pacer (see there); real fleets:
+    # the controller's own loop on wall time.
+    settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet,
+                               speed=0.0 if simulated else 1.0,
+                               clock="sim" if simulated else "wall", autostart=not simulated)
+    handles = started["control_plane"] = start_control_plane(settings)
+    if simulated:
+        pacer = started["pacer"] = Pacer(handles.controller, settings.controller.tick_seconds, speed)
+        pacer.start()
+    url = start_api(db_path(state_dir), admin_token, port, args.host)
+    started["api"] = True
+    write_endpoint(state_dir, url, admin_token, os.getpid())
+    started["endpoint"] = True
+    SpotplaneClient(url, admin_token).healthz()
+    print(f"spotplane is up in {time.monotonic() - t0:.0f} s\n"
+          f"  API          {url}   (OpenAPI: {url}/docs)\n"
+          f"  admin token  {admin_token}\n"
+          f"  state        {state_dir}\n"
+          f"  try          spotplane jobs --state-dir {state_dir}   |   stop: Ctrl-C or `spotplane down`",
+          flush=True)
+    return url
+
+
+def _demo(args: argparse.Namespace, url: str, admin_token: str, state_dir: Path) -> int:
+    from controlplane.demo import run_demo, write_report_json
+
+    plot = Path(args.plot) if args.plot else state_dir / "demo.png"
+    with SpotplaneClient(url, admin_token) as admin:
+        report = run_demo(admin, out=sys.stdout, plot_path=plot, timeout_s=DEMO_TIMEOUT_S)
+    print("\n" + report.render(), flush=True)
+    if args.report_json:
+        path = write_report_json(report, args.report_json)
+        print(f"report written to {path}", flush=True)
+        return 0
+    print(f"\nthe demo is done; the API keeps serving at {url} until Ctrl-C (or `spotplane down`)", flush=True)
+    while True:
+        time.sleep(1.0)
+
+
+def _stop(started: dict[str, Any], state_dir: Path) -> None:
+    """Stop what was started, newest first; every step tolerates the previous one failing."""
+    if started.pop("endpoint", False):
+        clear_endpoint(state_dir)
+    pacer = started.pop("pacer", None)
+    if pacer is not None:
+        pacer.stop()
+    if started.pop("api", False):
+        try:
+            from serve.app import stop_api
+
+            stop_api()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("stopping the API: %s", exc)
+    handles = started.pop("control_plane", None)
+    if handles is not None:
+        try:
+            from actors.runtime import stop_control_plane
+
+            stop_control_plane(handles)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("stopping the control plane: %s", exc)
+    if started.pop("ray", False):
+        import ray
+
+        ray.shutdown()
