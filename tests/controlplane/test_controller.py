@@ -1,0 +1,120 @@
+"""The reconcile loop without Ray: on the simulated fleet with a manual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clusters.simfleet import SimulatedFleet
+from controlplane.clock import SimClock
+from controlplane.controller import Controller, ControllerSettings
+from controlplane.models import JobSpec, JobState
+from controlplane.store import Store
+
+
+class Crash(Exception):
+    pass
+
+
+def _world(tmp: Path, data_root: Path, clock: SimClock, pools: dict[str, int],
+           seed: int = 5) -> tuple[Store, SimulatedFleet, Controller]:
+    store = Store(tmp / "spotplane.db")
+    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=seed,
+                                        state_path=tmp / "simfleet.db")
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes=pools),
+                     epoch=store.take_controller_lease())
+    return store, fleet, ctl
+
+
+def _run(ctl: Controller, clock: SimClock, hours: float, dt: float = 60.0) -> None:
+    for _ in range(int(hours * 3600 / dt)):
+        clock.advance(dt)
+        ctl.tick()
+
+
+def test_hp_job_preempts_a_spot_job(tmp_path: Path, data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 2, "H100": 2})
+    t, _ = store.create_tenant("t", max_gpus=100)
+    spot = store.submit_job(t.id, JobSpec(name="s", kind="spot", compute_hours=3, workers=2,
+                                          accelerator="V100"), now=0.0)
+    _run(ctl, clock, 0.5)
+    assert store.get_job(spot.id).state is JobState.RUNNING
+    hp = store.submit_job(t.id, JobSpec(name="h", kind="hp", compute_hours=0.5,
+                                        accelerator="V100"), now=clock.now())
+    _run(ctl, clock, 0.1)
+    s = store.get_job(spot.id)
+    assert s.preemptions >= 1 and s.state is JobState.QUEUED
+    causes = [e.cause for e in store.job_events(spot.id)]
+    assert any(c.startswith(f"preempted by hp job {hp.id}") for c in causes)
+    assert store.get_job(hp.id).state in (JobState.STARTING, JobState.RUNNING)
+    (d,) = [d for d in store.job_decisions(spot.id) if d.action == "preempt"]
+    assert d.policy == "gfs"
+    _run(ctl, clock, 12)
+    assert store.get_job(hp.id).state is JobState.SUCCEEDED
+    assert store.get_job(spot.id).state is JobState.SUCCEEDED
+    assert store.get_job(spot.id).progress_hours == pytest.approx(3.0)
+
+
+def test_cancel_releases_nodes(tmp_path: Path, data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 4, "H100": 2})
+    t, _ = store.create_tenant("t")
+    job = store.submit_job(t.id, JobSpec(name="od", kind="hp", compute_hours=5, workers=2,
+                                         accelerator="V100"), now=0.0)
+    _run(ctl, clock, 0.3)
+    assert store.get_job(job.id).state is JobState.RUNNING
+    store.request_cancel(job.id, t.id)
+    _run(ctl, clock, 0.05)
+    j = store.get_job(job.id)
+    assert j.state is JobState.CANCELLED and j.node_ids == [] and j.cost > 0
+    live = [i for i in fleet.describe() if i.state.value in ("pending", "running")]
+    assert live == []
+
+
+def test_crash_between_intent_and_launch_launches_once(tmp_path: Path, data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 8, "H100": 2})
+    t, _ = store.create_tenant("t")
+    jobs = store.submit_jobs(t.id, [JobSpec(name=f"j{i}", kind="hp", compute_hours=1, workers=2,
+                                            accelerator="V100") for i in range(3)], now=0.0)
+
+    def crash(launches: int) -> None:
+        if launches:
+            raise Crash("power cut after the intents were written")
+
+    ctl.after_barrier = crash
+    clock.advance(60)
+    with pytest.raises(Crash):
+        ctl.tick()
+    pending = store.pending_intents()
+    assert len(pending) == 3 and fleet.instances_per_intent() == {}
+    # a new process: new store connection, the cloud's state file, a new controller
+    fleet2 = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
+                                         state_path=tmp_path / "simfleet.db")
+    store2 = Store(tmp_path / "spotplane.db")
+    ctl2 = Controller(store2, fleet2, clock, ControllerSettings(pool_nodes={"V100": 8}),
+                      epoch=store2.take_controller_lease())
+    with pytest.raises(Exception, match="fenced"):
+        ctl.after_barrier = None
+        clock.advance(60)
+        ctl.tick()  # the old controller is fenced off
+    _run(ctl2, clock, 3)
+    assert {store2.get_job(j.id).state for j in jobs} == {JobState.SUCCEEDED}
+    assert sorted(fleet2.instances_per_intent().values()) == [2, 2, 2]
+    assert store2.pending_intents() == []
+    assert len({n.instance_id for n in store2.list_nodes()}) == 6
+
+
+def test_rerunning_recover_changes_nothing(tmp_path: Path, data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 4, "H100": 2})
+    t, _ = store.create_tenant("t")
+    store.submit_job(t.id, JobSpec(name="a", kind="spot", compute_hours=2, accelerator="V100"),
+                     now=0.0)
+    _run(ctl, clock, 0.5)
+    before = [j.model_dump() for j in store.list_jobs()], len(store.events())
+    ctl.recover()
+    ctl.recover()
+    assert ([j.model_dump() for j in store.list_jobs()], len(store.events())) == before
