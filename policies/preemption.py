@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -243,8 +244,10 @@ class PreemptionModel(ABC):
         best_sse = math.inf
         for p0 in cls._initial_guesses(data):
             try:
-                popt, _ = optimize.curve_fit(f, x, y, p0=np.clip(p0, lo, hi), bounds=(lo, hi),
-                                             method="dogbox", maxfev=4000)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optimize.OptimizeWarning)
+                    popt, _ = optimize.curve_fit(f, x, y, p0=np.clip(p0, lo, hi), bounds=(lo, hi),
+                                                 method="dogbox", maxfev=4000)
             except (RuntimeError, ValueError) as exc:
                 log.debug("%s km_lsq start %s failed: %s", cls.name, p0, exc)
                 continue
