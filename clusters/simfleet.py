@@ -12,8 +12,8 @@ A spot instance is preempted at the first trace tick when its zone has no spot (
 or at the end of its drawn lifetime (GCP), whichever is first; a notice comes
 ``notice_seconds`` before (AWS 120 s, GCP 30 s). Launching spot in a zone without spot raises
 :class:`~controlplane.errors.CapacityUnavailable`. Instances become ready after a provisioning
-delay. All times are the control plane's clock. Deterministic given ``seed``: an instance's
-lifetime and delay depend only on the seed and its launch intent.
+delay. All times are the control plane's clock. Deterministic given ``seed``: the n-th
+instance's lifetime and delay depend only on the seed, its zone and n.
 
 Launch is idempotent on ``intent_id``; with ``state_path`` the fleet keeps its instances in its
 own SQLite file (the cloud outlives the control plane's processes), so a restarted control plane
@@ -292,7 +292,7 @@ class SimulatedFleet:
 
     def _create(self, req: LaunchRequest, z: SimZone, k: int, now: float) -> _Sim:
         iid = "i-" + hashlib.sha1(f"{req.intent_id}/{k}".encode()).hexdigest()[:12]
-        rng = self._rng(iid)
+        rng = self._rng(f"{z.zone}/{len(self._sims)}")  # the n-th instance: seed-deterministic
         ready = now + self.provision_seconds[z.cloud] * float(rng.uniform(0.8, 1.2))
         preempt = notice = None
         spot = req.market is Market.SPOT

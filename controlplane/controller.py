@@ -328,7 +328,8 @@ class Controller:
             node.notice_at = when.get((iid, "preemption_notice"), now)
             self._w.notices.setdefault(node.id, 30.0)
         elif new is NodeState.PREEMPTED:
-            node.ended_at = when.get((iid, "preempted"), now)
+            node.ended_at = at
+            node.notice_at = node.notice_at or when.get((iid, "preemption_notice"))
             self.zone_preemptions.setdefault(node.zone, []).append(node.ended_at)
             self._w.count("nodes_preempted_total")
         elif new is NodeState.TERMINATED:
@@ -424,6 +425,7 @@ class Controller:
         if lost or missing:
             end = min((n.ended_at or now for n in lost), default=now)
             if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+                self._checkpoint_on_late_notice(job, lost, end)
                 self._progress(job, max(end, job.accounted_at or end))
             self._bill(job, now)
             if job.terminal:
@@ -457,6 +459,22 @@ class Controller:
                 workload.begin_checkpoint(job, self._move, cause, at)
             self._w.events.append(Event(at=at, tenant_id=job.tenant_id, job_id=job.id,
                                         node_id=n.id, kind="notice", cause=cause))
+
+    def _checkpoint_on_late_notice(self, job: Job, lost: Sequence[Node], end: float) -> None:
+        """Notice and preemption fell in one tick: the node's agent checkpointed at the notice
+        (the checkpoint survives when it fits in the notice's seconds)."""
+        notices = [n for n in lost if n.notice_at is not None and n.notice_at <= end]
+        if not notices or job.state is not JobState.RUNNING or (
+                self.executor is not None and job.spec.entrypoint is not None):
+            return
+        n = min(notices, key=lambda x: x.notice_at or end)
+        at = max(n.notice_at or end, job.accounted_at or end)
+        self._progress(job, at)
+        cause = f"preemption notice: {end - at:.0f} s left on {n.id} ({n.zone})"
+        self._w.events.append(Event(at=at, tenant_id=job.tenant_id, job_id=job.id,
+                                    node_id=n.id, kind="notice", cause=cause))
+        if job.spec.checkpoint_hours * HOUR <= end - at:
+            workload.begin_checkpoint(job, self._move, cause, at)
 
     def _apply_report(self, job: Job, r: ExecutorReport, now: float) -> None:
         job.progress_hours = r.progress_hours

@@ -162,7 +162,7 @@ class JobSpec(BaseModel):
     deadline: float | None = Field(default=None, ge=0,
                                    description="Absolute deadline, control-plane seconds.")
     overhead_hours: float = Field(default=0.05, ge=0, le=24, description="Changeover overhead d.")
-    checkpoint_hours: float = Field(default=0.01, ge=0, le=24,
+    checkpoint_hours: float = Field(default=0.005, ge=0, le=24,
                                     description="Time to write one checkpoint (delta).")
     entrypoint: str | None = Field(default=None, max_length=4096,
                                    description="Command to run; null = simulated workload.")
