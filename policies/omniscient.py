@@ -118,7 +118,7 @@ def plan_modes(
     u, gu, du = _units(g, overhead_hours)
     cu = int(math.ceil(c / u - 1e-9))  # progress needed, in units (rounded up)
     lo = du  # index offset: array index i holds P = i - lo
-    size = cu + lo  # P in [-D, C_u - 1]
+    size = min(cu, n_t * gu + 1) + lo  # P in [-D, C_u - 1] (and no more than the window allows)
     prices = np.array([m.price for m in modes], dtype=np.float64)
     v = np.full((n_m, size), INF)
     v[initial_mode, max(0, lo - int(round(initial_debt_hours / u)))] = 0.0
@@ -126,61 +126,62 @@ def plan_modes(
     p_idx = np.arange(size) - lo  # P of each index
     best: tuple[float, int, int, int, int] = (INF, -1, -1, 0, 0)  # cost, tick, mode, P before, src
     step_c, step_s = gu, gu - du  # progress added by a tick: continue / changeover
+    pa = max(0, lo - int(round(initial_debt_hours / u)))
+    pb = pa + 1  # v is finite only inside the band [pa, pb)
     for t in range(n_t):
-        new = np.empty_like(v)
-        a1 = np.argmin(v, axis=0)
-        m1 = v[a1, np.arange(size)]
-        new[0] = m1
-        bp[t, 0] = a1
+        if pa >= pb:
+            break
+        ar = np.arange(pb - pa)
+        w = v[:, pa:pb]
+        a1 = np.argmin(w, axis=0)
+        m1 = w[a1, ar]
         if n_m > 2:
-            masked = v.copy()
-            masked[a1, np.arange(size)] = INF
+            masked = w.copy()
+            masked[a1, ar] = INF
             a2 = np.argmin(masked, axis=0)
-            m2 = masked[a2, np.arange(size)]
+            m2 = masked[a2, ar]
+        na, nb = max(0, pa + min(0, step_s)), min(size, pb + step_c)
+        if min_progress is None:  # prune states that can no longer finish in time
+            na = max(na, cu - (n_t - 1 - t) * gu + lo)
+        new = np.full((n_m, size), INF)
+        if na < nb:
+            i0, i1 = max(na, pa), min(nb, pb)
+            if i0 < i1:
+                new[0, i0:i1] = m1[i0 - pa : i1 - pa]
+                bp[t, 0, i0:i1] = a1[i0 - pa : i1 - pa]
         last = (t + 1) * g > r + 1e-9
         for m in range(1, n_m):
             if not avail[m, t]:
-                new[m] = INF
                 continue
             if n_m > 2:
                 other = np.where(a1 == m, m2, m1)
                 src = np.where(a1 == m, a2, a1)
             else:
-                other, src = v[0], np.zeros(size, dtype=np.int64)
+                other, src = w[0], np.zeros(pb - pa, dtype=np.int64)
             p = prices[m]
             # finishing this tick: from P >= C_u - step (continue) or C_u - step_s (changeover)
-            for origin, step, from_m in ((v[m], step_c, None), (other, step_s, src)):
-                first = max(0, cu - step + lo)
-                if first < size:
-                    seg = origin[first:]
-                    used = c - p_idx[first:] * u - (step - gu) * u  # hours of this tick used
+            for origin, step, from_m in ((w[m], step_c, None), (other, step_s, src)):
+                first = max(pa, cu - step + lo)
+                if first < pb:
+                    seg = origin[first - pa :]
+                    used = c - p_idx[first:pb] * u - (step - gu) * u  # hours of this tick used
                     fc = seg + p * used
                     if last:
                         fc = np.where(t * g + used <= r + 1e-9, fc, INF)
                     k = int(np.argmin(fc))
                     if fc[k] < best[0] - 1e-12:
-                        s = m if from_m is None else int(from_m[first + k])
+                        s = m if from_m is None else int(from_m[first - pa + k])
                         best = (float(fc[k]), t, m, int(p_idx[first + k]), s)
-            cand = np.full(size, INF)
-            src_at = np.full(size, m, dtype=np.int64)
-            if step_c < size:
-                cand[step_c:] = v[m, : size - step_c]
-            ch = np.full(size, INF)
-            if step_s >= 0:
-                if step_s < size:
-                    ch[step_s:] = other[: size - step_s]
-                    src_at_ch = np.zeros(size, dtype=np.int64)
-                    src_at_ch[step_s:] = src[: size - step_s]
-                else:
-                    src_at_ch = np.zeros(size, dtype=np.int64)
-            else:
-                ch[: size + step_s] = other[-step_s:]
-                src_at_ch = np.zeros(size, dtype=np.int64)
-                src_at_ch[: size + step_s] = src[-step_s:]
+            if na >= nb:
+                continue
+            cand = _shifted(w[m], pa, pb, step_c, na, nb, INF)
+            ch = _shifted(other, pa, pb, step_s, na, nb, INF)
+            src_ch = _shifted(src, pa, pb, step_s, na, nb, 0)
             take = ch < cand
-            new[m] = np.where(take, ch, cand) + p * g
-            bp[t, m] = np.where(take, src_at_ch, src_at)
+            new[m, na:nb] = np.where(take, ch, cand) + p * g
+            bp[t, m, na:nb] = np.where(take, src_ch, m)
         v = new
+        pa, pb = na, nb
     if min_progress is not None:
         return _ratio_plan(v, bp, best, modes, u, gu, du, lo, c, float(min_progress), n_t)
     if best[1] < 0:
@@ -190,6 +191,15 @@ def plan_modes(
     step = gu if src == m_end else gu - du
     finish = t_end * g + c - p_before * u - (step - gu) * u
     return Plan(True, cost, seq, finish, int(np.sum(_changes(seq))), c, tuple(modes))
+
+
+def _shifted(arr: npt.NDArray[Any], pa: int, pb: int, shift: int, na: int, nb: int, fill: float) -> npt.NDArray[Any]:
+    """``arr`` (indices [pa, pb)) moved by ``shift`` and cut to [na, nb), ``fill`` elsewhere."""
+    out = np.full(nb - na, fill, dtype=arr.dtype if fill != INF else np.float64)
+    lo_i, hi_i = max(na, pa + shift), min(nb, pb + shift)
+    if lo_i < hi_i:
+        out[lo_i - na : hi_i - na] = arr[lo_i - shift - pa : hi_i - shift - pa]
+    return out
 
 
 def _changes(seq: IntArray) -> npt.NDArray[np.bool_]:

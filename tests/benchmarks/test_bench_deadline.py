@@ -1,0 +1,90 @@
+"""Smoke tests of the deadline benchmarks: one window, tiny sweeps, exact JSON shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import deadline as bench
+from benchmarks import multiregion
+from policies.deadline import DeadlineTask, UniformProgress
+from policies.deadline_sim import simulate
+
+TRACE = "availability/1-node/aws-10-26-2022/us-west-2a_v100_1.json"
+
+
+def _json(capsys: pytest.CaptureFixture[str]) -> dict:
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1  # exactly one JSON object on stdout
+    return json.loads(out)
+
+
+def test_window_json_matches_simulator(capsys: pytest.CaptureFixture[str], catalog) -> None:
+    rc = bench.main(["window", "--trace", TRACE, "--start-tick", "100", "--compute-hours", "48", "--deadline-hours", "60",
+                     "--overhead-hours", "0.2", "--policy", "uniform_progress", "--json"])
+    assert rc == 0
+    out = _json(capsys)
+    assert set(out) >= {"cost", "spot_hours", "od_hours", "changeovers", "finish_hours", "met_deadline", "decisions"}
+    assert len(out["decisions"]) == 360 and out["decisions"][0][0] == 0
+    assert {s for _, s in out["decisions"]} <= {"idle", "spot", "on_demand"}
+    tr = next(t for t in catalog.spot_traces("availability/1-node/aws-10-26-2022") if t.path and t.path.name == "us-west-2a_v100_1.json")
+    r = simulate(UniformProgress(DeadlineTask(48, 60, 0.2), tick_hours=tr.gap_hours), tr.spot_up()[100:460], tr.gap_hours)
+    assert out["cost"] == pytest.approx(r.cost, abs=1e-5) and out["met_deadline"] is True
+    assert out["spot_hours"] + out["od_hours"] == pytest.approx(48.0, abs=1e-5)
+
+
+def test_window_past_the_end_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = bench.main(["window", "--trace", TRACE, "--start-tick", "3800", "--compute-hours", "48", "--deadline-hours", "60",
+                     "--overhead-hours", "0.2", "--policy", "greedy", "--json"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "outside the trace" in err and "start_tick <= 3535" in err
+
+
+def test_window_bad_task_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = bench.main(["window", "--trace", TRACE, "--start-tick", "0", "--compute-hours", "48", "--deadline-hours", "40",
+                     "--overhead-hours", "0.2", "--policy", "greedy"])
+    assert rc == 2
+    assert "deadline_hours" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_table3_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = bench.main(["table3", "--windows", "1", "--workers", "1", "--json"])
+    assert rc == 0
+    out = _json(capsys)
+    assert out["windows"] == 8
+    names = {"greedy", "uniform_progress", "omniscient", "time_sliced", "partial_lookahead", "up_oracle", "on_demand"}
+    assert set(out["policies"]) == names
+    for name, row in out["policies"].items():
+        assert set(row) >= {"od_hours", "spot_hours", "spot_util", "cost", "missed"}
+        assert row["od_hours"] + row["spot_hours"] == pytest.approx(48.0, abs=1e-2), name
+        assert row["missed"] == 0
+    assert out["policies"]["omniscient"]["spot_util"] == 1.0
+    assert out["policies"]["omniscient"]["cost"] <= min(r["cost"] for r in out["policies"].values()) + 1e-9
+    assert "seconds" in out
+
+
+@pytest.mark.slow
+def test_sweep_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = bench.main(["sweep", "--windows", "1", "--workers", "1", "--collections", "2w", "--fractions", "0.9", "--no-omniscient", "--json"])
+    assert rc == 0
+    out = _json(capsys)
+    rows = out["rows"]
+    assert {r["policy"] for r in rows} == {"greedy", "uniform_progress", "partial_lookahead", "up_oracle", "time_sliced"}
+    assert len({r["trace"] for r in rows}) == 8 and all(r["job_fraction"] == 0.9 for r in rows)
+    assert all(r["missed"] == 0 for r in rows if r["policy"] != "partial_lookahead")
+
+
+@pytest.mark.slow
+def test_multiregion_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = multiregion.main(["--windows", "1", "--json"])
+    assert rc == 0
+    out = _json(capsys)
+    assert out["windows"] == 1
+    assert set(out["policies"]) == {"up_best_zone", "up_zone_mean", "up_eager_failover", "spotplane", "omniscient"}
+    omni = out["policies"]["omniscient"]["cost"]
+    for row in out["policies"].values():
+        assert set(row) >= {"cost", "missed", "changeovers"} and row["missed"] == 0
+        assert row["cost"] >= omni - 1e-6
