@@ -95,50 +95,6 @@ def move_aside(state_dir: Path) -> None:
                 p.rename(state_dir / f"{name}.{stamp}{suffix}")
 
 
-class Pacer(threading.Thread):
-    """Drives a simulated control plane in lockstep: one ``step(tick_seconds)`` per tick, paced to
-    ``speed`` simulated seconds per wall second.
-
-    The controller's own loop reads a free-running clock, so a tick that blocks (starting a
-    policy actor takes seconds on a loaded machine) lets hours of simulated time pass unseen
-    at x3600. Stepping a manual clock instead means a slow tick slows the simulation down and
-    never skips it: every job sees every tick.
-    """
-
-    def __init__(self, controller: Any, tick_seconds: float, speed: float) -> None:
-        super().__init__(name="spotplane-pacer", daemon=True)
-        self.controller = controller
-        self.tick_seconds = tick_seconds
-        self.speed = speed
-        self.stopped = threading.Event()
-        self.ticks = 0
-        self.error: str | None = None
-
-    def run(self) -> None:
-        import ray
-
-        while not self.stopped.is_set():
-            t0 = time.monotonic()
-            try:
-                ray.get(self.controller.step.remote(self.tick_seconds))
-                self.ticks += 1
-                self.error = None
-            except Exception as exc:  # noqa: BLE001 - a restarting controller: try again
-                if self.stopped.is_set():
-                    return
-                self.error = repr(exc)
-                log.warning("controller step failed (retrying): %s", exc)
-                self.stopped.wait(0.5)
-                continue
-            wait = self.tick_seconds / self.speed - (time.monotonic() - t0)
-            if wait > 0:
-                self.stopped.wait(wait)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join(timeout=30)
-
-
 class _Stop(Exception):
     """SIGTERM (``spotplane down``) asks ``up`` to stop like Ctrl-C does."""
 
@@ -195,16 +151,11 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     ray.init(namespace="spotplane", include_dashboard=False, log_to_driver=False,
              configure_logging=False, num_cpus=max(4, os.cpu_count() or 1))
     started["ray"] = True
-    simulated = args.fleet == "sim"
-    # Simulated fleet: a manual clock stepped in lockstep by the Pacer (see there); real fleets:
-    # the controller's own loop on wall time.
-    settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet,
-                               speed=0.0 if simulated else 1.0,
-                               clock="sim" if simulated else "wall", autostart=not simulated)
-    handles = started["control_plane"] = start_control_plane(settings)
-    if simulated:
-        pacer = started["pacer"] = Pacer(handles.controller, settings.controller.tick_seconds, speed)
-        pacer.start()
+    # Simulated fleet: the controller paces its simulated clock one tick at a time (a slow tick
+    # slows the simulation instead of skipping time); real fleets run on wall time.
+    settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet, speed=speed,
+                               clock="sim" if args.fleet == "sim" else "wall")
+    started["control_plane"] = start_control_plane(settings)
     url = start_api(db_path(state_dir), admin_token, port, args.host)
     started["api"] = True
     write_endpoint(state_dir, url, admin_token, os.getpid())
@@ -239,9 +190,6 @@ def _stop(started: dict[str, Any], state_dir: Path) -> None:
     """Stop what was started, newest first; every step tolerates the previous one failing."""
     if started.pop("endpoint", False):
         clear_endpoint(state_dir)
-    pacer = started.pop("pacer", None)
-    if pacer is not None:
-        pacer.stop()
     if started.pop("api", False):
         try:
             from serve.app import stop_api
