@@ -287,10 +287,13 @@ def _onehot(idx: np.ndarray, n: int) -> sparse.csr_matrix:
 
 @dataclass
 class OrgBatch:
-    """Training tensors of OrgLinear: normalised windows and the context indices per sample."""
+    """Training tensors of OrgLinear: normalised windows and the context indices per sample.
 
-    trend: np.ndarray  # [N, L]
-    cycle: np.ndarray  # [N, L]
+    ``design`` = [trend | cycle] (Eq. 1-2) of each normalised window, [N, 2L], stored in the
+    model's ``dtype`` (float32 halves the memory traffic that dominates an L-BFGS step).
+    """
+
+    design: np.ndarray  # [N, 2L]
     y: np.ndarray  # [N, H] normalised targets
     tenant: np.ndarray  # [N] int
     size: np.ndarray  # [N] int
@@ -308,12 +311,14 @@ class OrgBatch:
 class OrgLinear:
     """OrgLinear (Eq. 1-8): decomposed linear mean heads + softplus sigma head, Gaussian MLE.
 
-    ``holidays``: day indices (days since the history's column 0 as used in ``fit``/``predict``,
-    counted on the absolute hour ``start_hour + t``) that are holidays; none for the DLRM trace.
+    ``horizon`` is the number of hours the heads predict at once (H of Eq. 5-8); ``predict``
+    goes further recursively (feeding its means back). ``holidays`` are day indices counted on
+    the absolute hour ``start_hour + t`` (day 0 = the week of ``start_hour = 0``); none are
+    known for the DLRM trace, so its holiday embedding stays at "workday".
     """
 
     lookback: int = HOURS_PER_WEEK
-    horizon: int = 24
+    horizon: int = 4
     kernel: int = 25
     d_tenant: int = 4
     d_time: int = 4
@@ -322,6 +327,7 @@ class OrgLinear:
     sigma_min: float = 1e-3
     maxiter: int = 300
     seed: int = 0
+    dtype: str = "float32"
     holidays: frozenset[int] = frozenset()
     theta_: np.ndarray | None = None
     loc_: np.ndarray | None = None
@@ -346,6 +352,7 @@ class OrgLinear:
         return (self.n_tenants_, self.size_buckets, 24, 7, 2)
 
     def unpack(self, theta: np.ndarray) -> dict[str, np.ndarray]:
+        """Named views into the flat parameter vector."""
         out, i = {}, 0
         for name, shape in self._shapes():
             n = int(np.prod(shape))
@@ -357,6 +364,7 @@ class OrgLinear:
         return sum(int(np.prod(s)) for _, s in self._shapes())
 
     def init_params(self) -> np.ndarray:
+        """Zero heads, small random embeddings (a zero embedding would get zero gradient)."""
         rng = np.random.default_rng(self.seed)
         p = {name: np.zeros(shape) for name, shape in self._shapes()}
         for name in ("Eo", "Es", "Eh", "Ew", "Ehol"):
@@ -364,13 +372,26 @@ class OrgLinear:
         p["bv"][:] = math.log(math.expm1(0.5))  # sigma starts at ~0.5 training scales
         return np.concatenate([p[name].ravel() for name, _ in self._shapes()])
 
+    def _warm_start(self, b: OrgBatch) -> np.ndarray:
+        """Mean heads from ridge least squares (closed form), sigma bias from its residuals."""
+        theta = self.init_params()
+        p = self.unpack(theta)  # views into theta
+        L = self.lookback
+        d = b.design.astype(float)
+        gram = d.T @ d
+        gram[np.diag_indices_from(gram)] += 1e-3 * d.shape[0]
+        w = np.linalg.solve(gram, d.T @ (b.y - b.y.mean(axis=0)))
+        p["Wt"][:L], p["Wc"][:L], p["bt"][:] = w[:L], w[L:], b.y.mean(axis=0)
+        rms = np.sqrt(np.mean((b.y - b.y.mean(axis=0) - d @ w) ** 2, axis=0))
+        p["bv"][:] = np.log(np.expm1(np.maximum(rms, 2 * self.sigma_min)))
+        return theta
+
     # ---- features --------------------------------------------------------------------------
     def _calendar(self, abs_hour: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        hour = abs_hour % 24
-        weekday = (abs_hour // 24) % 7
+        """Eq. 3's inputs: hour of day, weekday (0 = Monday), holiday flag."""
         day = abs_hour // 24
         hol = np.isin(day, np.fromiter(self.holidays, dtype=int, count=len(self.holidays)))
-        return hour.astype(int), weekday.astype(int), hol.astype(int)
+        return (abs_hour % 24).astype(int), (day % 7).astype(int), hol.astype(int)
 
     def _batch(self, x: np.ndarray, y: np.ndarray | None, origin_abs: np.ndarray) -> OrgBatch:
         """x [tenants, n, L] raw windows, origin_abs [n] absolute hour of the first target."""
@@ -380,65 +401,78 @@ class OrgLinear:
         scale = self.scale_[:, None, None]
         xn = ((x - base) / scale).reshape(nt * n, -1)
         trend, cycle = decompose(xn, self.kernel)
-        yn = np.zeros((nt * n, self.horizon)) if y is None else ((y - base) / scale).reshape(nt * n, -1)
+        design = np.concatenate([trend, cycle], axis=1).astype(self.dtype)
+        yn = (np.zeros((nt * n, self.horizon)) if y is None
+              else ((y - base) / scale).reshape(nt * n, -1))
         hour, wd, hol = self._calendar(np.tile(origin_abs, nt))
         tenant = np.repeat(np.arange(nt), n)
-        return OrgBatch(trend, cycle, yn, tenant, self.size_of_[tenant], hour, wd, hol)
+        return OrgBatch(design, yn, tenant, self.size_of_[tenant], hour, wd, hol)
 
-    def _context(self, p: dict[str, np.ndarray], b: OrgBatch) -> np.ndarray:
-        return np.concatenate([p["Eo"][b.tenant], p["Es"][b.size], p["Eh"][b.hour],
-                               p["Ew"][b.weekday], p["Ehol"][b.holiday]], axis=1)
+    _EMB = ("Eo", "Es", "Eh", "Ew", "Ehol")
 
-    def forward(self, theta: np.ndarray, b: OrgBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Eq. 5-7 on normalised data: (mu, sigma, h) each [N, H]."""
-        p = self.unpack(theta)
-        L = self.lookback
-        c = self._context(p, b)
-        mu = (b.trend @ p["Wt"][:L] + b.cycle @ p["Wc"][:L] + c @ (p["Wt"][L:] + p["Wc"][L:])
-              + p["bt"] + p["bc"])
-        h = (b.trend + b.cycle) @ p["Wv"][:L] + c @ p["Wv"][L:] + p["bv"]
-        return mu, _softplus(h) + self.sigma_min, h
+    def _ctx_slices(self) -> list[tuple[str, int, int]]:
+        """(embedding, first row, last row) of each context block in the heads' weights."""
+        dims = (self.d_tenant, self.d_tenant, self.d_time, self.d_time, self.d_time)
+        ends = self.lookback + np.cumsum(dims)
+        return [(n, int(e - d), int(e)) for n, d, e in zip(self._EMB, dims, ends, strict=True)]
+
+    @staticmethod
+    def _indices(b: OrgBatch) -> tuple[np.ndarray, ...]:
+        return (b.tenant, b.size, b.hour, b.weekday, b.holiday)
+
+    def _heads(self, p: dict[str, np.ndarray], b: OrgBatch) -> tuple[np.ndarray, ...]:
+        """Eq. 5-7 on normalised data: (mu, h, sigma).
+
+        The context term W'[c_o + c_t] is a sum over embeddings of (E_k W_k)[index_k]: a small
+        table per category gathered per sample, never an [N, n_ctx] matrix.
+        """
+        L, H = self.lookback, self.horizon
+        w = np.block([[p["Wt"][:L], p["Wv"][:L]], [p["Wc"][:L], p["Wv"][:L]]])
+        out = (b.design @ w.astype(b.design.dtype)).astype(float)
+        wmu, wv = p["Wt"] + p["Wc"], p["Wv"]
+        for (name, lo, hi), idx in zip(self._ctx_slices(), self._indices(b), strict=True):
+            table = p[name] @ np.hstack([wmu[lo:hi], wv[lo:hi]])
+            out += table[idx]
+        mu = out[:, :H] + p["bt"] + p["bc"]
+        h = out[:, H:] + p["bv"]
+        return mu, h, _softplus(h) + self.sigma_min
+
+    def forward(self, theta: np.ndarray, b: OrgBatch) -> tuple[np.ndarray, np.ndarray]:
+        """Normalised (mu, sigma), each [N, H]."""
+        mu, _, sig = self._heads(self.unpack(theta), b)
+        return mu, sig
 
     def loss_and_grad(self, theta: np.ndarray, b: OrgBatch) -> tuple[float, np.ndarray]:
         """Mean Gaussian NLL (Eq. 8, with the log-sigma term) + L2, and its analytic gradient."""
         p = self.unpack(theta)
-        L = self.lookback
-        c = self._context(p, b)
-        wtc = p["Wt"][L:] + p["Wc"][L:]
-        mu = b.trend @ p["Wt"][:L] + b.cycle @ p["Wc"][:L] + c @ wtc + p["bt"] + p["bc"]
-        x = b.trend + b.cycle
-        h = x @ p["Wv"][:L] + c @ p["Wv"][L:] + p["bv"]
-        sig = _softplus(h) + self.sigma_min
+        L, H = self.lookback, self.horizon
+        mu, h, sig = self._heads(p, b)
         r = b.y - mu
         m = r.size
         z2 = (r / sig) ** 2
         loss = float(np.sum(np.log(sig) + 0.5 * z2) / m + 0.5 * math.log(2 * math.pi))
         loss += 0.5 * self.l2 * float(theta @ theta)
-        gmu = -(r / sig**2) / m
-        gh = ((1.0 - z2) / sig) / m * _sigmoid(h)
+        gout = np.hstack([-(r / sig**2) / m, ((1.0 - z2) / sig) / m * _sigmoid(h)])  # [N, 2H]
+        gw = (b.design.T @ gout.astype(b.design.dtype)).astype(float)
         g = {name: np.zeros(shape) for name, shape in self._shapes()}
-        g_ctx_mu = c.T @ gmu
-        g["Wt"][:L] = b.trend.T @ gmu
-        g["Wt"][L:] = g_ctx_mu
-        g["Wc"][:L] = b.cycle.T @ gmu
-        g["Wc"][L:] = g_ctx_mu
-        g["Wv"][:L] = x.T @ gh
-        g["Wv"][L:] = c.T @ gh
-        g["bt"] = g["bc"] = gmu.sum(axis=0)
-        g["bv"] = gh.sum(axis=0)
-        gc = gmu @ wtc.T + gh @ p["Wv"][L:].T
+        g["Wt"][:L], g["Wc"][:L] = gw[:L, :H], gw[L:, :H]
+        g["Wv"][:L] = gw[:L, H:] + gw[L:, H:]
+        g["bt"] = g["bc"] = gout[:, :H].sum(axis=0)
+        g["bv"] = gout[:, H:].sum(axis=0)
         if not b.onehots:
             b.build_onehots(self._cat_sizes())
-        cols = np.cumsum([0, self.d_tenant, self.d_tenant, self.d_time, self.d_time, self.d_time])
-        for name, oh, lo, hi in zip(("Eo", "Es", "Eh", "Ew", "Ehol"), b.onehots, cols[:-1],
-                                    cols[1:], strict=True):
-            g[name] = oh.T @ gc[:, lo:hi]
+        wmu, wv = p["Wt"] + p["Wc"], p["Wv"]
+        for (name, lo, hi), oh in zip(self._ctx_slices(), b.onehots, strict=True):
+            agg = oh.T @ gout  # [n_cat, 2H]: summed output gradient per category
+            g[name] = agg[:, :H] @ wmu[lo:hi].T + agg[:, H:] @ wv[lo:hi].T
+            g["Wt"][lo:hi] = g["Wc"][lo:hi] = p[name].T @ agg[:, :H]
+            g["Wv"][lo:hi] = p[name].T @ agg[:, H:]
         grad = np.concatenate([g[name].ravel() for name, _ in self._shapes()])
         return loss, grad + self.l2 * theta
 
     # ---- public API ------------------------------------------------------------------------
-    def fit(self, history: np.ndarray, start_hour: int = 0) -> OrgLinear:
-        """Maximum-likelihood fit (Eq. 8) on every window of ``history`` with L-BFGS."""
+    def prepare(self, history: np.ndarray, start_hour: int = 0) -> OrgBatch:
+        """Set the per-tenant normalisation from ``history`` and build its training batch."""
         h = _check_history(history, self.lookback + self.horizon)
         self.n_tenants_ = h.shape[0]
         self.loc_, self.scale_ = h.mean(axis=1), tenant_scale(h)
@@ -449,7 +483,12 @@ class OrgLinear:
         origin = start_hour + self.lookback + np.arange(x.shape[1])
         batch = self._batch(x, y, origin)
         batch.build_onehots(self._cat_sizes())
-        res = minimize(self.loss_and_grad, self.init_params(), args=(batch,), jac=True,
+        return batch
+
+    def fit(self, history: np.ndarray, start_hour: int = 0) -> OrgLinear:
+        """Maximum-likelihood fit (Eq. 8) on every window of ``history`` with L-BFGS."""
+        batch = self.prepare(history, start_hour)
+        res = minimize(self.loss_and_grad, self._warm_start(batch), args=(batch,), jac=True,
                        method="L-BFGS-B", options={"maxiter": self.maxiter})
         self.theta_ = res.x
         self.train_info_ = {"loss": float(res.fun), "iterations": float(res.nit),
@@ -459,21 +498,21 @@ class OrgLinear:
         return self
 
     def predict(self, history: np.ndarray, horizon: int, start_hour: int = 0) -> Forecast:
-        """Mean and sigma of the ``horizon`` hours after the history (recursive past H)."""
+        """Mean and sigma (GPUs) of the ``horizon`` hours after the history."""
         h = _check_history(history, self.lookback)
         _check_horizon(horizon)
         if self.theta_ is None or self.scale_ is None or h.shape[0] != self.n_tenants_:
             raise InvalidInput("history", f"call fit() first with the same {self.n_tenants_} "
                                f"tenants, got {h.shape[0]} rows", fix="fit on the training history")
-        means, sigmas, hist = [], [], h
+        means: list[np.ndarray] = []
+        sigmas: list[np.ndarray] = []
+        hist = h
         while sum(m.shape[1] for m in means) < horizon:
             t = hist.shape[1]
-            x = hist[:, None, -self.lookback:]
-            b = self._batch(x, None, np.array([start_hour + t]))
-            mu, sig, _ = self.forward(self.theta_, b)
-            mean = hist[:, -1:] + mu * self.scale_[:, None]
-            means.append(mean)
+            b = self._batch(hist[:, None, -self.lookback:], None, np.array([start_hour + t]))
+            mu, sig = self.forward(self.theta_, b)
+            means.append(hist[:, -1:] + mu * self.scale_[:, None])
             sigmas.append(sig * self.scale_[:, None])
-            hist = np.concatenate([hist, mean], axis=1)
+            hist = np.concatenate([hist, means[-1]], axis=1)
         return Forecast(np.concatenate(means, axis=1)[:, :horizon],
                         np.concatenate(sigmas, axis=1)[:, :horizon])

@@ -81,7 +81,7 @@ class QuotaParams:
     @property
     def tolerated_eviction_rate(self) -> float:
         """``1 - p``: the eviction rate the guarantee ``p`` allows (see the Eq. 11 note)."""
-        return 1.0 - self.p
+        return round(1.0 - self.p, 12)  # 1 - 0.9 is 0.0999...98 in binary
 
 
 def aggregate_upper_demand(hp_forecast: UpperBound, p: float, horizon_hours: int) -> float:

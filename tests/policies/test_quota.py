@@ -1,0 +1,101 @@
+"""Spot quota allocator: Eq. 9-11 on hand-computed cases (paper 002 Sec. 3.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from controlplane.errors import InvalidInput
+from policies.forecast import Forecast
+from policies.quota import QuotaParams, SpotQuotaAllocator, aggregate_upper_demand
+
+Z90 = float(norm.ppf(0.9))  # 1.2816
+
+
+def _forecast(mean: list[list[float]], sigma: list[list[float]]) -> Forecast:
+    return Forecast(np.array(mean, dtype=float), np.array(sigma, dtype=float))
+
+
+# two tenants, three hours
+FC = _forecast([[10, 12, 11], [20, 18, 25]], [[1, 2, 1], [0, 0, 4]])
+
+
+def test_eq9_sums_each_tenants_peak_of_the_p_bound_over_h() -> None:
+    # H = 1: only hour 1: (10 + 1.2816) + 20
+    assert aggregate_upper_demand(FC, 0.9, 1) == pytest.approx(30 + Z90)
+    # H = 2: tenant 0 peak = max(10 + z, 12 + 2z) = 12 + 2z; tenant 1 peak = max(20, 18) = 20
+    assert aggregate_upper_demand(FC, 0.9, 2) == pytest.approx(32 + 2 * Z90)
+    # H = 3: tenant 1 hour 3 = 25 + 4z beats 20
+    assert aggregate_upper_demand(FC, 0.9, 3) == pytest.approx(12 + 2 * Z90 + 25 + 4 * Z90)
+
+
+def test_eq9_inventory_is_capacity_minus_demand_and_zero_when_saturated() -> None:
+    sqa = SpotQuotaAllocator(QuotaParams(horizon_hours=2))
+    assert sqa.inventory(100.0, FC) == pytest.approx(100 - 32 - 2 * Z90)  # 65.437
+    # the printed C - max(C, D) would be <= 0 always; the corrected form clips at 0
+    assert sqa.inventory(30.0, FC) == 0.0
+    assert sqa.inventory(32 + 2 * Z90, FC) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_eq9_rejects_a_forecast_shorter_than_h() -> None:
+    sqa = SpotQuotaAllocator(QuotaParams(horizon_hours=4))
+    with pytest.raises(InvalidInput, match="H = 4"):
+        sqa.inventory(100.0, FC)
+
+
+def test_eq10_quota_is_min_of_scaled_inventory_and_idle_plus_guaranteed_spot() -> None:
+    sqa = SpotQuotaAllocator(QuotaParams(horizon_hours=1))
+    f = 100 - 30 - Z90  # 68.718
+    assert sqa.eta == 1.0
+    assert sqa.quota(100.0, FC, s0=50.0, sa=10.0) == pytest.approx(60.0)  # S0 + Sa binds
+    assert sqa.quota(100.0, FC, s0=60.0, sa=20.0) == pytest.approx(f)  # f * eta binds
+    sqa.update_eta(0.30, 0.0)  # eta = 0.1 / 0.3
+    assert sqa.quota(100.0, FC, s0=60.0, sa=20.0) == pytest.approx(f / 3)
+    with pytest.raises(InvalidInput, match="s0"):
+        sqa.quota(100.0, FC, s0=-1.0, sa=0.0)
+
+
+def test_eq11_high_eviction_shrinks_eta_by_eps_over_e() -> None:
+    sqa = SpotQuotaAllocator()  # p = 0.9 -> eps = 0.1, case 1 when e > 0.15
+    assert sqa.update_eta(0.2, 10.0) == pytest.approx(0.5)
+    assert sqa.update_eta(0.4, 99999.0) == pytest.approx(0.125)  # high queue does not matter
+
+
+def test_eq11_low_eviction_and_long_queue_grows_eta() -> None:
+    sqa = SpotQuotaAllocator()  # case 2 when e < 0.05 and l > 3600 s
+    assert sqa.update_eta(0.02, 3601.0) == pytest.approx(1.3)  # 1.5 - 0.02 / 0.1
+    assert sqa.update_eta(0.0, 7200.0) == pytest.approx(1.3 * 1.5)
+
+
+def test_eq11_otherwise_eta_is_unchanged() -> None:
+    sqa = SpotQuotaAllocator()
+    assert sqa.update_eta(0.02, 3600.0) == 1.0  # queue not above theta
+    assert sqa.update_eta(0.10, 99999.0) == 1.0  # eviction between 0.5 eps and 1.5 eps
+    assert sqa.update_eta(0.15, 0.0) == 1.0  # boundary 1.5 eps is not "above"
+    assert sqa.update_eta(0.05, 99999.0) == 1.0  # boundary 0.5 eps is not "below"
+    assert sqa.updates == 4
+
+
+def test_eta_is_clamped_and_survives_a_state_round_trip() -> None:
+    sqa = SpotQuotaAllocator(QuotaParams(eta_max=2.0, eta_min=0.1))
+    for _ in range(5):
+        sqa.update_eta(0.0, 1e6)
+    assert sqa.eta == 2.0
+    for _ in range(5):
+        sqa.update_eta(1.0, 0.0)
+    assert sqa.eta == pytest.approx(0.1)
+    other = SpotQuotaAllocator()
+    other.load_state_dict(sqa.state_dict())
+    assert (other.eta, other.updates, other.params) == (sqa.eta, 10, sqa.params)
+    with pytest.raises(InvalidInput, match="state"):
+        other.load_state_dict({"eta": 1.0})
+
+
+def test_bad_inputs_name_the_field() -> None:
+    with pytest.raises(InvalidInput, match="eviction_rate"):
+        SpotQuotaAllocator().update_eta(1.5, 0.0)
+    with pytest.raises(InvalidInput, match="^p:"):
+        QuotaParams(p=1.0)
+    with pytest.raises(InvalidInput, match="horizon_hours"):
+        QuotaParams(horizon_hours=0)
