@@ -30,6 +30,11 @@ from policies.survival import KaplanMeier, validate_lifetimes
 log = logging.getLogger(__name__)
 
 
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: a fit whose support ends before some lifetime has loglik None."""
+    return round(x, 4) if np.isfinite(x) else None
+
+
 def fit_group(g: GceLifetimes, limit: float, grace: float, *, lsq: bool = True) -> dict[str, Any]:
     data = validate_lifetimes(g.lifetime_hours, g.preempted, limit, grace)
     km = KaplanMeier.fit(g.lifetime_hours, g.preempted, limit, grace)
@@ -42,9 +47,9 @@ def fit_group(g: GceLifetimes, limit: float, grace: float, *, lsq: bool = True) 
             m: PreemptionModel = cls.fit(g.lifetime_hours, g.preempted, limit, method, grace)
             res[cls.name] = {"params": {k: float(f"{v:.10g}") for k, v in m.params.items()},
                              "sse": round(sse_against_km(m, km), 6),
-                             "loglik": round(m.loglik(data), 4), "aic": round(m.aic(data), 4)}
+                             "loglik": _finite(m.loglik(data)), "aic": _finite(m.aic(data))}
         out[key] = res
-    out["best"] = min(out["models"], key=lambda k: out["models"][k]["aic"])
+    out["best"] = min(out["models"], key=lambda k: out["models"][k]["aic"] or np.inf)
     return out
 
 
@@ -105,7 +110,7 @@ def table(res: dict[str, Any]) -> str:
         label = f"{gr['machine_type']} {gr.get('period', gr['zone'])}"
         p = gr["models"]["bathtub"]["params"]
         lines.append(f"{label:<34}{gr['n']:>5}{gr['n_preempted']:>5}  "
-                     + "".join(f"{gr['models'][n]['aic']:>12.1f}" for n in names)
+                     + "".join(f"{gr['models'][n]['aic'] or np.inf:>12.1f}" for n in names)
                      + f"  {gr['best']:<12}({p['A']:.3f}, {p['tau1']:.2f}, {p['tau2']:.2f}, {p['b']:.2f})")
         lines.append(f"{'   SSE mle / km_lsq':<44}" + "".join(
             f"{gr['models'][n]['sse']:>6.3f}/{gr['models_km_lsq'][n]['sse']:<5.3f}" for n in names))

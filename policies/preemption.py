@@ -117,6 +117,14 @@ class PreemptionModel(ABC):
     def from_vector(cls, vector: ArrayLike, max_lifetime: float = 24.0) -> Self:
         return cls(*[float(v) for v in np.asarray(vector).ravel()], limit=max_lifetime)  # type: ignore[call-arg]
 
+    @classmethod
+    def _decode(cls, v: ArrayLike, max_lifetime: float) -> Self:
+        """Model from a vector in fit space (bounded by ``bounds``); identity by default."""
+        return cls.from_vector(v, max_lifetime)
+
+    def _encode(self) -> tuple[float, ...]:
+        return self.vector
+
     @cached_property
     def support_end(self) -> float:
         """Where F_c reaches 1 (if before L), else L."""
@@ -203,7 +211,8 @@ class PreemptionModel(ABC):
         with np.errstate(divide="ignore"):
             ll = np.log(self.pdf(t[p & ~lim])).sum()
             ll += np.log(self.sf(t[~p & ~lim])).sum()
-            ll += int(lim.sum()) * (math.log(self.atom) if self.atom > 0 else -math.inf)
+            if lim.any():
+                ll += int(lim.sum()) * (math.log(self.atom) if self.atom > 0 else -math.inf)
         return float(ll)
 
     def aic(self, data: CensoredLifetimes) -> float:
@@ -227,7 +236,7 @@ class PreemptionModel(ABC):
         lsq = cls._fit_km_lsq(data, km)
         if method == "km_lsq":
             return lsq
-        return cls._fit_mle(data, [lsq.vector, *cls._initial_guesses(data)])
+        return cls._fit_mle(data, [lsq._encode(), *cls._initial_guesses(data)])
 
     @classmethod
     def _fit_km_lsq(cls, data: CensoredLifetimes, km: KaplanMeier) -> Self:
@@ -238,7 +247,7 @@ class PreemptionModel(ABC):
         lo, hi = (np.array(b) for b in zip(*cls.bounds, strict=True))
 
         def f(t: FloatArray, *p: float) -> FloatArray:
-            return cls.from_vector(p, L).cdf(t)
+            return cls._decode(p, L).cdf(t)
 
         best: Self | None = None
         best_sse = math.inf
@@ -251,12 +260,12 @@ class PreemptionModel(ABC):
             except (RuntimeError, ValueError) as exc:
                 log.debug("%s km_lsq start %s failed: %s", cls.name, p0, exc)
                 continue
-            m = cls.from_vector(popt, L)
+            m = cls._decode(popt, L)
             sse = float(((m.cdf(x) - y) ** 2).sum())
             if sse < best_sse:
                 best, best_sse = m, sse
         if best is None:
-            best = cls.from_vector(cls._initial_guesses(data)[0], L)
+            best = cls._decode(cls._initial_guesses(data)[0], L)
         return best
 
     @classmethod
@@ -265,7 +274,7 @@ class PreemptionModel(ABC):
         bnds = list(cls.bounds)
 
         def nll(v: FloatArray) -> float:
-            ll = cls.from_vector(v, L).loglik(data)
+            ll = cls._decode(v, L).loglik(data)
             return -ll if np.isfinite(ll) else 1e12
 
         best_v: FloatArray | None = None
@@ -282,7 +291,7 @@ class PreemptionModel(ABC):
         if best_v is None:
             raise InvalidInput("lifetimes", f"no {cls.name} parameters give a finite likelihood",
                                fix="check the data (lifetimes in hours, preempted mask)")
-        return cls.from_vector(best_v, L)
+        return cls._decode(best_v, L)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -301,8 +310,22 @@ class BathtubModel(PreemptionModel):
 
     name: ClassVar[str] = "bathtub"
     param_names: ClassVar[tuple[str, ...]] = ("A", "tau1", "tau2", "b")
+    # fit space: (F_c(L) = 1 - atom, tau1, tau2, b), so F never reaches 1 before the limit
     bounds: ClassVar[tuple[tuple[float, float], ...]] = (
         (1e-3, 1.0), (1e-2, 1e3), (0.05, 24.0), (0.0, 48.0))
+
+    @staticmethod
+    def _shape(t: float, tau1: float, tau2: float, b: float) -> float:
+        return float(1 - math.exp(-t / tau1) + math.exp(min((t - b) / tau2, _EXP_CAP))
+                     - math.exp(-b / tau2))
+
+    @classmethod
+    def _decode(cls, v: ArrayLike, max_lifetime: float) -> Self:
+        mass, tau1, tau2, b = (float(x) for x in np.asarray(v).ravel())
+        return cls(mass / cls._shape(max_lifetime, tau1, tau2, b), tau1, tau2, b, limit=max_lifetime)
+
+    def _encode(self) -> tuple[float, ...]:
+        return (min(1.0, 1.0 - self.atom), self.tau1, self.tau2, self.b)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -331,8 +354,8 @@ class BathtubModel(PreemptionModel):
     @classmethod
     def _initial_guesses(cls, data: CensoredLifetimes) -> list[tuple[float, ...]]:
         L = data.max_lifetime
-        return [(0.45, 1.0, 0.8, L), (0.4, 3.0, 0.5, L - 0.5), (0.6, 0.5, 0.3, L + 0.5),
-                (0.3, 5.0, 1.0, L - 1.0)]
+        return [(0.9, 1.0, 0.8, L - 1.0), (0.95, 3.0, 0.5, L - 0.5), (0.6, 0.5, 0.3, L + 0.5),
+                (0.99, 3.0, 0.3, L - 0.3)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -470,4 +493,4 @@ def default_gce_model() -> BathtubModel:
     return BathtubModel(A=A, tau1=tau1, tau2=tau2, b=b, limit=GCE_LIMIT_HOURS)
 
 
-_GCE_HC16: tuple[float, float, float, float] = (0.43289, 3.49213, 0.76324, 24.79343)
+_GCE_HC16: tuple[float, float, float, float] = (0.431879, 3.482389, 0.785511, 24.784165)
