@@ -10,6 +10,10 @@ same objects.
 Rules (Sec. 3.3): Thrifty (idle once done), Safety Net (idle and ``R(t) < C(t) + 2d`` -> on-demand
 until the end), Exploitation (stay on a spot instance until it is preempted).
 
+Gangs of N instances (Sec. 5.5): by the Polarization rule a job holds N instances of one kind or
+none, so the same policies drive a gang when ``spot_available`` means "all N spot instances can be
+had" (``SpotTrace.spot_up(N)``); prices in the task are per instance and the simulator bills N.
+
 Decisions are taken at ticks of ``tick_hours`` (the trace gap; 0 = continuous time). With a tick
 longer than ``d`` an idle tick can eat more slack than the paper's Safety Net keeps, so the idle
 margin is ``max(2d, d + tick)``: after one more idle tick on-demand still finishes in time
