@@ -213,7 +213,7 @@ def table3(args: argparse.Namespace) -> dict[str, Any]:
             "od_hours": round(float(rows[:, 1].mean()), 3),
             "spot_hours": round(spot, 3),
             "od_std": round(float(rows[:, 1].std()), 2),
-            "spot_util": round(spot / omni_spot, 4) if omni_spot == omni_spot and omni_spot > 0 else float("nan"),
+            "spot_util": round(spot / omni_spot, 4) if omni_spot == omni_spot and omni_spot > 0 else None,
             "cost": round(float(rows[:, 0].mean()), 3),
             "missed": int(rows[:, 3].sum()),
             "changeovers": round(float(rows[:, 4].mean()), 2),
@@ -262,7 +262,8 @@ def print_table3(out: dict[str, Any]) -> None:
         paper = out["paper"].get(name)
         ptxt = f"{paper['od_hours']:.1f} / {paper['spot_hours']:.1f}" if paper else ""
         label = f"{name}(n={out['time_sliced_n']})" if name == "time_sliced" else name
-        print(f"{label:<20}{r['od_hours']:>8.2f}{r['spot_hours']:>8.2f}{r['spot_util']:>7.0%}{r['cost']:>9.2f}{r['missed']:>7d}"
+        util = f"{r['spot_util']:>7.0%}" if r["spot_util"] is not None else f"{'-':>7}"
+        print(f"{label:<20}{r['od_hours']:>8.2f}{r['spot_hours']:>8.2f}{util}{r['cost']:>9.2f}{r['missed']:>7d}"
               f"{r['changeovers']:>6.1f}{r['policy_seconds']:>8.1f}   {ptxt}")
     print(f"greedy+UP+on-demand replay time {out['core_policy_seconds']} s; decide() us {out['decide_us']}; "
           f"total {out['seconds']} s on {out['workers']} worker(s)")
