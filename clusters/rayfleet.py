@@ -1,0 +1,314 @@
+"""Fleet provider backed by the Ray autoscaler, for spotplane running inside ``ray up ray-cluster.yaml``.
+
+Calls made (and nothing else): ``ray.autoscaler.sdk.request_resources(bundles=...)`` and
+``ray.util.state.list_nodes(detail=True)``.
+
+An "instance" here is a *slot*: one whole node of a Ray node type (``gpu_spot_a10g``...), asked
+of the autoscaler as one bundle holding all of that type's resources, so one bundle means one
+node. Slot ids are ``<intent_id>/<index>`` and stay the same for the slot's life; the Ray node
+that fills it is in ``tags['ray_node_id']``. ``request_resources`` is declarative (each call
+replaces the last), so the provider always sends the bundles of every live slot.
+
+- READY: an alive node whose custom resources match the slot's node type and no other slot holds.
+- PREEMPTED: that node is DEAD in the state API and we did not release it (the state message,
+  e.g. "Unexpected termination: health check failed", is the detail). The two-minute / 30 s
+  notice comes from the node's own metadata watcher (:mod:`clusters.metadata`), not from here.
+- LAUNCH_FAILED: no node came within ``launch_timeout_s``; the bundle is withdrawn.
+- TERMINATED: we released the slot (its bundle is withdrawn; the autoscaler removes the idle node).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clusters.fleet import (
+    EventKind,
+    FleetEvent,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Offer,
+)
+from controlplane.clock import Clock, WallClock
+from controlplane.errors import CapacityUnavailable, CloudError, ConfigError, InvalidInput
+
+log = logging.getLogger(__name__)
+
+CLOUD = "ray"
+NOT_CUSTOM = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
+DEFAULT_SPOT_DISCOUNT = 0.35  # spot ~ 1/3 of on-demand when the config names no price
+
+Bundle = dict[str, float]
+NodeLister = Callable[[], list[dict[str, Any]]]
+ResourceRequester = Callable[[list[Bundle]], None]
+
+
+@dataclass(frozen=True)
+class NodeTypeSpec:
+    """One worker node type of the autoscaler config, as the placement sees it."""
+
+    name: str
+    resources: dict[str, float]
+    max_workers: int
+    zone: str
+    on_demand_price: float
+    spot_price: float
+
+    @property
+    def market(self) -> Market:
+        return Market.SPOT if self.resources.get("spot", 0) > 0 else Market.ON_DEMAND
+
+    @property
+    def accelerator(self) -> str:
+        names = [k.split(":", 1)[1] for k in self.resources if k.startswith("accelerator_type:")]
+        return names[0] if names else ""
+
+    @property
+    def accelerator_count(self) -> int:
+        return int(self.resources.get("GPU", 1 if self.accelerator else 0))
+
+    @property
+    def custom(self) -> dict[str, float]:
+        return {k: v for k, v in self.resources.items() if k not in NOT_CUSTOM}
+
+    def bundle(self) -> Bundle:
+        return {k: float(v) for k, v in self.resources.items() if k not in ("memory", "object_store_memory")}
+
+
+@dataclass
+class Slot:
+    slot_id: str
+    intent_id: str
+    spec: NodeTypeSpec
+    tags: dict[str, str]
+    requested_at: float
+    node_id: str = ""
+    state: InstanceState = InstanceState.PENDING
+    released: bool = False
+    reported: set[EventKind] = field(default_factory=set)
+
+
+def node_types_from_config(config: dict[str, Any], prices: dict[str, tuple[float, float]] | None = None,
+                           ) -> dict[str, NodeTypeSpec]:
+    """Worker node types of a cluster-launcher config (``ray-cluster.yaml`` shape)."""
+    from clusters.aws import ON_DEMAND_USD_PER_HOUR
+    from clusters.gcp import PRICES
+
+    types = config.get("available_node_types") or {}
+    head = config.get("head_node_type")
+    zone = str((config.get("provider") or {}).get("availability_zone", "ray")).split(",")[0] or "ray"
+    out = {}
+    for name, node in types.items():
+        if name == head:
+            continue
+        resources = {k: float(v) for k, v in (node.get("resources") or {}).items()}
+        if "spot" not in resources and "on_demand" not in resources:
+            raise ConfigError(f"ray fleet: node type {name!r} has neither a 'spot' nor an 'on_demand' resource",
+                              fix="add resources: {spot: 1} or {on_demand: 1} to it")
+        nc = node.get("node_config") or {}
+        machine = str(nc.get("InstanceType") or nc.get("machineType") or name)
+        od = ON_DEMAND_USD_PER_HOUR.get(machine, PRICES.get(machine, (math.nan, math.nan))[1])
+        spot = PRICES.get(machine, (od * DEFAULT_SPOT_DISCOUNT, od))[0]
+        if prices and name in prices:
+            spot, od = prices[name]
+        out[name] = NodeTypeSpec(name, resources, int(node.get("max_workers", config.get("max_workers", 0))),
+                                 zone, od, spot)
+    return out
+
+
+def _state_api_nodes() -> list[dict[str, Any]]:
+    """Every node of the cluster this process is connected to (not "the" Ray on this machine)."""
+    import ray
+    from ray.util.state import list_nodes
+
+    address = ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+    return [n if isinstance(n, dict) else n.__dict__ for n in
+            list_nodes(address=address, detail=True, limit=10_000, raise_on_missing_output=False)]
+
+
+def _request(bundles: list[Bundle]) -> None:
+    from ray.autoscaler.sdk import request_resources
+
+    request_resources(bundles=bundles)
+
+
+class RayAutoscalerFleet:
+    """FleetProvider that asks the Ray autoscaler for whole nodes of its configured node types."""
+
+    name = CLOUD
+
+    def __init__(self, node_types: dict[str, NodeTypeSpec], *, clock: Clock | None = None,
+                 list_nodes: NodeLister | None = None, request: ResourceRequester | None = None,
+                 launch_timeout_s: float = 900.0) -> None:
+        if not node_types:
+            raise ConfigError("ray fleet: the autoscaler config has no worker node types",
+                              fix="add GPU worker types to ray-cluster.yaml")
+        self.node_types = node_types
+        self.clock: Clock = clock or WallClock()
+        self._list_nodes = list_nodes or _state_api_nodes
+        self._request = request or _request
+        self.launch_timeout_s = launch_timeout_s
+        self.slots: dict[str, Slot] = {}
+        self.requested: list[Bundle] = []
+
+    @classmethod
+    def from_options(cls, **options: Any) -> RayAutoscalerFleet:
+        """Options: config (path of the cluster yaml; default ~/ray_bootstrap_config.yaml on a
+        ``ray up`` head, else ./ray-cluster.yaml), prices, launch_timeout_s, address, clock."""
+        import ray
+        import yaml
+
+        path = options.get("config")
+        if path is None:
+            bootstrap = Path("~/ray_bootstrap_config.yaml").expanduser()
+            path = bootstrap if bootstrap.exists() else Path("ray-cluster.yaml")
+        try:
+            config = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"ray fleet: no cluster config at {path}",
+                              fix="pass config=PATH of the yaml `ray up` used") from exc
+        if not ray.is_initialized():
+            ray.init(address=options.get("address", "auto"), log_to_driver=False)
+        return cls(node_types_from_config(config, options.get("prices")), clock=options.get("clock"),
+                   launch_timeout_s=float(options.get("launch_timeout_s", 900.0)))
+
+    # ---------------------------------------------------------------- catalog
+    def offers(self) -> list[Offer]:
+        return [Offer(CLOUD, s.zone, s.name, s.accelerator, s.accelerator_count,
+                      s.spot_price if s.market == Market.SPOT else math.nan, s.on_demand_price)
+                for s in self.node_types.values()]
+
+    def _live_slots(self, type_name: str) -> int:
+        return sum(1 for s in self.slots.values() if s.spec.name == type_name and not s.released
+                   and s.state in (InstanceState.PENDING, InstanceState.RUNNING, InstanceState.NOTICED))
+
+    def spot_available(self, zone: str, instance_type: str) -> bool:
+        spec = self.node_types.get(instance_type)
+        if spec is None or spec.market != Market.SPOT or zone not in (spec.zone, CLOUD):
+            return False
+        return self._live_slots(instance_type) < spec.max_workers
+
+    # ---------------------------------------------------------------- launch / terminate
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        spec = self.node_types.get(request.instance_type)
+        if spec is None:
+            raise InvalidInput("instance_type", f"{request.instance_type!r} is not a node type of the cluster",
+                               fix=f"use one of {', '.join(sorted(self.node_types))}")
+        if spec.market != request.market:
+            raise InvalidInput("market", f"node type {spec.name} is {spec.market.value}, not {request.market.value}",
+                               fix="pick a node type of that market")
+        if request.count < 1:
+            raise InvalidInput("count", f"must be >= 1, got {request.count}", fix="launch at least one")
+        mine = [s for s in self.slots.values() if s.intent_id == request.intent_id]
+        if mine:
+            return [self._instance(s) for s in mine]
+        if self._live_slots(spec.name) + request.count > spec.max_workers:
+            raise CapacityUnavailable(request.zone, spec.name, f"max_workers={spec.max_workers} reached")
+        now = self.clock.now()
+        new = [Slot(f"{request.intent_id}/{i}", request.intent_id, spec, dict(request.tags), now)
+               for i in range(request.count)]
+        for slot in new:
+            self.slots[slot.slot_id] = slot
+        self._send()
+        return [self._instance(s) for s in new]
+
+    def _send(self) -> None:
+        bundles = [s.spec.bundle() for s in self.slots.values()
+                   if not s.released and s.state in (InstanceState.PENDING, InstanceState.RUNNING, InstanceState.NOTICED)]
+        try:
+            self._request(bundles)
+        except Exception as exc:
+            raise CloudError(f"ray: request_resources failed: {exc}",
+                             fix="is this process connected to the cluster (ray.init(address='auto'))?") from exc
+        self.requested = bundles
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        changed = False
+        for iid in instance_ids:
+            slot = self.slots.get(iid)
+            if slot is None or slot.released or slot.state in (InstanceState.PREEMPTED, InstanceState.TERMINATED):
+                continue
+            slot.released, slot.state, changed = True, InstanceState.TERMINATED, True
+        if changed:
+            self._send()
+
+    # ---------------------------------------------------------------- views and events
+    def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:
+        ids = list(self.slots) if instance_ids is None else [i for i in instance_ids if i in self.slots]
+        return [self._instance(self.slots[i]) for i in ids]
+
+    def _instance(self, slot: Slot) -> Instance:
+        spec = slot.spec
+        price = spec.spot_price if spec.market == Market.SPOT else spec.on_demand_price
+        tags = dict(slot.tags)
+        if slot.node_id:
+            tags["ray_node_id"] = slot.node_id
+        return Instance(slot.slot_id, CLOUD, spec.zone, spec.name, spec.market, slot.state, slot.requested_at,
+                        price, spec.accelerator, spec.accelerator_count, slot.intent_id, tags)
+
+    def poll_events(self) -> list[FleetEvent]:
+        now = self.clock.now()
+        try:
+            nodes = [n for n in self._list_nodes() if not n.get("is_head_node")]
+        except Exception as exc:
+            raise CloudError(f"ray: state API list_nodes failed: {exc}",
+                             fix="is the dashboard (state API) running on the head?") from exc
+        by_id = {n["node_id"]: n for n in nodes}
+        events = self._deaths(by_id, now)
+        events += self._bindings(nodes, now)
+        events += self._timeouts(now)
+        if any(e.kind in (EventKind.PREEMPTED, EventKind.LAUNCH_FAILED) for e in events):
+            self._send()  # withdraw the bundles of slots that are over
+        return events
+
+    def _event(self, slot: Slot, kind: EventKind, now: float, detail: str = "") -> list[FleetEvent]:
+        if kind in slot.reported:
+            return []
+        slot.reported.add(kind)
+        return [FleetEvent(kind, slot.slot_id, slot.spec.zone, now, detail=detail)]
+
+    def _deaths(self, by_id: dict[str, dict[str, Any]], now: float) -> list[FleetEvent]:
+        events = []
+        for slot in self.slots.values():
+            if slot.released:
+                events += self._event(slot, EventKind.TERMINATED, now, "released")
+                continue
+            node = by_id.get(slot.node_id) if slot.node_id else None
+            if node is not None and node.get("state") == "DEAD" and slot.state != InstanceState.PREEMPTED:
+                slot.state = InstanceState.PREEMPTED
+                events += self._event(slot, EventKind.PREEMPTED, now, str(node.get("state_message") or "node died"))
+        return events
+
+    def _bindings(self, nodes: list[dict[str, Any]], now: float) -> list[FleetEvent]:
+        taken = {s.node_id for s in self.slots.values() if s.node_id}
+        events = []
+        for slot in sorted(self.slots.values(), key=lambda s: (s.requested_at, s.slot_id)):
+            if slot.node_id or slot.released or slot.state != InstanceState.PENDING:
+                continue
+            for node in nodes:
+                if node.get("state") == "ALIVE" and node["node_id"] not in taken and _fits(slot.spec, node):
+                    slot.node_id, slot.state = node["node_id"], InstanceState.RUNNING
+                    taken.add(node["node_id"])
+                    events += self._event(slot, EventKind.READY, now)
+                    break
+        return events
+
+    def _timeouts(self, now: float) -> list[FleetEvent]:
+        events = []
+        for slot in self.slots.values():
+            if slot.state == InstanceState.PENDING and not slot.released and now - slot.requested_at > self.launch_timeout_s:
+                slot.state = InstanceState.TERMINATED
+                events += self._event(slot, EventKind.LAUNCH_FAILED, now,
+                                      f"no {slot.spec.name} node within {self.launch_timeout_s:.0f}s")
+        return events
+
+
+def _fits(spec: NodeTypeSpec, node: dict[str, Any]) -> bool:
+    total = node.get("resources_total") or {}
+    return all(abs(float(total.get(k, 0.0)) - v) < 1e-9 for k, v in spec.custom.items())
