@@ -110,11 +110,12 @@ def run(runs: int = 10_000, quick: bool = False, seed: int = 1) -> dict[str, Any
         "summary": {"max_dp_pct_under_2h": max(short), "max_dp_pct_4_9h": max(mid) if mid else None,
                     "young_daly_over_dp_ratio": round(ratio, 3),
                     "max_dp_pct_4h_age_5_15": max(mid_age), "max_mc_rel_err_pct": mc_err},
-        "targets": {"dp<10%_under_2h": max(short) < 10, "dp<5%_4_9h": bool(mid) and max(mid) < 5,
-                    "young_daly>=3x": ratio >= 3, "4h_age_5_15<2%": max(mid_age) < 2,
-                    "mc_within_2%": mc_err < 2,
-                    "5h<0.2s": secs.get("5h", math.inf) < 0.2, "24h<5s": secs["24h"] < 5,
-                    "5h<0.2s_cpu": cpu.get("5h", math.inf) < 0.2, "24h<5s_cpu": cpu["24h"] < 5},
+        "targets": {k: bool(v) for k, v in {
+            "dp<10%_under_2h": max(short) < 10, "dp<5%_4_9h": bool(mid) and max(mid) < 5,
+            "young_daly>=3x": ratio >= 3, "4h_age_5_15<2%": max(mid_age) < 2,
+            "mc_within_2%": mc_err < 2,
+            "5h<0.2s": secs.get("5h", math.inf) < 0.2, "24h<5s": secs["24h"] < 5,
+            "5h<0.2s_cpu": cpu.get("5h", math.inf) < 0.2, "24h<5s_cpu": cpu["24h"] < 5}.items()},
         "seconds_total": round(time.perf_counter() - t0, 2),
     }
 

@@ -66,9 +66,9 @@ def run(max_groups: int | None = None, min_size: int = 40) -> dict[str, Any]:
         if len(g) >= min_size and (max_groups is None or mt == "n1-highcpu-16"):
             pooled.append({"machine_type": mt, "zone": "all", **fit_group(g, lim, grace)})
     day = all_vms.daytime()
-    day_night = [{"machine_type": "all", "zone": "all", "period": name,
-                  **fit_group(all_vms.subset(mask), lim, grace)}
-                 for name, mask in [("day 8-20h", day), ("night 20-8h", ~day)]]
+    day_night = [] if max_groups is not None else [
+        {"machine_type": "all", "zone": "all", "period": name, **fit_group(all_vms.subset(mask), lim, grace)}
+        for name, mask in [("day 8-20h", day), ("night 20-8h", ~day)]]
     clipped = [{"machine_type": mt, "zone": z, **fit_group(g, 24.0, 1.0, lsq=False)}
                for mt, z, g in pairs]
     hc16 = next(p for p in pooled if p["machine_type"] == "n1-highcpu-16")
@@ -87,8 +87,8 @@ def run(max_groups: int | None = None, min_size: int = 40) -> dict[str, Any]:
                 sum(x["best"] == "bathtub" for x in every) / len(every), 4),
             "n1_highcpu_16_b": hc16["models"]["bathtub"]["params"]["b"],
             "n1_highcpu_16_b_km_lsq": hc16["models_km_lsq"]["bathtub"]["params"]["b"],
-            "targets": {"bathtub_best_fraction>=0.8": frac >= 0.8,
-                        "b_in_22_25": 22 <= hc16["models"]["bathtub"]["params"]["b"] <= 25},
+            "targets": {"bathtub_best_fraction>=0.8": bool(frac >= 0.8),
+                        "b_in_22_25": bool(22 <= hc16["models"]["bathtub"]["params"]["b"] <= 25)},
         },
         "clipped_24h": {
             "note": "limit 24 h, kills reported at 24.0-24.8 h clipped into an atom at 24 h",

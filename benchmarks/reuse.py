@@ -77,8 +77,8 @@ def run(job_hours: float = 6.0, age_step: float = 0.25) -> dict[str, Any]:
         "by_job_hours": by_job,
         "crossover": [{**c, "crossover_job_hours": None if not np.isfinite(c["crossover_job_hours"])
                        else c["crossover_job_hours"]} for c in crossover],
-        "targets": {"switch_age<=18h": switch is not None and switch <= 18.0,
-                    "never_above": never_above, "reduction>=30%": reduction >= 30.0},
+        "targets": {"switch_age<=18h": bool(switch is not None and switch <= 18.0),
+                    "never_above": bool(never_above), "reduction>=30%": bool(reduction >= 30.0)},
         "seconds": round(time.perf_counter() - t0, 3),
     }
 

@@ -283,14 +283,18 @@ class PreemptionModel(ABC):
             x0 = np.clip(np.asarray(p0, dtype=np.float64), [b[0] for b in bnds], [b[1] for b in bnds])
             if nll(x0) >= 1e12:
                 continue
-            r = optimize.minimize(nll, x0, method="Nelder-Mead", bounds=bnds,
-                                  options={"xatol": 1e-5, "fatol": 1e-7, "maxiter": 1500})
-            r = optimize.minimize(nll, r.x, method="L-BFGS-B", bounds=bnds)
+            r = optimize.minimize(nll, x0, method="L-BFGS-B", bounds=bnds)
             if r.fun < best:
                 best, best_v = float(r.fun), np.asarray(r.x)
         if best_v is None:
             raise InvalidInput("lifetimes", f"no {cls.name} parameters give a finite likelihood",
                                fix="check the data (lifetimes in hours, preempted mask)")
+        # polish the best start: Nelder-Mead then L-BFGS-B again (kinks at the bounds)
+        r = optimize.minimize(nll, best_v, method="Nelder-Mead", bounds=bnds,
+                              options={"xatol": 1e-7, "fatol": 1e-9, "maxiter": 2000})
+        r = optimize.minimize(nll, r.x, method="L-BFGS-B", bounds=bnds)
+        if r.fun < best:
+            best_v = np.asarray(r.x)
         return cls._decode(best_v, L)
 
 
