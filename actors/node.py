@@ -8,6 +8,7 @@ the controller folds the fleet's events itself and NodeActors are optional.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import ray
@@ -37,6 +38,25 @@ class NodeActor:
         return {"node_id": self.node_id, "instance_id": self.instance_id,
                 "age_s": now - self.started_at, "since_heartbeat_s": now - self.last_beat,
                 "noticed": bool(self.notices), "notices": list(self.notices)}
+
+    def watch_metadata(self, cloud: str, listeners: Sequence[tuple[Any, str]] = (),
+                       base_url: str | None = None) -> None:
+        """Watch this node's metadata server (``clusters.metadata``); on a notice record it and
+        call ``listener.<method>(instance_id, seconds_left)`` at once (``.remote`` on actors)."""
+        from clusters.metadata import NoticeWatch, PreemptionNotice, watcher_for
+
+        def on_notice(n: PreemptionNotice) -> None:
+            self.notice(n.seconds_left, source=f"{n.cloud}-metadata")
+            for handle, method in listeners:
+                fn = getattr(handle, method)
+                getattr(fn, "remote", fn)(self.instance_id, n.seconds_left)
+
+        self._watch = NoticeWatch(watcher_for(cloud, base_url, self.clock), on_notice).start()
+
+    def stop_watching(self) -> None:
+        watch = getattr(self, "_watch", None)
+        if watch is not None:
+            watch.stop()
 
     def ray_node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -104,20 +105,29 @@ def handler_for(state: MetadataState) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture
-def metadata() -> Iterator[tuple[MetadataState, str]]:
+@contextmanager
+def serve_metadata() -> Iterator[tuple[MetadataState, str]]:
+    """Both fake metadata servers on one free port (AWS paths under /latest, GCE under /computeMetadata)."""
     state = MetadataState()
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(state))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield state, f"http://127.0.0.1:{server.server_address[1]}"
-    with state.cond:
-        state.preempted = True
-        state.etag += 1
-        state.cond.notify_all()  # release hanging GETs
-    server.shutdown()
-    server.server_close()
+    try:
+        yield state, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        with state.cond:
+            state.preempted = True
+            state.etag += 1
+            state.cond.notify_all()  # release hanging GETs
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def metadata() -> Iterator[tuple[MetadataState, str]]:
+    with serve_metadata() as served:
+        yield served
 
 
 def test_aws_no_notice_is_404_then_the_notice(metadata: tuple[MetadataState, str]) -> None:
