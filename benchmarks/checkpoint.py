@@ -106,7 +106,10 @@ def run(runs: int = 10_000, quick: bool = False, seed: int = 1) -> dict[str, Any
         "seconds": {"5h": secs.get("5h", math.nan), "24h": secs["24h"], "all": secs,
                     "cpu": cpu},
         "scaling_exponent": exponent,
-        "paper_like_model": {"params": PAPER_LIKE.params, "fresh_vm": paper},
+        "paper_like_model": {"params": PAPER_LIKE.params, "fresh_vm": paper,
+                             "young_daly_over_dp_ratio": round(float(
+                                 np.mean([r["young_daly_increase_pct"] for r in paper])
+                                 / np.mean([r["dp_increase_pct"] for r in paper])), 3)},
         "summary": {"max_dp_pct_under_2h": max(short), "max_dp_pct_4_9h": max(mid) if mid else None,
                     "young_daly_over_dp_ratio": round(ratio, 3),
                     "max_dp_pct_4h_age_5_15": max(mid_age), "max_mc_rel_err_pct": mc_err},
@@ -138,7 +141,7 @@ def table(res: dict[str, Any]) -> str:
     p = res["paper_like_model"]
     lines.append(f"paper-like model {p['params']}: " + ", ".join(
         f"{r['job_hours']:g}h DP {r['dp_increase_pct']:.2f}% YD {r['young_daly_increase_pct']:.2f}%"
-        for r in p["fresh_vm"]))
+        for r in p["fresh_vm"]) + f"; Young-Daly/DP {p['young_daly_over_dp_ratio']}x")
     s = res["summary"]
     lines.append(f"max DP increase <2 h jobs {s['max_dp_pct_under_2h']:.2f}% (target <10%), 4-9 h "
                  f"{s['max_dp_pct_4_9h']}% (target <5%); Young-Daly/DP {s['young_daly_over_dp_ratio']}x "
