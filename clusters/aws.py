@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clusters.cloudcalls import Backoff
+from clusters.cloudcalls import Backoff, env_list
 from clusters.fleet import (
     EventKind,
     FleetEvent,
@@ -160,7 +161,12 @@ class AwsFleet:
     # ---------------------------------------------------------------- construction
     @classmethod
     def from_options(cls, **options: Any) -> AwsFleet:
-        """Build from CLI/config options: region, zones, instance_types, profile, endpoint_url, clock, ..."""
+        """Build from options: region, zones, instance_types, profile, endpoint_url, clock, image_id, ...
+
+        Unset zones / instance types / image come from ``SPOTPLANE_AWS_ZONES``,
+        ``SPOTPLANE_AWS_INSTANCE_TYPES``, ``SPOTPLANE_AWS_IMAGE_ID``; region and credentials
+        from boto3's usual chain (``AWS_REGION``, ``AWS_PROFILE``, instance role...).
+        """
         import boto3
         from botocore.config import Config
         from botocore.exceptions import ProfileNotFound
@@ -180,12 +186,15 @@ class AwsFleet:
             )
         config = Config(retries={"total_max_attempts": 1}, connect_timeout=10, read_timeout=30)
         ec2 = session.client("ec2", endpoint_url=options.get("endpoint_url"), config=config)
-        zones = options.get("zones") or [f"{region}{s}" for s in "abc"]
+        zones = options.get("zones") or env_list("SPOTPLANE_AWS_ZONES") or [f"{region}{s}" for s in "abc"]
         template_keys = AwsLaunchTemplate.__dataclass_fields__.keys()
-        template = AwsLaunchTemplate(**{k: v for k, v in options.items() if k in template_keys})
+        template_opts = {k: v for k, v in options.items() if k in template_keys}
+        if "image_id" not in template_opts and os.environ.get("SPOTPLANE_AWS_IMAGE_ID"):
+            template_opts["image_id"] = os.environ["SPOTPLANE_AWS_IMAGE_ID"]
+        template = AwsLaunchTemplate(**template_opts)
         return cls(
             ec2, region=region, zones=zones,
-            instance_types=options.get("instance_types") or ["g5.xlarge"],
+            instance_types=options.get("instance_types") or env_list("SPOTPLANE_AWS_INSTANCE_TYPES") or ["g5.xlarge"],
             clock=options.get("clock"), cluster=options.get("cluster", "spotplane"),
             template=template, capacity_probe=options.get("capacity_probe", "offerings"),
             on_demand_prices=options.get("on_demand_prices"),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from clusters.cloudcalls import Backoff
+from clusters.cloudcalls import Backoff, env_list
 from clusters.fleet import (
     EventKind,
     FleetEvent,
@@ -182,7 +182,12 @@ class GcpFleet:
     # ---------------------------------------------------------------- construction
     @classmethod
     def from_options(cls, **options: Any) -> GcpFleet:
-        """Build from options: project, zones, machine_types, credentials, api_endpoint, clock, ..."""
+        """Build from options: project, zones, machine_types, credentials, api_endpoint, clock, ...
+
+        Unset zones / machine types come from ``SPOTPLANE_GCP_ZONES`` /
+        ``SPOTPLANE_GCP_MACHINE_TYPES``; credentials and project from Application Default
+        Credentials (``GOOGLE_APPLICATION_CREDENTIALS``, ``GOOGLE_CLOUD_PROJECT``).
+        """
         from google.cloud import compute_v1
 
         credentials = options.get("credentials")
@@ -215,8 +220,10 @@ class GcpFleet:
         return cls(
             compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs),
             compute_v1.MachineTypesClient(**kwargs), project=project,
-            zones=options.get("zones") or ["us-central1-a", "us-central1-b", "us-central1-c"],
-            machine_types_wanted=options.get("machine_types") or ["g2-standard-4"],
+            zones=options.get("zones") or env_list("SPOTPLANE_GCP_ZONES")
+            or ["us-central1-a", "us-central1-b", "us-central1-c"],
+            machine_types_wanted=options.get("machine_types") or env_list("SPOTPLANE_GCP_MACHINE_TYPES")
+            or ["g2-standard-4"],
             clock=clock, cluster=options.get("cluster", "spotplane"),
             template=GcpLaunchTemplate(**{k: v for k, v in options.items() if k in template_keys}),
             capacity_probe=options.get("capacity_probe"), prices=options.get("prices"),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,12 +160,13 @@ class RayAutoscalerFleet:
 
     @classmethod
     def from_options(cls, **options: Any) -> RayAutoscalerFleet:
-        """Options: config (path of the cluster yaml; default ~/ray_bootstrap_config.yaml on a
-        ``ray up`` head, else ./ray-cluster.yaml), prices, launch_timeout_s, address, clock."""
+        """Options: config (path of the cluster yaml; default ``$SPOTPLANE_RAY_CONFIG``, else
+        ~/ray_bootstrap_config.yaml on a ``ray up`` head, else ./ray-cluster.yaml), prices,
+        launch_timeout_s, address, clock."""
         import ray
         import yaml
 
-        path = options.get("config")
+        path = options.get("config") or os.environ.get("SPOTPLANE_RAY_CONFIG")
         if path is None:
             bootstrap = Path("~/ray_bootstrap_config.yaml").expanduser()
             path = bootstrap if bootstrap.exists() else Path("ray-cluster.yaml")

@@ -443,3 +443,13 @@ def test_direct_construction_with_a_client(proxy: tuple[Ec2Proxy, str], aws_env:
                      backoff=Backoff(clock, rng=random.Random(1)))
     fleet.launch(request(market=Market.ON_DEMAND))
     assert len(fleet.describe()) == 1
+
+
+def test_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch, aws_env: None) -> None:
+    monkeypatch.setenv("SPOTPLANE_AWS_ZONES", "us-east-1d, us-east-1f")
+    monkeypatch.setenv("SPOTPLANE_AWS_INSTANCE_TYPES", "p4d.24xlarge")
+    monkeypatch.setenv("SPOTPLANE_AWS_IMAGE_ID", "ami-0abc")
+    fleet = make_provider("aws")
+    assert isinstance(fleet, AwsFleet)
+    assert fleet.zones == ["us-east-1d", "us-east-1f"] and fleet.instance_types == ["p4d.24xlarge"]
+    assert fleet.template.image_id == "ami-0abc" and fleet.region == REGION

@@ -256,3 +256,11 @@ def test_missing_credentials_or_project(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert "GOOGLE_APPLICATION_CREDENTIALS" in str(err.value) and err.value.exit_code == 2
     with pytest.raises(CredentialsError, match="gcp: no project configured"):
         make_provider("gcp", zones=ZONES, credentials="anonymous")
+
+
+def test_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOTPLANE_GCP_ZONES", "europe-west4-a,europe-west4-b")
+    monkeypatch.setenv("SPOTPLANE_GCP_MACHINE_TYPES", "a3-highgpu-8g")
+    fleet = make_provider("gcp", project="p", credentials="anonymous")
+    assert isinstance(fleet, GcpFleet)
+    assert fleet.zones == ["europe-west4-a", "europe-west4-b"] and fleet.machine_types_wanted == ["a3-highgpu-8g"]

@@ -126,6 +126,13 @@ def test_unplaced_slot_times_out_as_launch_failed() -> None:
     assert state.requests[-1] == []  # its bundle was withdrawn
 
 
+def test_selected_by_name_and_a_missing_config_is_clear(tmp_path: Path) -> None:
+    from clusters.providers import make_provider
+
+    with pytest.raises(ConfigError, match="ray fleet: no cluster config at"):
+        make_provider("ray", config=str(tmp_path / "nope.yaml"))
+
+
 def test_config_without_market_resource_is_rejected() -> None:
     config = fake_cluster_config("unused")
     config["available_node_types"]["gpu_spot_fake"]["resources"].pop("spot")
