@@ -255,7 +255,7 @@ class DLinear:
         if self.w_ is None or self.resid_ is None or self.resid_.shape[0] != h.shape[0]:
             raise InvalidInput("history", "call fit() first with the same tenants",
                                fix="fit on the training history")
-        out = []
+        out: list[np.ndarray] = []
         hist = h
         while sum(o.shape[1] for o in out) < horizon:
             xn, base = self._norm(hist[:, -self.lookback:])
@@ -289,8 +289,9 @@ def _onehot(idx: np.ndarray, n: int) -> sparse.csr_matrix:
 class OrgBatch:
     """Training tensors of OrgLinear: normalised windows and the context indices per sample.
 
-    ``design`` = [trend | cycle] (Eq. 1-2) of each normalised window, [N, 2L], stored in the
-    model's ``dtype`` (float32 halves the memory traffic that dominates an L-BFGS step).
+    ``design`` = [trend | cycle] (Eq. 1-2) of each normalised window, [N, 2L] (float64; ``fit``
+    stores it in the model's ``dtype``: float32 halves the memory traffic that dominates an
+    L-BFGS step).
     """
 
     design: np.ndarray  # [N, 2L]
@@ -326,6 +327,7 @@ class OrgLinear:
     l2: float = 1e-4
     sigma_min: float = 1e-3
     maxiter: int = 300
+    train_stride: int = 2
     seed: int = 0
     dtype: str = "float32"
     holidays: frozenset[int] = frozenset()
@@ -342,9 +344,17 @@ class OrgLinear:
         return self.d_tenant * 2 + self.d_time * 3
 
     def _shapes(self) -> list[tuple[str, tuple[int, ...]]]:
-        lf, hh = self.lookback + self.n_ctx, self.horizon
-        return [("Wt", (lf, hh)), ("Wc", (lf, hh)), ("Wv", (lf, hh)),
-                ("bt", (hh,)), ("bc", (hh,)), ("bv", (hh,)),
+        """Flat parameter layout.
+
+        ``Win`` [2L, 2H]: columns :H are Eq. 5's W_t (rows :L, on the trend) and W_c (rows L:,
+        on the cycle); columns H: are Eq. 7's W_v on chi = trend + cycle, with the trend and
+        cycle rows left free (the paper's tied W_v is the special case of equal rows).
+        ``Wctx`` [n_ctx, 2H] and ``b`` [2H]: the context rows and biases of the mean heads act
+        only through their sum W_t + W_c and b_t + b_c, so they are stored once (mean | sigma).
+        """
+        hh = self.horizon
+        return [("Win", (2 * self.lookback, 2 * hh)), ("Wctx", (self.n_ctx, 2 * hh)),
+                ("b", (2 * hh,)),
                 ("Eo", (self.n_tenants_, self.d_tenant)), ("Es", (self.size_buckets, self.d_tenant)),
                 ("Eh", (24, self.d_time)), ("Ew", (7, self.d_time)), ("Ehol", (2, self.d_time))]
 
@@ -367,23 +377,24 @@ class OrgLinear:
         """Zero heads, small random embeddings (a zero embedding would get zero gradient)."""
         rng = np.random.default_rng(self.seed)
         p = {name: np.zeros(shape) for name, shape in self._shapes()}
-        for name in ("Eo", "Es", "Eh", "Ew", "Ehol"):
+        for name in self._EMB:
             p[name] = rng.normal(0.0, 0.1, p[name].shape)
-        p["bv"][:] = math.log(math.expm1(0.5))  # sigma starts at ~0.5 training scales
+        p["b"][self.horizon:] = math.log(math.expm1(0.5))  # sigma starts at ~0.5 scales
         return np.concatenate([p[name].ravel() for name, _ in self._shapes()])
 
     def _warm_start(self, b: OrgBatch) -> np.ndarray:
         """Mean heads from ridge least squares (closed form), sigma bias from its residuals."""
         theta = self.init_params()
         p = self.unpack(theta)  # views into theta
-        L = self.lookback
+        H = self.horizon
         d = b.design.astype(float)
         gram = d.T @ d
-        gram[np.diag_indices_from(gram)] += 1e-3 * d.shape[0]
-        w = np.linalg.solve(gram, d.T @ (b.y - b.y.mean(axis=0)))
-        p["Wt"][:L], p["Wc"][:L], p["bt"][:] = w[:L], w[L:], b.y.mean(axis=0)
-        rms = np.sqrt(np.mean((b.y - b.y.mean(axis=0) - d @ w) ** 2, axis=0))
-        p["bv"][:] = np.log(np.expm1(np.maximum(rms, 2 * self.sigma_min)))
+        gram[np.diag_indices_from(gram)] += 1e-3 * np.trace(gram) / gram.shape[0]
+        ybar = b.y.mean(axis=0)
+        w = np.linalg.solve(gram, d.T @ (b.y - ybar))
+        p["Win"][:, :H], p["b"][:H] = w, ybar
+        rms = np.sqrt(np.mean((b.y - ybar - d @ w) ** 2, axis=0))
+        p["b"][H:] = np.log(np.expm1(np.maximum(rms, 2 * self.sigma_min)))
         return theta
 
     # ---- features --------------------------------------------------------------------------
@@ -401,7 +412,7 @@ class OrgLinear:
         scale = self.scale_[:, None, None]
         xn = ((x - base) / scale).reshape(nt * n, -1)
         trend, cycle = decompose(xn, self.kernel)
-        design = np.concatenate([trend, cycle], axis=1).astype(self.dtype)
+        design = np.concatenate([trend, cycle], axis=1)
         yn = (np.zeros((nt * n, self.horizon)) if y is None
               else ((y - base) / scale).reshape(nt * n, -1))
         hour, wd, hol = self._calendar(np.tile(origin_abs, nt))
@@ -411,9 +422,9 @@ class OrgLinear:
     _EMB = ("Eo", "Es", "Eh", "Ew", "Ehol")
 
     def _ctx_slices(self) -> list[tuple[str, int, int]]:
-        """(embedding, first row, last row) of each context block in the heads' weights."""
+        """(embedding, first row, end row) of each context block in ``Wctx``."""
         dims = (self.d_tenant, self.d_tenant, self.d_time, self.d_time, self.d_time)
-        ends = self.lookback + np.cumsum(dims)
+        ends = np.cumsum(dims)
         return [(n, int(e - d), int(e)) for n, d, e in zip(self._EMB, dims, ends, strict=True)]
 
     @staticmethod
@@ -426,15 +437,11 @@ class OrgLinear:
         The context term W'[c_o + c_t] is a sum over embeddings of (E_k W_k)[index_k]: a small
         table per category gathered per sample, never an [N, n_ctx] matrix.
         """
-        L, H = self.lookback, self.horizon
-        w = np.block([[p["Wt"][:L], p["Wv"][:L]], [p["Wc"][:L], p["Wv"][:L]]])
-        out = (b.design @ w.astype(b.design.dtype)).astype(float)
-        wmu, wv = p["Wt"] + p["Wc"], p["Wv"]
+        H = self.horizon
+        out = (b.design @ p["Win"].astype(b.design.dtype)).astype(float) + p["b"]
         for (name, lo, hi), idx in zip(self._ctx_slices(), self._indices(b), strict=True):
-            table = p[name] @ np.hstack([wmu[lo:hi], wv[lo:hi]])
-            out += table[idx]
-        mu = out[:, :H] + p["bt"] + p["bc"]
-        h = out[:, H:] + p["bv"]
+            out += (p[name] @ p["Wctx"][lo:hi])[idx]
+        mu, h = out[:, :H], out[:, H:]
         return mu, h, _softplus(h) + self.sigma_min
 
     def forward(self, theta: np.ndarray, b: OrgBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -445,7 +452,6 @@ class OrgLinear:
     def loss_and_grad(self, theta: np.ndarray, b: OrgBatch) -> tuple[float, np.ndarray]:
         """Mean Gaussian NLL (Eq. 8, with the log-sigma term) + L2, and its analytic gradient."""
         p = self.unpack(theta)
-        L, H = self.lookback, self.horizon
         mu, h, sig = self._heads(p, b)
         r = b.y - mu
         m = r.size
@@ -453,20 +459,14 @@ class OrgLinear:
         loss = float(np.sum(np.log(sig) + 0.5 * z2) / m + 0.5 * math.log(2 * math.pi))
         loss += 0.5 * self.l2 * float(theta @ theta)
         gout = np.hstack([-(r / sig**2) / m, ((1.0 - z2) / sig) / m * _sigmoid(h)])  # [N, 2H]
-        gw = (b.design.T @ gout.astype(b.design.dtype)).astype(float)
-        g = {name: np.zeros(shape) for name, shape in self._shapes()}
-        g["Wt"][:L], g["Wc"][:L] = gw[:L, :H], gw[L:, :H]
-        g["Wv"][:L] = gw[:L, H:] + gw[L:, H:]
-        g["bt"] = g["bc"] = gout[:, :H].sum(axis=0)
-        g["bv"] = gout[:, H:].sum(axis=0)
+        g = {"Win": (b.design.T @ gout.astype(b.design.dtype)).astype(float),
+             "Wctx": np.zeros_like(p["Wctx"]), "b": gout.sum(axis=0)}
         if not b.onehots:
             b.build_onehots(self._cat_sizes())
-        wmu, wv = p["Wt"] + p["Wc"], p["Wv"]
         for (name, lo, hi), oh in zip(self._ctx_slices(), b.onehots, strict=True):
-            agg = oh.T @ gout  # [n_cat, 2H]: summed output gradient per category
-            g[name] = agg[:, :H] @ wmu[lo:hi].T + agg[:, H:] @ wv[lo:hi].T
-            g["Wt"][lo:hi] = g["Wc"][lo:hi] = p[name].T @ agg[:, :H]
-            g["Wv"][lo:hi] = p[name].T @ agg[:, H:]
+            agg = oh.T @ gout  # [n_cat, 2H]: output gradient summed per category
+            g[name] = agg @ p["Wctx"][lo:hi].T
+            g["Wctx"][lo:hi] = p[name].T @ agg
         grad = np.concatenate([g[name].ravel() for name, _ in self._shapes()])
         return loss, grad + self.l2 * theta
 
@@ -481,13 +481,15 @@ class OrgLinear:
         self.size_of_ = np.searchsorted(edges, level).astype(int)
         x, y = _windows(h, self.lookback, self.horizon)
         origin = start_hour + self.lookback + np.arange(x.shape[1])
-        batch = self._batch(x, y, origin)
+        keep = slice(None, None, self.train_stride)
+        batch = self._batch(x[:, keep], y[:, keep], origin[keep])
         batch.build_onehots(self._cat_sizes())
         return batch
 
     def fit(self, history: np.ndarray, start_hour: int = 0) -> OrgLinear:
         """Maximum-likelihood fit (Eq. 8) on every window of ``history`` with L-BFGS."""
         batch = self.prepare(history, start_hour)
+        batch.design = batch.design.astype(self.dtype)
         res = minimize(self.loss_and_grad, self._warm_start(batch), args=(batch,), jac=True,
                        method="L-BFGS-B", options={"maxiter": self.maxiter})
         self.theta_ = res.x

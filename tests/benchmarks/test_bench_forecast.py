@@ -1,0 +1,33 @@
+"""Smoke test of ``python -m benchmarks.forecast`` on a slice of the real alibaba-dlrm trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import forecast as bench
+from clusters.traces import DataCatalog
+
+
+def test_forecast_benchmark_json_on_twelve_real_tenants(
+    catalog: DataCatalog, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    png = tmp_path / "fc.png"
+    assert bench.main(["--json", "--tenants", "12", "--maxiter", "40", "--stride", "8",
+                       "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    res = json.loads(out)  # exactly one JSON object on stdout
+    assert set(bench.REQUIRED) <= set(res["models"])
+    keys = {"mae", "mse", "rmse", "mape", "maqe_0.9", "maqe_0.95", "coverage_0.95", "train_seconds"}
+    for name, m in res["models"].items():
+        assert keys <= set(m), name
+        assert m["rmse"] ** 2 == pytest.approx(m["mse"])
+        assert 0.0 <= m["coverage_0.95"] <= 1.0
+    assert res["setup"] == {"tenants": 12, "train_hours": 504, "test_hours": 240, "horizon": 4,
+                            "stride": 8, "start_hour_of_week": 120}
+    # the last-week peak never under-forecasts a flat tenant, so it covers more than the mean does
+    assert res["models"]["last_week_peak"]["coverage_0.95"] > 0.9
+    assert res["models"]["orglinear"]["mae"] < res["models"]["last_week_peak"]["mae"]
+    assert png.stat().st_size > 10_000
