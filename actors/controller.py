@@ -8,6 +8,7 @@ A background thread ticks every ``tick_seconds`` of control-plane time.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -50,7 +51,8 @@ class ControllerActor:
                                    detached=bool(config.get("detached", True)))
         settings = ControllerSettings(**config.get("controller", {}))
         self.controller = Controller(self.store, self.fleet, self.clock, settings,
-                                     policy_host=host, epoch=self.epoch)
+                                     policy_host=host, epoch=self.epoch,
+                                     executor=self._executor())
         crash = config.get("crash_after_intents")
         if crash:
             self.controller.after_barrier = self._crash_hook(state / "crash-injected", int(crash))
@@ -63,6 +65,17 @@ class ControllerActor:
         self._thread = threading.Thread(target=self._loop, name="reconcile", daemon=True)
         if config.get("autostart", True):
             self._thread.start()
+
+    def _executor(self) -> Any:
+        """The JobExecutor for jobs with an entrypoint: ``executor_factory`` ("module:function",
+        called as ``f(clock=..., fleet=..., namespace=..., **executor_options)``) or none."""
+        spec = self.config.get("executor_factory")
+        if not spec:
+            return None
+        module, _, name = str(spec).partition(":")
+        factory = getattr(importlib.import_module(module), name)
+        return factory(clock=self.clock, fleet=self.fleet, namespace=self.config["namespace"],
+                       **dict(self.config.get("executor_options") or {}))
 
     @staticmethod
     def _crash_hook(marker: Path, nth: int) -> Any:

@@ -46,6 +46,8 @@ class RuntimeSettings:
     autostart: bool = True  # False: no loop thread (tests drive ControllerActor.step)
     min_tick_wall_seconds: float = 0.002
     crash_after_intents: int = 0  # fault injection (tests): exit once after the n-th launch tick
+    executor_factory: str | None = None  # "module:function" -> JobExecutor for entrypoint jobs
+    executor_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def db_path(self) -> Path:
@@ -59,7 +61,9 @@ class RuntimeSettings:
                 "controller": asdict(self.controller), "policy_actors": self.policy_actors,
                 "policy_actor_shards": self.policy_actor_shards, "autostart": self.autostart,
                 "min_tick_wall_seconds": self.min_tick_wall_seconds,
-                "crash_after_intents": self.crash_after_intents}
+                "crash_after_intents": self.crash_after_intents,
+                "executor_factory": self.executor_factory,
+                "executor_options": dict(self.executor_options)}
 
 
 @dataclass

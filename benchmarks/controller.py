@@ -1,0 +1,136 @@
+"""One controller tick with 1,000 nodes and 500 running jobs, and the memory of a policy actor.
+
+``python -m benchmarks.controller [--json] [--no-ray]``
+
+The fleet is the simulated one (AWS V100 zones replayed from the real traces, so spot nodes
+are preempted and relaunched while we measure); 500 jobs of 2 workers each (200 HP on
+on-demand, 200 spot, 100 deadline jobs whose Uniform Progress policies are asked every tick)
+fill 1,000 nodes. After warm-up (every job placed and running) it times ``--ticks`` ticks of
+60 s. The policy actor's RSS is read from /proc of a real DeadlinePolicyActor on a local Ray,
+hosting one job and then 100 jobs (the sharded mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clusters.simfleet import SimulatedFleet
+from controlplane.clock import SimClock
+from controlplane.controller import Controller, ControllerSettings
+from controlplane.models import JobKind, JobSpec, JobState
+from controlplane.store import Store
+
+TARGET_MS = 200.0
+
+
+def _jobs(n_hp: int, n_spot: int, n_deadline: int) -> list[JobSpec]:
+    specs = [JobSpec(name=f"hp{i}", kind=JobKind.HP, compute_hours=500, workers=2, accelerator="V100")
+             for i in range(n_hp)]
+    specs += [JobSpec(name=f"sp{i}", kind=JobKind.SPOT, compute_hours=500, workers=2,
+                      accelerator="V100") for i in range(n_spot)]
+    specs += [JobSpec(name=f"dl{i}", kind=JobKind.DEADLINE, compute_hours=200, deadline_hours=600,
+                      workers=2, accelerator="V100") for i in range(n_deadline)]
+    return specs
+
+
+def measure_ticks(ticks: int, seed: int = 0) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="spotplane-bench-"))
+    clock = SimClock(start=0.0)
+    fleet = SimulatedFleet.from_options(clock=clock, seed=seed, gcp=False, spot_capacity=100_000)
+    store = Store(tmp / "spotplane.db")
+    tenant, _ = store.create_tenant("bench", max_gpus=100_000)
+    ctl = Controller(store, fleet, clock, ControllerSettings(
+        pool_nodes={"V100": 1200}, max_placements_per_tick=600), epoch=store.take_controller_lease())
+    store.submit_jobs(tenant.id, _jobs(200, 200, 100), now=0.0)
+    for _ in range(60):  # warm-up: place everything, let it come up
+        clock.advance(60.0)
+        ctl.tick()
+        running = sum(1 for j in ctl.jobs.values() if j.state is JobState.RUNNING)
+        if running >= 480 and len(ctl.nodes) >= 960:
+            break
+    times, nodes, jobs = [], [], []
+    for _ in range(ticks):
+        clock.advance(60.0)
+        r = ctl.tick()
+        times.append(r.ms)
+        nodes.append(sum(1 for n in ctl.nodes.values() if not n.gone))
+        jobs.append(sum(1 for j in ctl.jobs.values()
+                        if j.state in (JobState.RUNNING, JobState.CHECKPOINTING)))
+    return {"nodes": int(np.median(nodes)), "jobs": int(np.median(jobs)),
+            "tick_ms_p50": float(np.percentile(times, 50)),
+            "tick_ms_p99": float(np.percentile(times, 99))}
+
+
+def measure_policy_actor() -> tuple[float, float]:
+    """RSS (MiB) of one DeadlinePolicyActor hosting 1 job, then 100 jobs."""
+    import ray
+
+    from actors.deadline import RemoteDeadlinePolicyActor
+    from controlplane.policyhost import PolicyRequest
+    from policies.deadline import DeadlineTask, Kind, Observation
+
+    tmp = Path(tempfile.mkdtemp(prefix="spotplane-bench-"))
+    Store(tmp / "spotplane.db").close()
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+                 namespace="spotplane-bench", configure_logging=False)
+    try:
+        actor: Any = RemoteDeadlinePolicyActor.remote(str(tmp / "spotplane.db"))
+        task = DeadlineTask(10.0, 14.0, 0.1, 3.06, 0.92, 1)
+        obs = Observation(1.0, 0.5, Kind.SPOT, "us-west-2a", True)
+
+        def ask(n: int) -> float:
+            reqs = [PolicyRequest(f"job-{i}", "uniform_progress", task, obs, 1 / 60)
+                    for i in range(n)]
+            ray.get(actor.decide.remote(reqs))
+            rss: float = ray.get(actor.rss_mb.remote())
+            return rss
+
+        one = ask(1)
+        hundred = ask(100)
+        ray.kill(actor)
+        return one, hundred
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.controller", description=__doc__)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--ticks", type=int, default=40)
+    ap.add_argument("--no-ray", action="store_true", help="skip the policy actor's RSS")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    out = measure_ticks(args.ticks)
+    rss_one = rss_hundred = None
+    if not args.no_ray:
+        rss_one, rss_hundred = measure_policy_actor()
+    out["policy_actor_rss_mb"] = rss_one
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{'nodes':<28}{out['nodes']:>10}")
+    print(f"{'running jobs':<28}{out['jobs']:>10}")
+    print(f"{'tick p50 (ms)':<28}{out['tick_ms_p50']:>10.1f}   target < {TARGET_MS:.0f}")
+    print(f"{'tick p99 (ms)':<28}{out['tick_ms_p99']:>10.1f}")
+    if rss_one is not None and rss_hundred is not None:
+        print(f"{'policy actor RSS, 1 job':<28}{rss_one:>10.1f} MiB")
+        print(f"{'policy actor RSS, 100 jobs':<28}{rss_hundred:>10.1f} MiB  "
+              f"(100 one-job actors ~ {100 * rss_one / 1024:.1f} GiB)")
+    print(f"({time.perf_counter() - t0:.0f} s; timings inflated by a shared 2-core machine)",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
