@@ -133,6 +133,7 @@ class AwsFleet:
         capacity_probe: str | CapacityProbe = "offerings",
         on_demand_prices: dict[str, float] | None = None,
         backoff: Backoff | None = None,
+        catalog_ttl_s: float = 300.0,
     ) -> None:
         if not zones:
             raise InvalidInput("zones", "no availability zone given", fix="pass zones=['us-east-1a', ...]")
@@ -151,6 +152,8 @@ class AwsFleet:
         self.capacity_probe = capacity_probe
         self.on_demand_prices = {**ON_DEMAND_USD_PER_HOUR, **(on_demand_prices or {})}
         self.backoff = backoff or Backoff(self.clock)
+        self.catalog_ttl_s = catalog_ttl_s  # offerings and spot prices are re-read this often
+        self._catalog: dict[str, tuple[float, Any]] = {}
         self._gpu: dict[str, tuple[str, int]] = {}
         self._spot_price: dict[tuple[str, str], float] = {}
         self._launched_at: dict[str, float] = {}
@@ -249,7 +252,18 @@ class AwsFleet:
             self._gpu[instance_type] = (name, count)
         return self._gpu[instance_type]
 
+    def _cached(self, key: str, fetch: Callable[[], Any]) -> Any:
+        now = self.clock.now()
+        hit = self._catalog.get(key)
+        if hit is None or now - hit[0] >= self.catalog_ttl_s:
+            hit = (now, fetch())
+            self._catalog[key] = hit
+        return hit[1]
+
     def _offered(self) -> set[tuple[str, str]]:
+        return set(self._cached("offerings", self._fetch_offered))
+
+    def _fetch_offered(self) -> set[tuple[str, str]]:
         page = self._call(
             "describe_instance_type_offerings", LocationType="availability-zone",
             Filters=[{"Name": "instance-type", "Values": self.instance_types},
@@ -258,6 +272,9 @@ class AwsFleet:
         return {(o["Location"], o["InstanceType"]) for o in page.get("InstanceTypeOfferings", [])}
 
     def _latest_spot_prices(self) -> dict[tuple[str, str], float]:
+        return dict(self._cached("spot_prices", self._fetch_spot_prices))
+
+    def _fetch_spot_prices(self) -> dict[tuple[str, str], float]:
         page = self._call("describe_spot_price_history", InstanceTypes=self.instance_types,
                           ProductDescriptions=LINUX, MaxResults=1000)
         latest: dict[tuple[str, str], tuple[Any, float]] = {}

@@ -453,3 +453,14 @@ def test_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch, aws_env:
     assert isinstance(fleet, AwsFleet)
     assert fleet.zones == ["us-east-1d", "us-east-1f"] and fleet.instance_types == ["p4d.24xlarge"]
     assert fleet.template.image_id == "ami-0abc" and fleet.region == REGION
+
+
+def test_catalog_is_cached_on_the_clock(fleet: AwsFleet, proxy: tuple[Ec2Proxy, str], clock: SimClock) -> None:
+    p, _ = proxy
+    for _ in range(5):  # the controller probes every offer every tick
+        assert fleet.spot_available("us-east-1a", GPU)
+    assert p.actions().count("DescribeInstanceTypeOfferings") == 1
+    assert p.actions().count("DescribeSpotPriceHistory") == 1
+    clock.advance(fleet.catalog_ttl_s)
+    fleet.spot_available("us-east-1b", GPU)
+    assert p.actions().count("DescribeInstanceTypeOfferings") == 2
