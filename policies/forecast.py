@@ -16,7 +16,12 @@ OrgLinear as built here (numpy/scipy only, analytic gradients, L-BFGS):
   DLRM trace carries no business attributes besides the tenant and its size, so the attention
   of Eq. 4 over attribute embeddings is reduced to their concatenation.
 * Eq. 5-6: mean = W_c'[chi_c + c_o + c_t] + b_c + W_t'[chi_t + c_o + c_t] + b_t (H outputs).
-* Eq. 7: sigma = softplus(W_v'[chi + c_o + c_t] + b_v) + sigma_min.
+* Eq. 7: sigma = softplus(W_v'[v + c_o + c_t] + b_v) + sigma_min, where v = log(1 + |d chi|)
+  are the (compressed) absolute hour-to-hour changes of the window. Read literally (W_v' on chi
+  itself), a linear head answers a level shift anywhere in the window with a large sigma for
+  the whole week the shift stays in view (the benchmark plot showed bands of +90 GPUs over a
+  flat series); on the changes, each lag's weight says how much a jump that many hours ago
+  predicts new ones, and the log keeps one huge jump from blowing sigma up linearly.
 * Eq. 8 as printed (``-sum log phi((y - mu) / sigma)``) drops the ``log sigma`` Jacobian and
   would drive sigma to infinity; the Gaussian negative log-likelihood
   ``sum log sigma + (y - mu)^2 / (2 sigma^2)`` is minimised instead, plus an L2 penalty.
@@ -289,12 +294,13 @@ def _onehot(idx: np.ndarray, n: int) -> sparse.csr_matrix:
 class OrgBatch:
     """Training tensors of OrgLinear: normalised windows and the context indices per sample.
 
-    ``design`` = [trend | cycle] (Eq. 1-2) of each normalised window, [N, 2L] (float64; ``fit``
-    stores it in the model's ``dtype``: float32 halves the memory traffic that dominates an
-    L-BFGS step).
+    ``design`` = [trend | cycle] (Eq. 1-2) of each normalised window, [N, 2L], and ``vol`` the
+    log(1 + |change|) of its hours, [N, L] (float64; ``fit`` stores both in the model's ``dtype``:
+    float32 halves the memory traffic that dominates an L-BFGS step).
     """
 
     design: np.ndarray  # [N, 2L]
+    vol: np.ndarray  # [N, L] log(1 + |hourly change|) of the normalised window (sigma head)
     y: np.ndarray  # [N, H] normalised targets
     tenant: np.ndarray  # [N] int
     size: np.ndarray  # [N] int
@@ -346,14 +352,15 @@ class OrgLinear:
     def _shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         """Flat parameter layout.
 
-        ``Win`` [2L, 2H]: columns :H are Eq. 5's W_t (rows :L, on the trend) and W_c (rows L:,
-        on the cycle); columns H: are Eq. 7's W_v on chi = trend + cycle, with the trend and
-        cycle rows left free (the paper's tied W_v is the special case of equal rows).
-        ``Wctx`` [n_ctx, 2H] and ``b`` [2H]: the context rows and biases of the mean heads act
-        only through their sum W_t + W_c and b_t + b_c, so they are stored once (mean | sigma).
+        ``Win`` [2L, H]: Eq. 5's W_t (rows :L, on the trend) and W_c (rows L:, on the cycle).
+        ``Wvol`` [L, H]: Eq. 7's W_v, on the window's absolute hourly changes (see the module
+        note). ``Wctx`` [n_ctx, 2H] and ``b`` [2H]: the context rows and biases of the two mean
+        heads act only through their sums W_t + W_c and b_t + b_c, so they are stored once
+        (columns :H mean, H: sigma).
         """
         hh = self.horizon
-        return [("Win", (2 * self.lookback, 2 * hh)), ("Wctx", (self.n_ctx, 2 * hh)),
+        return [("Win", (2 * self.lookback, hh)), ("Wvol", (self.lookback, hh)),
+                ("Wctx", (self.n_ctx, 2 * hh)),
                 ("b", (2 * hh,)),
                 ("Eo", (self.n_tenants_, self.d_tenant)), ("Es", (self.size_buckets, self.d_tenant)),
                 ("Eh", (24, self.d_time)), ("Ew", (7, self.d_time)), ("Ehol", (2, self.d_time))]
@@ -392,7 +399,7 @@ class OrgLinear:
         gram[np.diag_indices_from(gram)] += 1e-3 * np.trace(gram) / gram.shape[0]
         ybar = b.y.mean(axis=0)
         w = np.linalg.solve(gram, d.T @ (b.y - ybar))
-        p["Win"][:, :H], p["b"][:H] = w, ybar
+        p["Win"][:], p["b"][:H] = w, ybar
         rms = np.sqrt(np.mean((b.y - ybar - d @ w) ** 2, axis=0))
         p["b"][H:] = np.log(np.expm1(np.maximum(rms, 2 * self.sigma_min)))
         return theta
@@ -413,11 +420,12 @@ class OrgLinear:
         xn = ((x - base) / scale).reshape(nt * n, -1)
         trend, cycle = decompose(xn, self.kernel)
         design = np.concatenate([trend, cycle], axis=1)
+        vol = np.log1p(np.abs(np.diff(xn, axis=1, prepend=xn[:, :1])))
         yn = (np.zeros((nt * n, self.horizon)) if y is None
               else ((y - base) / scale).reshape(nt * n, -1))
         hour, wd, hol = self._calendar(np.tile(origin_abs, nt))
         tenant = np.repeat(np.arange(nt), n)
-        return OrgBatch(design, yn, tenant, self.size_of_[tenant], hour, wd, hol)
+        return OrgBatch(design, vol, yn, tenant, self.size_of_[tenant], hour, wd, hol)
 
     _EMB = ("Eo", "Es", "Eh", "Ew", "Ehol")
 
@@ -438,7 +446,9 @@ class OrgLinear:
         table per category gathered per sample, never an [N, n_ctx] matrix.
         """
         H = self.horizon
-        out = (b.design @ p["Win"].astype(b.design.dtype)).astype(float) + p["b"]
+        dt = b.design.dtype
+        out = np.hstack([b.design @ p["Win"].astype(dt), b.vol @ p["Wvol"].astype(dt)])
+        out = out.astype(float) + p["b"]
         for (name, lo, hi), idx in zip(self._ctx_slices(), self._indices(b), strict=True):
             out += (p[name] @ p["Wctx"][lo:hi])[idx]
         mu, h = out[:, :H], out[:, H:]
@@ -459,7 +469,9 @@ class OrgLinear:
         loss = float(np.sum(np.log(sig) + 0.5 * z2) / m + 0.5 * math.log(2 * math.pi))
         loss += 0.5 * self.l2 * float(theta @ theta)
         gout = np.hstack([-(r / sig**2) / m, ((1.0 - z2) / sig) / m * _sigmoid(h)])  # [N, 2H]
-        g = {"Win": (b.design.T @ gout.astype(b.design.dtype)).astype(float),
+        H, dt = self.horizon, b.design.dtype
+        g = {"Win": (b.design.T @ gout[:, :H].astype(dt)).astype(float),
+             "Wvol": (b.vol.T @ gout[:, H:].astype(dt)).astype(float),
              "Wctx": np.zeros_like(p["Wctx"]), "b": gout.sum(axis=0)}
         if not b.onehots:
             b.build_onehots(self._cat_sizes())
@@ -490,6 +502,7 @@ class OrgLinear:
         """Maximum-likelihood fit (Eq. 8) on every window of ``history`` with L-BFGS."""
         batch = self.prepare(history, start_hour)
         batch.design = batch.design.astype(self.dtype)
+        batch.vol = batch.vol.astype(self.dtype)
         res = minimize(self.loss_and_grad, self._warm_start(batch), args=(batch,), jac=True,
                        method="L-BFGS-B", options={"maxiter": self.maxiter})
         self.theta_ = res.x
