@@ -162,6 +162,7 @@ class Controller:
         self.by_instance: dict[str, str] = {}
         self.tenants: dict[str, Tenant] = {}
         self.offers: list[Offer] = fleet.offers()
+        self._offer_cache: dict[tuple[str | None, int], list[Offer]] = {}
         self.availability: dict[str, bool] = {}
         self.zone_preemptions: dict[str, list[float]] = {}
         self.refused: dict[str, float] = {}
@@ -393,9 +394,14 @@ class Controller:
         return min(prices, default=0.0)
 
     def _offers_for(self, job: Job) -> list[Offer]:
-        acc = job.spec.accelerator
-        return [o for o in self.offers if (acc is None or o.accelerator.lower() == acc.lower())
-                and o.accelerator_count >= job.spec.gpus_per_worker]
+        key = (job.spec.accelerator, job.spec.gpus_per_worker)
+        hit = self._offer_cache.get(key)
+        if hit is None:
+            acc = job.spec.accelerator
+            hit = [o for o in self.offers if (acc is None or o.accelerator.lower() == acc.lower())
+                   and o.accelerator_count >= job.spec.gpus_per_worker]
+            self._offer_cache[key] = hit
+        return hit
 
     def _advance_jobs(self, now: float) -> None:
         reports: dict[str, ExecutorReport] = {}
@@ -729,6 +735,7 @@ class Controller:
             self._w.nodes[n.id] = n
         new = self._launch(job, offer, market, p.launch, now) if p.launch else []
         pool.nodes.extend(new)
+        pool.commit(p, job, {i: n.id for i, n in zip(p.launch_slots, new, strict=True)}, now)
         job.node_ids = [n.id for n in reused] + [n.id for n in new]
         job.market, job.zone = market, (new[0].zone if new else reused[0].zone)
         job.attempts += 1

@@ -24,16 +24,27 @@ BUSY_STATES = frozenset({NodeState.REQUESTED, NodeState.PROVISIONING, NodeState.
 
 @dataclass
 class Pool:
-    """The live nodes of one accelerator and the jobs on them."""
+    """The live nodes of one accelerator and the jobs on them.
+
+    The snapshot is built once per tick (one pass over the nodes) and then patched after each
+    placement (:meth:`commit`), so placing many jobs in one tick stays cheap.
+    """
 
     accelerator: str
     capacity: int  # nodes
     nodes: list[Node] = field(default_factory=list)
     spot_quota_nodes: float | None = None
+    _snap: Any = field(default=None, repr=False)
+    _slots: list[str | None] = field(default_factory=list, repr=False)
 
     def snapshot(self, jobs: dict[str, Job], now: float) -> tuple[Any, list[str | None]]:
         """A ClusterSnapshot (one card per slot) and, per slot, the node id (None = empty)."""
-        from policies.placement import ClusterSnapshot, RunningTask
+        if self._snap is None:
+            self._snap, self._slots = self._build(jobs, now)
+        return self._snap, self._slots
+
+    def _build(self, jobs: dict[str, Job], now: float) -> tuple[Any, list[str | None]]:
+        from policies.placement import ClusterSnapshot
 
         slots: list[str | None] = [n.id for n in self.nodes]
         slots += [None] * max(0, self.capacity - len(self.nodes))
@@ -64,10 +75,7 @@ class Pool:
             prio: Literal["hp", "spot"] = "spot" if job.kind is JobKind.SPOT else "hp"
             if prio == "spot":
                 spot_alloc += len(cs)
-            started = job.started_at if job.started_at is not None else now
-            ckpt = now - max(0.0, job.progress_hours - job.checkpointed_hours) * HOUR
-            running[job_id] = RunningTask(job_id, prio, 1.0, len(cs), tuple(cs), started, ckpt,
-                                          job.tenant_id)
+            running[job_id] = _task(job, prio, tuple(cs), now)
         z = np.zeros(n)
         snap = ClusterSnapshot(
             now, np.array([s or f"empty-{i}" for i, s in enumerate(slots)]),
@@ -75,6 +83,53 @@ class Pool:
             running=MappingProxyType(running), node_tasks=MappingProxyType(node_tasks),
             spot_quota=self.spot_quota_nodes, spot_allocated=spot_alloc)
         return snap, slots
+
+    def commit(self, p: PlacementPlan, job: Job, node_of_slot: dict[int, str], now: float) -> None:
+        """Patch the snapshot after ``p`` was applied: victims gone, the job on its slots."""
+        from policies.placement import ClusterSnapshot
+
+        snap = self._snap
+        if snap is None:
+            return
+        free = snap.card_free.copy()
+        hp = snap.hp_gpus.copy()
+        spot = snap.spot_gpus.copy()
+        running = dict(snap.running)
+        node_tasks = {k: list(v) for k, v in snap.node_tasks.items()}
+        spot_alloc = snap.spot_allocated
+        for v in p.victims:
+            task = running.pop(v, None)
+            if task is None:
+                continue
+            for n, _c, _s in task.cards:
+                free[n, 0] = 0.0  # its node is terminating: the slot frees when it is gone
+                spot[n] = hp[n] = 0.0
+                node_tasks.pop(n, None)
+                self._slots[n] = None
+            spot_alloc -= task.pods if task.priority == "spot" else 0
+        prio: Literal["hp", "spot"] = "spot" if job.kind is JobKind.SPOT else "hp"
+        for i in p.slots:
+            free[i, 0] = 0.0
+            (spot if prio == "spot" else hp)[i] = 1.0
+            node_tasks[i] = [job.id]
+            self._slots[i] = node_of_slot.get(i, self._slots[i])
+        running[job.id] = _task(job, prio, tuple((i, 0, 1.0) for i in p.slots), now)
+        if prio == "spot":
+            spot_alloc += len(p.slots)
+        self._snap = ClusterSnapshot(
+            now, snap.node_names, snap.gpu_model, snap.gpus, free, hp, spot,
+            snap.evictions_short, snap.evictions_long, running=MappingProxyType(running),
+            node_tasks=MappingProxyType(node_tasks), spot_quota=snap.spot_quota,
+            spot_allocated=spot_alloc)
+
+
+def _task(job: Job, prio: Literal["hp", "spot"], cards: tuple[tuple[int, int, float], ...],
+          now: float) -> Any:
+    from policies.placement import RunningTask
+
+    started = job.started_at if job.started_at is not None else now
+    ckpt = now - max(0.0, job.progress_hours - job.checkpointed_hours) * HOUR
+    return RunningTask(job.id, prio, 1.0, len(cards), cards, started, ckpt, job.tenant_id)
 
 
 @dataclass(frozen=True)
@@ -88,6 +143,8 @@ class PlacementPlan:
     replace: tuple[str, ...] = ()  # idle nodes that do not fit: terminate to free their slot
     victims: tuple[str, ...] = ()
     policy: str = ""
+    slots: tuple[int, ...] = ()  # the pool slots the pods took
+    launch_slots: tuple[int, ...] = ()  # of those, the ones that get a new node
 
 
 def task_request(job: Job, accelerator: str) -> Any:
@@ -107,20 +164,21 @@ def plan(scheduler: Any, pool: Pool, jobs: dict[str, Job], job: Job, market: Mar
     zones = set(zone_ok) if zone_ok is not None else None
     reuse: list[str] = []
     replace: list[str] = []
-    launch = 0
+    launch_slots: list[int] = []
     for pod in placed.pods:
         node_id = slots[pod.node]
         node = nodes.get(node_id) if node_id is not None else None
         if node is None or node.job_id is not None:
-            launch += 1  # an empty slot, or one a victim frees (its node is terminated)
+            launch_slots.append(pod.node)  # an empty slot, or one a victim frees
         elif (node.market is market and node.state is NodeState.READY
               and (zones is None or node.zone in zones)):
             reuse.append(node.id)
         else:
             replace.append(node.id)
-            launch += 1
-    return PlacementPlan(job.id, pool.accelerator, tuple(reuse), launch, tuple(replace),
-                         tuple(placed.victims), getattr(scheduler, "name", ""))
+            launch_slots.append(pod.node)
+    return PlacementPlan(job.id, pool.accelerator, tuple(reuse), len(launch_slots),
+                         tuple(replace), tuple(placed.victims), getattr(scheduler, "name", ""),
+                         tuple(p.node for p in placed.pods), tuple(launch_slots))
 
 
 def pools_of(nodes: Sequence[Node], capacity: dict[str, int]) -> dict[str, Pool]:

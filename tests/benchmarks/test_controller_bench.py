@@ -1,0 +1,24 @@
+"""benchmarks.controller runs and prints exactly one JSON object with the promised keys."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_controller_benchmark_json_smoke() -> None:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.controller", "--json", "--no-ray",
+                          "--scale", "0.05", "--ticks", "5"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300, check=True)
+    data = json.loads(out.stdout)
+    assert set(data) == {"nodes", "jobs", "tick_ms_p50", "tick_ms_p99", "policy_actor_rss_mb"}
+    assert 20 <= data["jobs"] <= 25 and 40 <= data["nodes"] <= 50  # 25 jobs x 2 workers
+    assert 0 < data["tick_ms_p50"] <= data["tick_ms_p99"]
+    assert data["policy_actor_rss_mb"] is None
