@@ -29,6 +29,7 @@ OrgLinear as built here (numpy/scipy only, analytic gradients, L-BFGS):
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass, field
@@ -126,6 +127,11 @@ def _check_horizon(horizon: int) -> None:
 
 def moving_average_matrix(length: int, kernel: int) -> np.ndarray:
     """Eq. 1's K_MA^d as a [length, length] matrix: centred mean, reflection padding."""
+    return _moving_average_matrix(length, kernel).copy()
+
+
+@functools.lru_cache(maxsize=16)
+def _moving_average_matrix(length: int, kernel: int) -> np.ndarray:
     if kernel < 1 or kernel % 2 == 0:
         raise InvalidInput("kernel", f"must be odd and >= 1, got {kernel}", fix="use e.g. 25")
     half = kernel // 2
@@ -142,7 +148,7 @@ def moving_average_matrix(length: int, kernel: int) -> np.ndarray:
 def decompose(x: np.ndarray, kernel: int) -> tuple[np.ndarray, np.ndarray]:
     """Eq. 1-2: (trend, cycle) of the rows of ``x`` (last axis = time)."""
     n = x.shape[-1]
-    a = moving_average_matrix(n, min(kernel, n if n % 2 else n - 1))
+    a = _moving_average_matrix(n, min(kernel, n if n % 2 else n - 1))
     trend = x @ a.T
     return trend, x - trend
 

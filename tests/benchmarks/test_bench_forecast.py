@@ -11,6 +11,7 @@ from benchmarks import forecast as bench
 from clusters.traces import DataCatalog
 
 
+@pytest.mark.slow
 def test_forecast_benchmark_json_on_twelve_real_tenants(
     catalog: DataCatalog, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

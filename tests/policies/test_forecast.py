@@ -125,3 +125,17 @@ def test_gaussian_upper_and_metrics_by_hand() -> None:
     assert pinball_loss(np.array([1.0]), np.array([3.0]), 0.9) == pytest.approx(0.2)
     with pytest.raises(InvalidInput, match="actual"):
         forecast_metrics(np.zeros((1, 3)), f)
+
+
+def test_dlrm_hour_zero_is_a_saturday_midnight(catalog) -> None:  # type: ignore[no-untyped-def]
+    """The evidence behind DLRM_START_HOUR: deployment changes avoid two days a week and nights."""
+    from policies.forecast import DLRM_START_HOUR
+
+    g = catalog.dlrm_demand().gpus
+    change = np.r_[0.0, np.abs(np.diff(g, axis=1)).sum(axis=0)]  # GPUs changed per hour
+    abs_hour = DLRM_START_HOUR + np.arange(change.size)
+    by_weekday = np.bincount((abs_hour // 24) % 7, weights=change, minlength=7)
+    by_hour = np.bincount(abs_hour % 24, weights=change, minlength=24)
+    assert set(np.argsort(by_weekday)[:2]) == {5, 6}  # Saturday, Sunday
+    assert by_weekday[5:].max() < 0.5 * by_weekday[:5].min()
+    assert by_hour[10:20].sum() > 3 * by_hour[0:10].sum()  # working hours, if hour 0 is 00:00
