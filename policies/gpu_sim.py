@@ -10,9 +10,10 @@ every scheduler a fresh pass over its queue (Chronus preempts only on these leas
   queueing segments, eviction rate = evictions / runs (Sec. 4.2), and the GPU allocation rate =
   time-averaged allocated / total GPUs between the first and the last arrival.
 * The spot quota loop (GFS family only): the HP demand of each tenant (GPUs held or queued) is
-  sampled every tick and averaged per hour; every hour a forecaster (OrgLinear, or the last-week
-  peak for GFS-e; the last-week peak also stands in until OrgLinear has ``first_fit_h`` hours of
-  history) predicts the next H hours; every tick ``SpotQuotaAllocator.update_eta`` gets the
+  sampled every tick and averaged per hour; every hour a forecaster (OrgLinear, refitted every
+  ``refit_every_h`` on the last ``fit_window_h`` hours, or the last-week peak for GFS-e) predicts
+  the next H hours. Until it has history (``first_fit_h`` = 192 h for OrgLinear: lookback 168 +
+  horizon; ``last_week_peak_min_h`` = 24 h for GFS-e) there is no quota; every tick ``SpotQuotaAllocator.update_eta`` gets the
   eviction rate and the longest spot queueing time of the last H hours, and Q_H (Eq. 10) with
   S0 = idle GPUs and Sa = GPUs held by spot tasks becomes ``ClusterSnapshot.spot_quota``. The
   whole cluster is one GPU pool (one quota), whatever its GPU models.
@@ -55,6 +56,7 @@ class SimConfig:
     tick_s: float = 300.0
     quota: QuotaParams = field(default_factory=QuotaParams)
     first_fit_h: int = 192
+    last_week_peak_min_h: int = 24
     refit_every_h: int = 24 * 28
     fit_window_h: int = 24 * 21
     forecaster_maxiter: int = 50
@@ -115,6 +117,29 @@ class SimResult:
                 "eviction_rate": self.spot.eviction_rate, "allocation_rate": self.allocation_rate}
 
 
+def _ro(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+class _MemoBound:
+    """A forecast whose ``upper(p)`` is computed once (the quota asks every tick)."""
+
+    def __init__(self, forecast: Any) -> None:
+        self.f = forecast
+        self._up: dict[float, np.ndarray] = {}
+
+    @property
+    def mean(self) -> np.ndarray:
+        return np.asarray(self.f.mean)
+
+    def upper(self, p: float) -> np.ndarray:
+        if p not in self._up:
+            self._up[p] = np.asarray(self.f.upper(p))
+        return self._up[p]
+
+
 class QuotaLoop:
     """Eq. 9-11 driven by the simulated HP demand history (see the module doc)."""
 
@@ -154,9 +179,11 @@ class QuotaLoop:
             except Exception as exc:  # a failed fit keeps the previous model / the fallback
                 log.warning("OrgLinear fit failed at hour %d: %s", t, exc)
         if self.model is not None and t >= self.model.lookback:
-            self.forecast = self.model.predict(hist, horizon, self.start_hour + t)
+            self.forecast = _MemoBound(self.model.predict(hist, horizon, self.start_hour + t))
+        elif not self.use_orglinear and t >= self.cfg.last_week_peak_min_h:
+            self.forecast = _MemoBound(LastWeekPeak().predict(hist, horizon, self.start_hour + t))
         else:
-            self.forecast = LastWeekPeak().predict(hist, horizon, self.start_hour + t)
+            self.forecast = None  # no estimator yet: no quota (spot may take any idle GPU)
 
     def update(self, eviction_rate: float, max_queue_s: float, idle: float, spot_alloc: float) -> float | None:
         if self.adapt_eta:
@@ -215,6 +242,12 @@ class GpuSimulator:
             self.quota_loop = QuotaLoop(len(self.hp_tenant), self.total, scheduler.quota.forecaster,
                                         scheduler.quota.adapt_eta, self.cfg, workload.start_hour)
         self._ticks = 0
+        self._ro = {k: _ro(v) for k, v in (("names", np.asarray(nodes.names)), ("models", np.asarray(nodes.gpu_model)),
+                                            ("gpus", self.gpus), ("card_free", self.card_free), ("hp", self.hp),
+                                            ("spot", self.spot), ("ev_short", self.ev_short),
+                                            ("ev_long", self.ev_long), ("idle", self.idle), ("free", self.free))}
+        self._running_view = MappingProxyType(self.running)
+        self._node_tasks_view = MappingProxyType(self.node_tasks)
 
     # ---- events --------------------------------------------------------------------------
     def _push(self, t: float, kind: int, tid: str = "", epoch: int = 0) -> None:
@@ -299,6 +332,8 @@ class GpuSimulator:
         head = self.records[d[0]]
         if self.s.queue.order == "size":
             return (shape[1] * shape[2], shape[2], shape[1], head.task.submit_s)
+        if self.s.queue.order == "size_desc":
+            return (-shape[1] * shape[2], -shape[2], -shape[1], head.task.submit_s)
         return (head.task.submit_s,)
 
     def _drain(self) -> None:
@@ -307,7 +342,7 @@ class GpuSimulator:
             live = [(self._order_key(sh, d), sh) for sh, d in q.items() if d and sh not in self.failed]
             if not live:
                 continue
-            if self.s.queue.order == "size" and not self.s.queue.strict:
+            if self.s.queue.order != "fcfs" and not self.s.queue.strict:
                 for _, sh in sorted(live):
                     while q[sh] and sh not in self.failed:
                         if not self._cheap_ok(sh) or not self._attempt(sh, q):
@@ -338,11 +373,11 @@ class GpuSimulator:
         return float(self.free.sum()) + self.spot_alloc >= need - EPS
 
     def _snapshot(self) -> ClusterSnapshot:
+        r = self._ro  # read-only views of the live arrays: the snapshot is trusted, no copies
         return ClusterSnapshot(
-            self.now, self.w.nodes.names, self.w.nodes.gpu_model, self.gpus, self.card_free, self.hp, self.spot,
-            self.ev_short, self.ev_long, MappingProxyType(self.running), MappingProxyType(self.node_tasks),
-            self.G, self.F, None if self.quota_loop is None else self.quota_loop.quota, self.spot_alloc,
-            self.idle, self.free)
+            self.now, r["names"], r["models"], r["gpus"], r["card_free"], r["hp"], r["spot"], r["ev_short"],
+            r["ev_long"], self._running_view, self._node_tasks_view, self.G, self.F,
+            None if self.quota_loop is None else self.quota_loop.quota, self.spot_alloc, r["idle"], r["free"])
 
     def _attempt(self, shape: Shape, q: dict[Shape, deque[str]]) -> bool:
         tid = q[shape][0]

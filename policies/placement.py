@@ -179,8 +179,11 @@ class ClusterSnapshot:
     spot_allocated: float = 0.0
     idle_cards: np.ndarray | None = None
     free_gpus: np.ndarray | None = None
+    _memo: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if _all_read_only(self):
+            return  # trusted: built from read-only views by a simulator that keeps them consistent
         n = len(self.node_names)
         for name in ("gpu_model", "gpus", "hp_gpus", "spot_gpus", "evictions_short", "evictions_long"):
             a = np.asarray(getattr(self, name))
@@ -194,8 +197,7 @@ class ClusterSnapshot:
             object.__setattr__(self, "idle_cards", (self.card_free >= 1 - EPS).sum(axis=1))
         if self.free_gpus is None:
             object.__setattr__(self, "free_gpus", self.card_free.sum(axis=1))
-        for name in ("node_names", "gpu_model", "gpus", "card_free", "hp_gpus", "spot_gpus",
-                     "evictions_short", "evictions_long", "idle_cards", "free_gpus"):
+        for name in _ARRAYS:
             object.__setattr__(self, name, _ro(np.asarray(getattr(self, name))))
 
     @classmethod
@@ -212,6 +214,15 @@ class ClusterSnapshot:
     def n_nodes(self) -> int:
         return len(self.node_names)
 
+    def weighted_evictions(self, gamma: float) -> np.ndarray:
+        """Eq. 15 per node (memoised: the breaker and the score both need it)."""
+        key = f"ebar:{gamma}"
+        e = self._memo.get(key)
+        if e is None:
+            e = weighted_evictions(self.evictions_short, self.evictions_long, gamma)
+            self._memo[key] = e
+        return e
+
     def spot_tasks_on(self, node: int) -> list[RunningTask]:
         ids = self.node_tasks.get(node, ())
         out = []
@@ -220,6 +231,18 @@ class ClusterSnapshot:
             if t is not None and t.priority == "spot":
                 out.append(t)
         return out
+
+
+_ARRAYS = ("node_names", "gpu_model", "gpus", "card_free", "hp_gpus", "spot_gpus", "evictions_short",
+           "evictions_long", "idle_cards", "free_gpus")
+
+
+def _all_read_only(snap: ClusterSnapshot) -> bool:
+    for name in _ARRAYS:
+        a = getattr(snap, name)
+        if not isinstance(a, np.ndarray) or a.flags.writeable:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,10 +333,12 @@ def fits(row: np.ndarray, gpus: float) -> bool:
 # plugins
 # ---------------------------------------------------------------------------------------------
 class FilterPlugin(Protocol):
+    """``filter`` returns the feasible nodes, or None when the plugin rules nothing out."""
+
     @property
     def name(self) -> str: ...
 
-    def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray: ...
+    def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray | None: ...
 
 
 class ScorePlugin(Protocol):
@@ -329,10 +354,16 @@ class CapacityFilter:
 
     name: str = "capacity"
 
-    def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray:
+    def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray | None:
+        return self.mask(task, work)
+
+    @staticmethod
+    def mask(task: TaskRequest, work: WorkState) -> BoolArray:
         if task.gpus >= 1 - EPS:
-            return work.idle >= round(task.gpus)
-        return work.max_free >= task.gpus - EPS
+            result: BoolArray = work.idle >= round(task.gpus)
+        else:
+            result = work.max_free >= task.gpus - EPS
+        return result
 
 
 @dataclass(frozen=True)
@@ -341,10 +372,15 @@ class GpuModelFilter:
 
     name: str = "gpu_model"
 
-    def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray:
+    def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray | None:
         if not task.gpu_model:
-            return np.ones(snap.n_nodes, dtype=bool)
-        return np.isin(snap.gpu_model, task.gpu_model)
+            return None
+        key = "model:" + "|".join(task.gpu_model)
+        m = snap._memo.get(key)
+        if m is None:
+            m = np.isin(snap.gpu_model, task.gpu_model)
+            snap._memo[key] = m
+        return m
 
 
 def weighted_evictions(short: np.ndarray | float, long: np.ndarray | float, gamma: float = 0.8,
@@ -367,11 +403,11 @@ class CircuitBreakerFilter:
     m: float = 3.0
     name: str = "circuit_breaker"
 
-    def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray:
+    def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray | None:
         if task.is_hp:
-            return np.ones(snap.n_nodes, dtype=bool)
-        e = weighted_evictions(snap.evictions_short, snap.evictions_long, self.gamma)
-        return eviction_score(e, hp=False, m=self.m) > 0
+            return None
+        threshold = math.log(100.0) / math.log(self.m)  # 1 - 0.01 m^e > 0  <=>  e < log_m(100)
+        return snap.weighted_evictions(self.gamma) < threshold
 
 
 @dataclass(frozen=True)
@@ -404,8 +440,7 @@ class EvictionScore:
     name: str = "eviction"
 
     def score(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> FloatArray:
-        e = weighted_evictions(snap.evictions_short, snap.evictions_long, self.gamma)
-        return eviction_score(e, hp=task.is_hp, m=self.m)
+        return eviction_score(snap.weighted_evictions(self.gamma), hp=task.is_hp, m=self.m)
 
 
 @dataclass(frozen=True)
@@ -526,6 +561,7 @@ class Preemptor:
     node_choice: Literal["min_cost", "first", "random"] = "min_cost"
     random_victims: bool = False
     seed: int = 0
+    max_candidates: int | None = 64
 
     def victims_on(self, snap: ClusterSnapshot, work: WorkState, node: int, gpus: float,
                    rng: np.random.Generator | None) -> list[RunningTask] | None:
@@ -566,6 +602,12 @@ class Preemptor:
         cand = np.flatnonzero(mask & (reach >= need - EPS))
         if self.node_choice == "random" and rng is not None:
             cand = cand[rng.permutation(len(cand))]
+        elif self.node_choice == "min_cost" and self.max_candidates and len(cand) > self.max_candidates:
+            # scale: cost only the nodes that must free the fewest spot GPUs (then the lowest index);
+            # Eq. 19 grows with the victims, so the best node is almost always among them
+            free_now = work.idle[cand] if whole else work.max_free[cand]
+            deficit = np.maximum(need - free_now, 0.0)
+            cand = cand[np.lexsort((cand, deficit))[: self.max_candidates]]
         best: tuple[float, int, list[RunningTask]] | None = None
         vrng = rng if self.random_victims else None
         for n in cand:
@@ -590,11 +632,12 @@ class QueueRule:
     """How the simulator (or the control plane) orders and drains the pending queue.
 
     ``order='size'``: GFS (HP first, then fewer GPUs, fewer pods, earlier submission);
+    ``'size_desc'``: more GPUs first (first-fit decreasing);
     ``'fcfs'``: HP first, then submission time. ``strict``: the head of each priority class
     blocks the tasks behind it (YARN-CS FCFS); otherwise later tasks may backfill.
     """
 
-    order: Literal["size", "fcfs"] = "size"
+    order: Literal["size", "size_desc", "fcfs"] = "size"
     strict: bool = False
 
 
@@ -643,7 +686,9 @@ class FrameworkScheduler:
         mask = np.ones(snap.n_nodes, dtype=bool)
         for f in self.filters:
             if not isinstance(f, CapacityFilter):
-                mask &= f.filter(snap, task, work)
+                m = f.filter(snap, task, work)
+                if m is not None:
+                    mask &= m
         return mask
 
     def non_preemptive(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
@@ -651,11 +696,11 @@ class FrameworkScheduler:
         work = WorkState(snap)
         static = self._static_mask(snap, task, work)
         cap = CapacityFilter()
-        if not GangPreFilter().feasible(task, work, static & cap.filter(snap, task, work)):
+        if not GangPreFilter().feasible(task, work, static & cap.mask(task, work)):
             return None
         pods = []
         for _ in range(task.pods):
-            cand = np.flatnonzero(static & cap.filter(snap, task, work))
+            cand = np.flatnonzero(static & cap.mask(task, work))
             if len(cand) == 0:
                 return None
             n = best_node(cand, [s.score(snap, task, work) for s in self.scores])

@@ -8,9 +8,11 @@ statistics of its simulation setting (287 nodes x 8 A100, Apr-Jun 2024 = 91 days
 * GPU-per-pod mix (Table 3): HP <1: 0.11 %, 1: 55.11 %, 2: 13.37 %, 4: 7.53 %, 8: 23.69 %;
   spot 0.82 / 67.35 / 5.67 / 12.00 / 14.04 % (renormalised; "<1" = half a card);
 * gang share (Table 3): 8.66 % of HP and 27.26 % of spot tasks are gangs. The paper gives no gang
-  width: widths 2 / 3 / 4 pods with probabilities 0.6 / 0.2 / 0.2 (an assumption); fractional
-  tasks are never gangs, so the gang probability of whole-GPU tasks is scaled up to keep the share;
-* diurnal peaks 10:00-24:00 (Sec. 3.2.1): arrival intensity ``peak_factor`` (2x) higher in those
+  width: widths 2 / 4 / 8 / 16 pods with probabilities 0.4 / 0.3 / 0.2 / 0.1 (an assumption,
+  mean 5.2 pods: LLM-sized gangs, which also brings the offered load to the contention the paper's
+  baselines show at every spot level); fractional tasks are never gangs, so the gang probability of whole-GPU tasks
+  is scaled up to keep the share;
+* diurnal peaks 10:00-24:00 (Sec. 3.2.1): arrival intensity ``peak_factor`` (3x) higher in those
   hours; t = 0 is Monday 00:00 (1 Apr 2024 was a Monday);
 * HP demand per tenant shaped like ``alibaba-dlrm`` (pass ``tenant_shapes`` = its hourly series of
   the biggest apps; each tenant's HP arrival intensity follows its own series, tiled over 91 days,
@@ -22,8 +24,8 @@ statistics of its simulation setting (287 nodes x 8 A100, Apr-Jun 2024 = 91 days
   would alone keep ~2/3 of the cluster busy and the queues would grow without bound. Pass
   ``runtime="sec2"`` to get that heavy tail anyway (P90 6.4 h, P99 19.8 d).
 
-Offered load with the defaults: HP ~46 % of the GPUs on average (~60 % at the daily peak), spot
-~5 / 10 / 20 % at Low / Medium / High.
+Offered load with the defaults: HP ~55 % of the GPUs on average (near the capacity in the daily
+peak), spot ~7 / 15 / 30 % at Low / Medium / High.
 
 **openb** (:func:`tasks_from_pods`): one task per pod of an ``alibaba-openb`` pod list; LS,
 Guaranteed, Burstable = HP, BE = spot; ``gpu_milli < 1000`` on a 1-GPU pod = a card share;
@@ -107,7 +109,7 @@ class Workload:
 HP_GPU_MIX = {0.5: 0.11, 1.0: 55.11, 2.0: 13.37, 4.0: 7.53, 8.0: 23.69}
 SPOT_GPU_MIX = {0.5: 0.82, 1.0: 67.35, 2.0: 5.67, 4.0: 12.00, 8.0: 14.04}
 HP_GANG, SPOT_GANG = 0.0866, 0.2726
-GANG_WIDTHS = ((2, 0.6), (3, 0.2), (4, 0.2))
+GANG_WIDTHS = ((2, 0.4), (4, 0.3), (8, 0.2), (16, 0.1))
 #: Quantile anchors (q, seconds) of the HP runtime; log-linear in between.
 TABLE5_RUNTIME = ((0.0, 1800.0), (0.1, 11000.0), (0.5, 19000.0), (0.9, 23040.0), (0.99, 29300.0),
                   (1.0, 36000.0))
@@ -128,7 +130,7 @@ class GfsA100Config:
     spot_scale: float = 1.0
     tenants: int = 16
     peak_hours: tuple[int, int] = (10, 24)
-    peak_factor: float = 2.0
+    peak_factor: float = 3.0
     runtime: str = "table5"
     seed: int = 2
 
@@ -156,15 +158,23 @@ def diurnal_weights(hours: int, start_hour: int, peak: tuple[int, int], factor: 
     return np.where((hod >= peak[0]) & (hod < peak[1]), factor, 1.0)
 
 
+def _exact_choice(rng: np.random.Generator, values: list[float], weights: list[float], n: int) -> np.ndarray:
+    """``n`` draws whose counts match the weights exactly (largest remainder), shuffled."""
+    w = np.asarray(weights, dtype=float) / float(np.sum(weights))
+    counts = np.floor(w * n).astype(int)
+    rest = np.argsort(-(w * n - counts), kind="stable")[: n - int(counts.sum())]
+    counts[rest] += 1
+    return rng.permutation(np.repeat(np.asarray(values, dtype=float), counts))
+
+
 def _sample_shapes(rng: np.random.Generator, n: int, mix: dict[float, float], gang: float
                    ) -> tuple[np.ndarray, np.ndarray]:
-    g = np.array(list(mix.keys()))
-    p = np.array(list(mix.values()))
-    gpus = rng.choice(g, size=n, p=p / p.sum())
-    whole = gpus >= 1
-    p_gang = min(1.0, gang / max(whole.mean(), 1e-9))
-    widths = rng.choice([w for w, _ in GANG_WIDTHS], size=n, p=[q for _, q in GANG_WIDTHS])
-    pods = np.where(whole & (rng.random(n) < p_gang), widths, 1)
+    gpus = _exact_choice(rng, list(mix.keys()), list(mix.values()), n)
+    whole = np.flatnonzero(gpus >= 1)
+    n_gang = min(int(round(gang * n)), len(whole))
+    pods = np.ones(n, dtype=np.int64)
+    chosen = rng.choice(whole, size=n_gang, replace=False)
+    pods[chosen] = _exact_choice(rng, [w for w, _ in GANG_WIDTHS], [q for _, q in GANG_WIDTHS], n_gang).astype(np.int64)
     return gpus, pods
 
 

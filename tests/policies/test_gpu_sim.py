@@ -1,0 +1,86 @@
+"""GPU cluster simulator: hand-computed runs, checkpoint resume, conservation, the quota loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies.gpu_sim import GpuSimulator, SimConfig, simulate
+from policies.placement import TaskRequest
+from policies.schedulers import SCHEDULERS, make_scheduler
+from policies.workloads import GfsA100Config, NodeSpec, SimTask, Workload, gfs_a100
+
+H = 3600.0
+
+
+def wl(tasks: list[SimTask], nodes: int = 1, gpus: int = 8, tenants: tuple[str, ...] = ("t",)) -> Workload:
+    return Workload("hand", NodeSpec.uniform(nodes, gpus), sorted(tasks, key=lambda t: t.submit_s), tenants)
+
+
+def task(tid: str, prio: str, g: float, submit_h: float, dur_h: float, pods: int = 1) -> SimTask:
+    return SimTask(TaskRequest(tid, prio, g, pods, None, "t"), submit_h * H, dur_h * H)  # type: ignore[arg-type]
+
+
+def test_eviction_resumes_from_the_last_checkpoint() -> None:
+    # spot 8 GPUs for 3 h at 0; HP 8 GPUs for 1 h at 1.5 h evicts it; 1 h of work was checkpointed,
+    # the spot task restarts when the HP task ends (2.5 h) and needs 2 more hours: done at 4.5 h
+    w = wl([task("s", "spot", 8, 0, 3), task("h", "hp", 8, 1.5, 1)])
+    r = simulate(w, make_scheduler("yarn_cs"), SimConfig(check_invariants=True))
+    s, h = r.records["s"], r.records["h"]
+    assert s.finish_s == pytest.approx(4.5 * H) and s.jqt_s == pytest.approx(1.0 * H)
+    assert s.runs == 2 and s.evictions == 1 and r.spot.eviction_rate == pytest.approx(0.5)
+    assert h.finish_s == pytest.approx(2.5 * H) and h.jqt_s == 0.0
+    assert r.hp.jct_mean_s == pytest.approx(H) and r.spot.jct_mean_s == pytest.approx(4.5 * H)
+
+
+def test_checkpoint_interval_is_configurable() -> None:
+    w = wl([task("s", "spot", 8, 0, 3), task("h", "hp", 8, 1.5, 1)])
+    r = simulate(w, make_scheduler("yarn_cs"), SimConfig(checkpoint_s=0.5 * H))
+    assert r.records["s"].finish_s == pytest.approx(4.0 * H)  # 1.5 h saved, 1.5 h left after 2.5 h
+
+
+def test_allocation_rate_hand_computed() -> None:
+    w = wl([task("a", "hp", 8, 0, 5), task("b", "hp", 4, 10, 1)])
+    r = simulate(w, make_scheduler("gfs"))
+    assert r.allocation_rate == pytest.approx(8 * 5 / (8 * 10))
+
+
+def test_hp_waits_when_only_hp_runs_and_queue_order() -> None:
+    w = wl([task("a", "hp", 8, 0, 2), task("b", "hp", 8, 1, 1)])
+    r = simulate(w, make_scheduler("gfs"))
+    assert r.records["b"].jqt_s == pytest.approx(1 * H) and r.hp.jqt_mean_s == pytest.approx(0.5 * H)
+
+
+def test_strict_fcfs_blocks_behind_the_head_but_backfill_does_not() -> None:
+    tasks = [task("a", "spot", 6, 0, 2), task("big", "spot", 8, 0.1, 1), task("small", "spot", 2, 0.2, 1)]
+    yarn = simulate(wl(tasks), make_scheduler("yarn_cs"))
+    lyra = simulate(wl(tasks), make_scheduler("lyra"))
+    assert yarn.records["small"].jqt_s == pytest.approx(2.8 * H)  # waits for "big" (2 h to 3 h)
+    assert lyra.records["small"].jqt_s == 0.0  # backfills the 2 free cards
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_conservation_every_scheduler(name: str) -> None:
+    cfg = GfsA100Config(days=1.5, nodes=6, hp_tasks=160, spot_tasks=90, spot_scale=2.0, seed=7)
+    w = gfs_a100(cfg)
+    sim = GpuSimulator(w, make_scheduler(name), SimConfig(check_invariants=True))
+    r = sim.run()
+    assert all(rec.finished == 1 for rec in r.records.values())  # every task finished exactly once
+    assert r.hp.finished + r.spot.finished == len(w.tasks)
+    assert np.allclose(sim.card_free, (np.arange(8)[None, :] < sim.gpus[:, None]))  # all cards back
+    assert not sim.running and sim.spot_alloc == pytest.approx(0) and sim.hp_alloc == pytest.approx(0)
+    assert r.hp.evictions == 0  # HP tasks are never evicted
+    for rec in r.records.values():
+        assert rec.finish_s >= rec.task.submit_s + rec.task.duration_s - 1e-6
+    assert 0 < r.allocation_rate <= 1
+
+
+def test_contended_run_evicts_and_quota_restrains_spot() -> None:
+    cfg = GfsA100Config(days=2, nodes=4, hp_tasks=150, spot_tasks=80, spot_scale=2.0, seed=3)
+    w = gfs_a100(cfg)
+    yarn = simulate(w, make_scheduler("yarn_cs"), SimConfig(check_invariants=True))
+    gfs = GpuSimulator(w, make_scheduler("gfs"), SimConfig(check_invariants=True))
+    rg = gfs.run()
+    assert yarn.spot.evictions > 0
+    assert gfs.quota_loop is not None and gfs.quota_loop.forecast is not None  # hourly forecasts ran
+    assert rg.hp.finished == yarn.hp.finished == sum(t.request.is_hp for t in w.tasks)
