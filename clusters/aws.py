@@ -160,6 +160,8 @@ class AwsFleet:
         self._last_state: dict[str, InstanceState] = {}
         self._noticed: set[str] = set()
         self._ours_terminated: set[str] = set()
+        self._pending_notices: list[FleetEvent] = []
+        self._notices_fresh = False  # describe() just read the notices; the next poll reuses them
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -375,7 +377,11 @@ class AwsFleet:
 
     # ---------------------------------------------------------------- views and events
     def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:
-        return [self._instance(raw) for raw in self._raw(instance_ids)]
+        raws = self._raw(instance_ids)
+        if instance_ids is None:  # the controller's snapshot: show notices already (NOTICED)
+            self._pending_notices += self._notices(raws, self.clock.now())
+            self._notices_fresh = True
+        return [self._instance(raw) for raw in raws]
 
     def _raw(self, instance_ids: Sequence[str] | None) -> list[dict[str, Any]]:
         if instance_ids is None:
@@ -417,7 +423,10 @@ class AwsFleet:
     def poll_events(self) -> list[FleetEvent]:
         now = self.clock.now()
         raws = self._raw(None)
-        events = self._notices(raws, now)
+        if not self._notices_fresh:
+            self._pending_notices += self._notices(raws, now)
+        self._notices_fresh = False
+        events, self._pending_notices = self._pending_notices, []
         for raw in raws:
             events.extend(self._transition(raw, now))
         return events

@@ -26,7 +26,7 @@ import random
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -53,6 +53,7 @@ CAPACITY_CODES = frozenset({
 })
 RATE_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
 NOTICE_SECONDS = 30.0
+GONE_MEMORY_S = 3600.0  # how long a vanished VM stays in describe() (AWS keeps terminated ones ~1 h)
 NAMESPACE = uuid.UUID("6f1c2f0e-8a53-4d59-9a0b-5e2b3c7d9a11")
 
 # Machine types whose GPUs must be attached explicitly (N1): name -> (accelerator type, count).
@@ -178,6 +179,10 @@ class GcpFleet:
         self._preempted: dict[str, str] = {}  # instance name -> operation id
         self._seen_ops: set[str] = set()
         self._ours_deleted: set[str] = set()
+        self._last_raw: dict[str, Any] = {}  # VMs deleted by GCE stay visible (as gone) in describe
+        self._gone_at: dict[str, float] = {}
+        self._pending_notices: list[FleetEvent] = []
+        self._scan_fresh = False  # describe() just read the preemption ops; the next poll reuses them
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -431,14 +436,35 @@ class GcpFleet:
         out = []
         for zone in self.zones:
             out.extend(self._list(zone, f'labels.spotplane-cluster = "{label_value(self.cluster)}"'))
+        now = self.clock.now()
+        listed = {r.name for r in out}
+        for raw in out:
+            self._last_raw[raw.name] = raw
+        for name in set(self._last_raw) - listed:
+            self._gone_at.setdefault(name, now)
+            if now - self._gone_at[name] > GONE_MEMORY_S:
+                del self._last_raw[name], self._gone_at[name]
+        return out
+
+    def _gone(self) -> list[Instance]:
+        """VMs that vanished (deleted by us, or by a DELETE-action preemption), as their last view."""
+        out = []
+        for name in self._gone_at:
+            if name in self._last_raw:
+                state = InstanceState.PREEMPTED if name in self._preempted else InstanceState.TERMINATED
+                out.append(replace(self._instance(self._last_raw[name]), state=state))
         return out
 
     def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:
         raws = self._all()
+        if instance_ids is None:  # the controller's snapshot: show notices already (NOTICED)
+            self._scan_preemptions({r.name: r for r in raws})
+            self._scan_fresh = True
+        out = [self._instance(r) for r in raws] + self._gone()
         if instance_ids is not None:
             wanted = set(instance_ids)
-            raws = [r for r in raws if r.name in wanted]
-        return [self._instance(r) for r in raws]
+            out = [i for i in out if i.instance_id in wanted]
+        return out
 
     def _state(self, raw: Any) -> InstanceState:
         status = raw.status
@@ -480,10 +506,9 @@ class GcpFleet:
                            "filter": f'operationType = "{PREEMPTED_OP}"'}, zone)
         return list(page.items)
 
-    def poll_events(self) -> list[FleetEvent]:
+    def _scan_preemptions(self, ours: dict[str, Any]) -> None:
+        """Read the zones' preempted operations; a notice for each of our VMs still RUNNING."""
         now = self.clock.now()
-        events: list[FleetEvent] = []
-        ours = {r.name: r for r in self._all()}
         known = set(ours) | set(self._last_state)
         for zone in self.zones:
             for op in self._preemption_ops(zone):
@@ -494,8 +519,17 @@ class GcpFleet:
                 self._preempted[name] = str(op.id)
                 raw = ours.get(name)
                 if raw is not None and raw.status == "RUNNING":
-                    events.append(FleetEvent(EventKind.PREEMPTION_NOTICE, name, zone, now,
-                                             seconds_left=NOTICE_SECONDS, detail=PREEMPTED_OP))
+                    self._pending_notices.append(FleetEvent(
+                        EventKind.PREEMPTION_NOTICE, name, zone, now,
+                        seconds_left=NOTICE_SECONDS, detail=PREEMPTED_OP))
+
+    def poll_events(self) -> list[FleetEvent]:
+        now = self.clock.now()
+        ours = {r.name: r for r in self._all()}
+        if not self._scan_fresh:
+            self._scan_preemptions(ours)
+        self._scan_fresh = False
+        events, self._pending_notices = self._pending_notices, []
         for name, raw in ours.items():
             events.extend(self._transition(name, _last(raw.zone), self._state(raw), raw.status, now))
         for name in set(self._last_state) - set(ours):  # deleted (by us, or by a DELETE preemption)

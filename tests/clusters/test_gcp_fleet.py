@@ -203,6 +203,7 @@ def test_preemption_events_from_zone_operations(fleet: GcpFleet, fake: Any, cloc
     fleet.terminate([std.instance_id, "sp-does-not-exist-0"])
     [ended] = fleet.poll_events()
     assert (ended.kind, ended.instance_id) == (EventKind.TERMINATED, std.instance_id)
+    assert fleet.describe([std.instance_id])[0].state == InstanceState.TERMINATED
     fleet.terminate([std.instance_id])  # gone already: ignored
 
 
@@ -214,6 +215,10 @@ def test_preempted_straight_to_gone(fleet: GcpFleet, fake: Any) -> None:
     fake.finish_preemption(spot.instance_id)
     [gone] = fleet.poll_events()
     assert gone.kind == EventKind.PREEMPTED and gone.detail == "compute.instances.preempted"
+    # GCE deleted the VM; describe still shows its last view, as preempted, for the controller
+    [seen] = fleet.describe([spot.instance_id])
+    assert seen.state == InstanceState.PREEMPTED and seen.zone == "us-central1-a"
+    assert [i.state for i in fleet.describe()] == [InstanceState.PREEMPTED]
 
 
 def test_offers_from_machine_types(fleet: GcpFleet, fake: Any) -> None:
