@@ -174,6 +174,8 @@ class ControllerActor:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
+        with self._lock:
+            self.controller.flush()
 
     def pid(self) -> int:
         return os.getpid()

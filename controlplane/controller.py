@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -78,6 +79,9 @@ class ControllerSettings:
     zone_memory_seconds: float = 3 * HOUR
     refused_seconds: float = 600.0  # skip a zone this long after it refused a spot launch
     zones_every_ticks: int = 10  # how often the zone snapshot is written for the API
+    # A job whose only change is progress/cost is written every n-th tick (a tenth of them per
+    # tick): accounting restarts from the stored accounted_at/billed_at, so nothing is lost.
+    persist_progress_every: int = 10
     seed: int = 0
 
 
@@ -125,7 +129,8 @@ class _Work:
 
     events: list[Event] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
-    jobs: dict[str, Job] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)  # changed state: persisted this tick
+    progress: dict[str, Job] = field(default_factory=dict)  # only progress/cost moved
     nodes: dict[str, Node] = field(default_factory=dict)
     intents: list[Intent] = field(default_factory=list)
     launches: list[tuple[Intent, LaunchRequest, list[str]]] = field(default_factory=list)
@@ -364,7 +369,7 @@ class Controller:
         if until > job.accounted_at:
             workload.advance(job, job.accounted_at, until, self._move, self._interval)
             job.accounted_at = until
-            self._w.jobs[job.id] = job
+            self._w.progress[job.id] = job
 
     def _bill(self, job: Job, until: float) -> None:
         """Charge the job for its nodes' time since it was last billed (provisioning included)."""
@@ -387,7 +392,7 @@ class Controller:
         job.billed_at = until
         od = self._od_price(job)
         job.on_demand_cost = max(job.on_demand_cost, job.progress_hours * job.spec.workers * od)
-        self._w.jobs[job.id] = job
+        self._w.progress[job.id] = job
 
     def _od_price(self, job: Job) -> float:
         prices = [o.on_demand_price for o in self._offers_for(job)]
@@ -812,14 +817,27 @@ class Controller:
         self._demand = demand
 
     # -- 6. persist and act --------------------------------------------------------------------
-    def _persist(self, now: float, barrier: bool = False) -> None:
+    def _persist(self, now: float, barrier: bool = False, flush: bool = False) -> None:
         w = self._w
         demand = getattr(self, "_demand", None) if barrier else None
-        self.store.commit(jobs=list(w.jobs.values()), nodes=list(w.nodes.values()),
+        jobs = dict(w.jobs)
+        if not barrier:
+            k = max(1, self.settings.persist_progress_every)
+            for job_id, job in w.progress.items():
+                if flush or (zlib.crc32(job_id.encode()) + self.ticks) % k == 0:
+                    jobs.setdefault(job_id, job)
+            w.progress = {}
+        self.store.commit(jobs=list(jobs.values()), nodes=list(w.nodes.values()),
                           events=w.events, decisions=w.decisions, intents=w.intents,
                           control_time=now, counters=w.counters, demand=demand, demand_at=now,
                           epoch=self.epoch)
         w.jobs, w.nodes, w.events, w.decisions, w.intents, w.counters = {}, {}, [], [], [], {}
+
+    def flush(self) -> None:
+        """Write every active job's progress and cost now (before a clean stop)."""
+        for job in self.jobs.values():
+            self._w.progress[job.id] = job
+        self._persist(self.clock.now(), flush=True)
 
     def _act(self, now: float) -> None:
         w = self._w
