@@ -249,6 +249,46 @@ class UniformProgress(_RulesBase):
         return IDLE
 
 
+class UniformProgressLoose(UniformProgress):
+    """App. A.8: with a loose deadline use spot greedily until C(t)/R(t) reaches ``switch`` (0.7),
+    then Uniform Progress on the line from that point (t0, cp(t0)) to (R, C)."""
+
+    name = "uniform_progress_loose"
+
+    def __init__(self, task: DeadlineTask, *, tick_hours: float = 0.0, switch: float = 0.7) -> None:
+        super().__init__(task, tick_hours=tick_hours)
+        if not 0 < switch <= 1:
+            raise InvalidInput("switch", f"must be in (0, 1], got {switch}")
+        self.switch = float(switch)
+        self._t0: float | None = None if task.job_fraction < switch else 0.0
+        self._cp0 = 0.0
+
+    def decide(self, obs: Observation) -> Action:
+        t, cp = obs.elapsed_hours, obs.progress_hours
+        if self._t0 is None and (self._c - cp) >= self.switch * (self._r - t):
+            self._t0, self._cp0 = t, cp
+        if self._t0 is None:  # greedy phase, Safety Net included
+            return Greedy.decide(self, obs)  # type: ignore[arg-type]
+        # ep(t) re-anchored: cp0 + (t - t0) (C - cp0) / (R - t0); same rules as UniformProgress
+        span = self._r - self._t0
+        rate = (self._c - self._cp0) / span if span > EPS else math.inf
+        shifted = Observation(t - self._t0, cp - self._cp0, obs.state, obs.zone, obs.spot_available)
+        saved = (self._c, self._r, self._rate)
+        self._c, self._r, self._rate = self._c - self._cp0, span, rate
+        try:
+            return super().decide(shifted)
+        finally:
+            self._c, self._r, self._rate = saved
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "t0": self._t0, "cp0": self._cp0}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._t0 = None if state.get("t0") is None else float(state["t0"])
+        self._cp0 = float(state.get("cp0", 0.0))
+
+
 class TimeSliced(_RulesBase):
     """Sec. 5.1: greedy inside each of n slices of R/n with cumulative targets i C/n.
 
@@ -397,6 +437,7 @@ def register_policy(name: str, maker: Callable[..., DeadlinePolicy]) -> None:
 register_policy("on_demand", OnDemandOnly)
 register_policy("greedy", Greedy)
 register_policy("uniform_progress", UniformProgress)
+register_policy("uniform_progress_loose", UniformProgressLoose)
 register_policy("time_sliced", TimeSliced)
 register_policy("up_oracle", UniformProgressOracle)
 

@@ -13,6 +13,7 @@ from policies.deadline import (
     Observation,
     TimeSliced,
     UniformProgress,
+    UniformProgressLoose,
     UniformProgressOracle,
     make_policy,
     policy_names,
@@ -126,6 +127,7 @@ def test_no_policy_without_future_knowledge_misses_on_random_traces() -> None:
             Greedy(task, tick_hours=g),
             UniformProgress(task, tick_hours=g),
             TimeSliced(task, int(rng.integers(1, 20)), tick_hours=g),
+            UniformProgressLoose(task, tick_hours=g),
             UniformProgressOracle(task, lambda o, life=life, g=g: float(life[int(round(o.elapsed_hours / g))]), tick_hours=g),
         ):
             res = simulate(pol, up, g)
@@ -191,6 +193,20 @@ def test_up_beats_greedy_on_figure4_like_window() -> None:
     assert g.met_deadline and u.met_deadline
     assert g.spot_hours == pytest.approx(19.8) and g.changeovers == 2
     assert u.spot_hours > g.spot_hours + 7 and u.cost < g.cost - 10
+
+
+def test_up_loose_is_greedy_until_the_switch_then_uniform_from_there() -> None:
+    """App. A.8: C/R = 0.5 < 0.7: no on-demand while C(t)/R(t) < 0.7, then UP on the re-anchored line."""
+    task = DeadlineTask(30.0, 60.0, 0.2)
+    pol = UniformProgressLoose(task, tick_hours=G)
+    assert pol.decide(obs(5.0, 0.0, Kind.IDLE, False)).kind is Kind.IDLE  # plain UP would be on-demand
+    assert UniformProgress(task, tick_hours=G).decide(obs(5.0, 0.0, Kind.IDLE, False)).kind is Kind.ON_DEMAND
+    # C(t)/R(t) = 30 / 42 >= 0.7 at t = 18 with no progress: anchored at (18, 0), rate 30/42
+    assert pol.decide(obs(18.0, 0.0, Kind.IDLE, False)).kind is Kind.IDLE  # on the line: cp = ep
+    assert pol.decide(obs(19.0, 0.5, Kind.IDLE, False)).kind is Kind.ON_DEMAND  # ep = 0.71 > 0.5
+    assert pol.state_dict()["t0"] == pytest.approx(18.0)
+    tight = UniformProgressLoose(TASK, tick_hours=G)  # C/R = 0.8 >= 0.7: plain UP from the start
+    assert tight.decide(obs(G, 0.0, Kind.IDLE, False)).kind is Kind.ON_DEMAND
 
 
 # ---------------------------------------------------------------------------- oracle and slices
