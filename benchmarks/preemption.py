@@ -104,16 +104,16 @@ def run(max_groups: int | None = None, min_size: int = 40) -> dict[str, Any]:
 def table(res: dict[str, Any]) -> str:
     names = [m.name for m in MODELS]
     lines = [f"limit {res['limit_hours']} h; AIC (MLE, censored) and SSE vs Kaplan-Meier",
-             f"{'group':<34}{'n':>5}{'pre':>5}  " + "".join(f"{n[:11]:>12}" for n in names)
+             f"{'group':<34}{'n':>5}{'pre':>5}  " + "".join(f"{n[:14]:>16}" for n in names)
              + "  best        bathtub (A, tau1, tau2, b)"]
     for gr in res["groups"] + res["machine_types"] + res["day_night"]:
         label = f"{gr['machine_type']} {gr.get('period', gr['zone'])}"
         p = gr["models"]["bathtub"]["params"]
         lines.append(f"{label:<34}{gr['n']:>5}{gr['n_preempted']:>5}  "
-                     + "".join(f"{gr['models'][n]['aic'] or np.inf:>12.1f}" for n in names)
+                     + "".join(f"{gr['models'][n]['aic'] or np.inf:>16.1f}" for n in names)
                      + f"  {gr['best']:<12}({p['A']:.3f}, {p['tau1']:.2f}, {p['tau2']:.2f}, {p['b']:.2f})")
         lines.append(f"{'   SSE mle / km_lsq':<44}" + "".join(
-            f"{gr['models'][n]['sse']:>6.3f}/{gr['models_km_lsq'][n]['sse']:<5.3f}" for n in names))
+            f"{gr['models'][n]['sse']:>7.3f}/{gr['models_km_lsq'][n]['sse']:<7.3f}" for n in names))
     s = res["summary"]
     lines.append(f"bathtub lowest AIC in {s['bathtub_best_fraction']:.0%} of (type, zone) groups "
                  f"(target >= 80%); n1-highcpu-16 b = {s['n1_highcpu_16_b']:.2f} h MLE, "
