@@ -112,8 +112,8 @@ def table(res: dict[str, Any]) -> str:
         lines.append(f"{label:<34}{gr['n']:>5}{gr['n_preempted']:>5}  "
                      + "".join(f"{gr['models'][n]['aic'] or np.inf:>16.1f}" for n in names)
                      + f"  {gr['best']:<12}({p['A']:.3f}, {p['tau1']:.2f}, {p['tau2']:.2f}, {p['b']:.2f})")
-        lines.append(f"{'   SSE mle / km_lsq':<44}" + "".join(
-            f"{gr['models'][n]['sse']:>7.3f}/{gr['models_km_lsq'][n]['sse']:<7.3f}" for n in names))
+        lines.append(f"{'   SSE mle / km_lsq':<46}" + "".join(
+            f"{gr['models'][n]['sse']:>7.3f}/{gr['models_km_lsq'][n]['sse']:<8.3f}" for n in names))
     s = res["summary"]
     lines.append(f"bathtub lowest AIC in {s['bathtub_best_fraction']:.0%} of (type, zone) groups "
                  f"(target >= 80%); n1-highcpu-16 b = {s['n1_highcpu_16_b']:.2f} h MLE, "
