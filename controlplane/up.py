@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 DEMO_SPEED = 3600.0  # simulated seconds per wall second for --demo (68 h of deadlines ~ 70 s)
 DEFAULT_SPEED = 60.0
 DEMO_TIMEOUT_S = 290.0
+CHILD_ENV = "SPOTPLANE_UP_CHILD"
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -50,6 +52,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 def choose_port(requested: int | None, host: str) -> int:
     """``--port`` when given (it must be free); else $SPOTPLANE_PORT/8000, or a free port if taken."""
     if requested is not None:
+        if not 1 <= requested <= 65535:
+            raise ConfigError(f"port: {requested} is not a TCP port", fix="use 1-65535 (or leave --port out)")
         if not port_is_free(requested, host):
             raise ConfigError(f"port: {requested} is already in use on {host}",
                               fix="pick another --port, or stop what listens there")
@@ -103,6 +107,48 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Stop()
 
 
+def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[str]:
+    """The ``spotplane up`` command line the supervisor runs in its own session."""
+    cmd = [sys.executable, "-m", "controlplane.cli"]
+    if getattr(args, "debug", False):
+        cmd.append("--debug")
+    cmd += ["up", "--state-dir", str(state_dir), "--port", str(port), "--host", args.host, "--fleet", args.fleet]
+    if args.demo:
+        cmd.append("--demo")
+    if args.speed is not None:
+        cmd += ["--speed", repr(float(args.speed))]
+    if args.report_json:
+        cmd += ["--report-json", str(Path(args.report_json).resolve())]
+    if args.plot:
+        cmd += ["--plot", str(Path(args.plot).resolve())]
+    return cmd
+
+
+def supervise(cmd: list[str], env: dict[str, str]) -> int:
+    """Run ``up`` in a child in its own session and turn Ctrl-C / SIGTERM into a clean stop.
+
+    Ctrl-C signals the terminal's whole foreground process group; Ray's own processes (GCS,
+    raylet, workers) started by ``up`` would get it too and die under the shutdown. In its own
+    session the child (and its Ray) never sees the terminal's SIGINT: the supervisor sends it
+    one SIGTERM, on which it stops the API, the control plane and Ray in order.
+    """
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                forward(signal.SIGINT, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_up(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else Settings().state_dir.expanduser()
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -110,16 +156,20 @@ def run_up(args: argparse.Namespace) -> int:
     check_fleet(args.fleet)
     if args.report_json and not args.demo:
         raise ConfigError("--report-json: only the demo writes a report", fix="add --demo")
-    if args.fresh:
-        move_aside(state_dir)
-    port = choose_port(args.port, args.host)
     speed = args.speed if args.speed is not None else (DEMO_SPEED if args.demo else DEFAULT_SPEED)
     if speed <= 0:
         raise ConfigError(f"speed: must be > 0, got {speed}", fix="e.g. --speed 3600 (one simulated hour per second)")
+    if args.fresh:
+        move_aside(state_dir)
+    port = choose_port(args.port, args.host)
     from serve.auth import new_admin_token
 
     admin_token = os.environ.get("SPOTPLANE_ADMIN_TOKEN") or new_admin_token()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
+    if getattr(args, "data_dir", None):
+        os.environ["SPOTPLANE_DATA_DIR"] = str(Path(args.data_dir).expanduser().resolve())
+    if os.environ.get(CHILD_ENV) != "1":
+        env = dict(os.environ, **{CHILD_ENV: "1", "SPOTPLANE_ADMIN_TOKEN": admin_token})
+        return supervise(child_command(args, state_dir, port), env)
     started: dict[str, Any] = {}
     try:
         url = _start(args, state_dir, port, speed, admin_token, started)
@@ -133,8 +183,6 @@ def run_up(args: argparse.Namespace) -> int:
         return 0
     finally:
         _stop(started, state_dir)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, admin_token: str,
@@ -151,6 +199,10 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     ray.init(namespace="spotplane", include_dashboard=False, log_to_driver=False,
              configure_logging=False, num_cpus=max(4, os.cpu_count() or 1))
     started["ray"] = True
+    if threading.current_thread() is threading.main_thread():
+        # after ray.init: Ray's core installs its own SIGTERM handler, which would kill us
+        # before the clean shutdown below (`spotplane down` sends SIGTERM)
+        signal.signal(signal.SIGTERM, _on_sigterm)
     # Simulated fleet: the controller paces its simulated clock one tick at a time (a slow tick
     # slows the simulation instead of skipping time); real fleets run on wall time.
     settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet, speed=speed,
@@ -158,15 +210,16 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     started["control_plane"] = start_control_plane(settings)
     url = start_api(db_path(state_dir), admin_token, port, args.host)
     started["api"] = True
-    write_endpoint(state_dir, url, admin_token, os.getpid())
-    started["endpoint"] = True
-    SpotplaneClient(url, admin_token).healthz()
+    with SpotplaneClient(url, admin_token) as probe:
+        probe.healthz()
     print(f"spotplane is up in {time.monotonic() - t0:.0f} s\n"
           f"  API          {url}   (OpenAPI: {url}/docs)\n"
           f"  admin token  {admin_token}\n"
           f"  state        {state_dir}\n"
           f"  try          spotplane jobs --state-dir {state_dir}   |   stop: Ctrl-C or `spotplane down`",
           flush=True)
+    write_endpoint(state_dir, url, admin_token, os.getpid())  # last: it tells others we are ready
+    started["endpoint"] = True
     return url
 
 

@@ -1,0 +1,141 @@
+"""CLI plumbing without a server: YAML submissions, the live table, `down`, error exits."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from controlplane.cli import main
+from controlplane.client import read_endpoint, write_endpoint
+from controlplane.commands.control import load_submission
+from controlplane.errors import InvalidInput, NotFound
+from controlplane.live import LiveTable, progress_bar
+
+
+def test_yaml_one_job(tmp_path: Path) -> None:
+    f = tmp_path / "job.yaml"
+    f.write_text("name: train\nkind: deadline\ncompute_hours: 10\ndeadline_hours: 14\n")
+    jobs, bag = load_submission(f)
+    assert jobs == [{"name": "train", "kind": "deadline", "compute_hours": 10, "deadline_hours": 14}]
+    assert bag is None
+
+
+def test_yaml_jobs_and_bag(tmp_path: Path) -> None:
+    f = tmp_path / "many.yaml"
+    f.write_text(
+        "jobs:\n  - {name: a, compute_hours: 1}\n  - {name: b, kind: hp, compute_hours: 2}\n"
+        "bag:\n  name: sweep\n  template: {name: s, compute_hours: 3}\n  params: [{lr: 0.1}, {lr: 0.01}]\n"
+    )
+    jobs, bag = load_submission(f)
+    assert [j["name"] for j in jobs] == ["a", "b"]
+    assert bag is not None and bag["params"] == [{"lr": 0.1}, {"lr": 0.01}]
+
+
+def test_yaml_errors_name_the_field(tmp_path: Path) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text("jobs: 3\n")
+    with pytest.raises(InvalidInput, match=r"^jobs: must be a list of job mappings"):
+        load_submission(f)
+    f.write_text("name: [unclosed\n")
+    with pytest.raises(InvalidInput, match=r"^file: .* is not valid YAML"):
+        load_submission(f)
+    with pytest.raises(NotFound, match="no such file"):
+        load_submission(tmp_path / "missing.yaml")
+
+
+def test_submit_of_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["submit", str(tmp_path / "nope.yaml"), "--url", "http://127.0.0.1:9", "--token", "t"])
+    assert rc == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_client_against_nothing_says_how_to_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["jobs", "--state-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "spotplane up" in err
+
+
+def test_progress_bar() -> None:
+    assert progress_bar(0.5, 10, ascii_only=True) == "[#####.....]"
+    assert progress_bar(2.0, 4, ascii_only=True) == "[####]"
+    assert progress_bar(-1, 4) == "\u2591" * 4
+
+
+def _job(jid: str, state: str, frac: float) -> dict:
+    return {"id": jid, "name": jid, "tenant_id": "t1", "kind": "spot", "state": state,
+            "progress_fraction": frac, "cost": 1.0, "preemptions": 0, "checkpoints": 0,
+            "deadline_at": None, "finished_at": None, "market": "spot"}
+
+
+def test_live_table_plain_lines_only_on_change() -> None:
+    out = io.StringIO()
+    table = LiveTable(out, tty=False, summary_every=1e9)
+    table.update([_job("a", "QUEUED", 0.0)], 3600.0, tenants={"t1": "acme"}, wall=0.0)
+    table.update([_job("a", "QUEUED", 0.0)], 7200.0, tenants={"t1": "acme"}, wall=1.0)
+    table.update([_job("a", "RUNNING", 0.5)], 7200.0, tenants={"t1": "acme"}, wall=2.0)
+    lines = out.getvalue().splitlines()
+    assert "\x1b" not in out.getvalue()
+    assert sum("-> QUEUED" in line for line in lines) == 1
+    assert any("a (acme, spot) -> RUNNING 50%" in line for line in lines)
+
+
+def test_live_table_redraws_in_place_on_tty() -> None:
+    out = io.StringIO()
+    table = LiveTable(out, tty=True)
+    table.update([_job("a", "RUNNING", 0.25), _job("b", "QUEUED", 0.0)], 0.0)
+    first = out.getvalue()
+    table.update([_job("a", "RUNNING", 0.75), _job("b", "RUNNING", 0.1)], 60.0)
+    second = out.getvalue()[len(first):]
+    assert second.startswith("\x1b[4F\x1b[J")  # up over the 4 lines drawn, clear below
+    assert "75%" in second
+
+
+def _detached_sleeper() -> int:
+    """A process that is not our child (like a real `spotplane up`), so it never lingers as a zombie."""
+    out = subprocess.run(["sh", "-c", f"{sys.executable} -c 'import time; time.sleep(120)' >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_down_stops_the_recorded_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pid = _detached_sleeper()
+    try:
+        write_endpoint(tmp_path, "http://127.0.0.1:1", "spa_x", pid)
+        assert oct((tmp_path / "endpoint.json").stat().st_mode & 0o777) == "0o600"
+        t0 = time.monotonic()
+        assert main(["down", "--state-dir", str(tmp_path), "--timeout", "20"]) == 0
+        assert time.monotonic() - t0 < 20
+        assert not _alive(pid)
+        assert f"stopped `spotplane up` (pid {pid})" in capsys.readouterr().out
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert read_endpoint(tmp_path) is not None  # `up` itself clears it on the way out
+
+
+def test_down_with_a_stale_endpoint_forgets_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pid = _detached_sleeper()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    write_endpoint(tmp_path, "http://127.0.0.1:1", "spa_x", pid)
+    assert main(["down", "--state-dir", str(tmp_path)]) == 0
+    assert "was not running" in capsys.readouterr().out
+    assert read_endpoint(tmp_path) is None

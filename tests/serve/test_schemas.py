@@ -1,0 +1,69 @@
+"""422 messages name the field and the fix; Prometheus text renders and parses (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ValidationError
+
+from controlplane.models import BagSpec, JobSpec
+from serve.app import prometheus_text
+from serve.schemas import error_line, field_errors
+
+
+def _errors(model: type, body: dict) -> list[str]:
+    with pytest.raises(ValidationError) as info:
+        model.model_validate(body)
+    return [error_line(e) for e in field_errors(info.value.errors())]
+
+
+def test_deadline_before_compute_names_field_and_fix() -> None:
+    lines = _errors(JobSpec, {"name": "x", "kind": "deadline", "compute_hours": 2.0, "deadline_hours": 1.0})
+    assert len(lines) == 1
+    assert lines[0].startswith("deadline_hours: 1.0 h is less than compute_hours + overhead_hours = 2.05 h")
+    assert lines[0].endswith("; raise deadline_hours or lower compute_hours")
+
+
+def test_builtin_errors_get_a_field_and_a_fix() -> None:
+    lines = _errors(JobSpec, {"name": "", "kind": "gpu", "compute_hours": -1, "workers": 0, "colour": "red"})
+    assert "name: must have at least 1 characters; give a longer value" in lines
+    assert "kind: must be one of 'hp', 'spot' or 'deadline'; use one of 'hp', 'spot' or 'deadline'" in lines
+    assert "compute_hours: must be > 0.0; use a value above 0.0" in lines
+    assert "workers: must be >= 1; use a value of at least 1" in lines
+    assert "colour: is not a field of this request; remove it (the fields are listed at /docs)" in lines
+
+
+def test_missing_required_field() -> None:
+    assert _errors(JobSpec, {"name": "x"}) == ["compute_hours: is required; add `compute_hours` to the request"]
+
+
+def test_nested_bag_template_error_has_dotted_path() -> None:
+    body = {"name": "b", "template": {"name": "t", "compute_hours": 1, "deadline_hours": 3}, "params": [{}]}
+    lines = _errors(BagSpec, body)
+    assert lines == ["template.deadline_hours: only kind=deadline jobs take a deadline (kind is spot); "
+                     "set kind: deadline or drop the deadline"]
+
+
+def test_list_item_path() -> None:
+    body = {"name": "b", "template": {"name": "t", "compute_hours": 1}, "params": [{}, {}],
+            "compute_hours": [1.0, "lots"]}
+    lines = _errors(BagSpec, body)
+    assert lines[0].startswith("compute_hours[1]: ")
+    assert lines[0].endswith("; send a number")
+
+
+def test_prometheus_text_parses_with_types_and_labels() -> None:
+    text = prometheus_text({
+        "jobs_submitted_total": 7.0,
+        'jobs{state="RUNNING"}': 3.0,
+        'jobs{state="QUEUED"}': 1.0,
+        "cost_dollars": 12.5,
+        'api_errors_total{status="422"}': 2.0,
+    })
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fams["spotplane_jobs_submitted"].type == "counter"
+    assert fams["spotplane_jobs_submitted"].samples[0].value == 7.0
+    running = [s for s in fams["spotplane_jobs"].samples if s.labels == {"state": "RUNNING"}]
+    assert fams["spotplane_jobs"].type == "gauge" and running[0].value == 3.0
+    assert fams["spotplane_api_errors"].samples[0].labels == {"status": "422"}
+    assert fams["spotplane_cost_dollars"].samples[0].value == 12.5
