@@ -159,6 +159,10 @@ class ControllerActor:
                 "epoch": self.epoch, "error": self.error,
                 "last": self.reports[-1] if self.reports else None}
 
+    def notice(self, instance_id: str, seconds_left: float) -> None:
+        """Listener for NodeActor.watch_metadata: a preemption notice seen on the node."""
+        self.controller.external_notice(instance_id, seconds_left)
+
     def launches_per_intent(self) -> dict[str, int]:
         per = getattr(self.fleet, "instances_per_intent", None)
         return per() if per is not None else {}

@@ -176,6 +176,7 @@ class Controller:
         self._recovered = False
         self._w = _Work()
         self.after_barrier: Callable[[int], None] | None = None  # fault injection (tests)
+        self._external: dict[str, float] = {}  # instance id -> seconds left (node agents)
 
     # -- start / restart -----------------------------------------------------------------------
     def recover(self) -> None:
@@ -281,7 +282,24 @@ class Controller:
             self._move(job, JobState.CANCELLED, "cancelled by the tenant", now)
 
     # -- 2. fleet state ------------------------------------------------------------------------
+    def external_notice(self, instance_id: str, seconds_left: float) -> None:
+        """A node agent (NodeActor watching the metadata server) saw a preemption notice; it
+        is folded in at the next tick, before the fleet's own event may arrive."""
+        self._external[instance_id] = float(seconds_left)
+
+    def _fold_external(self, now: float) -> None:
+        external, self._external = self._external, {}
+        for iid, left in external.items():
+            node = self.nodes.get(self.by_instance.get(iid, ""))
+            if node is None or node.state not in _UP:
+                continue
+            self._w.notices[node.id] = left
+            if node.state is NodeState.READY:
+                node.state, node.notice_at = NodeState.NOTICED, now
+                self._node_event(node, f"node agent: preemption notice, {left:.0f} s left", now)
+
     def _sync_fleet(self, now: float) -> None:
+        self._fold_external(now)
         insts = self.fleet.describe()
         events = self.fleet.poll_events()
         when: dict[tuple[str, str], float] = {}

@@ -118,3 +118,20 @@ def test_rerunning_recover_changes_nothing(tmp_path: Path, data_root: Path) -> N
     ctl.recover()
     ctl.recover()
     assert ([j.model_dump() for j in store.list_jobs()], len(store.events())) == before
+
+
+def test_node_agent_notice_triggers_a_checkpoint(tmp_path: Path, data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 2, "H100": 2})
+    t, _ = store.create_tenant("t")
+    job = store.submit_job(t.id, JobSpec(name="s", kind="hp", compute_hours=4,
+                                         accelerator="V100"), now=0.0)
+    _run(ctl, clock, 0.5)
+    (node,) = [n for n in ctl.nodes.values() if n.job_id == job.id]
+    assert node.instance_id is not None
+    before = store.get_job(job.id).checkpoints
+    ctl.external_notice(node.instance_id, 90.0)
+    _run(ctl, clock, 0.05)
+    causes = [e.cause for e in store.job_events(job.id)]
+    assert any(c.startswith("preemption notice: 90 s left") for c in causes)
+    assert ctl.jobs[job.id].checkpoints == before + 1
