@@ -72,7 +72,7 @@ def test_sweep_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0
     out = _json(capsys)
     rows = out["rows"]
-    assert {r["policy"] for r in rows} == {"greedy", "uniform_progress", "partial_lookahead", "up_oracle", "time_sliced"}
+    assert {r["policy"] for r in rows} == {"greedy", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "time_sliced"}
     assert len({r["trace"] for r in rows}) == 8 and all(r["job_fraction"] == 0.9 for r in rows)
     assert all(r["missed"] == 0 for r in rows if r["policy"] != "partial_lookahead")
 
