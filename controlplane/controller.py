@@ -689,6 +689,9 @@ class Controller:
         for job in queue[: self.settings.max_placements_per_tick]:
             if job.state is not JobState.QUEUED:
                 continue  # a victim of an earlier placement this tick
+            if not self._offers_for(job):
+                self._move(job, JobState.FAILED, self._unplaceable(job), now)
+                continue
             market = self._market(job)
             if market is None:
                 continue
@@ -714,6 +717,11 @@ class Controller:
                 continue
             self._apply_plan(job, p, best, market, pool, now)
             tenant_gpus[job.tenant_id] = tenant_gpus.get(job.tenant_id, 0) + job.gpus
+
+    def _unplaceable(self, job: Job) -> str:
+        shapes = sorted({f"{o.accelerator}x{o.accelerator_count}" for o in self.offers})
+        return (f"no zone offers {job.spec.accelerator or 'a GPU'} with "
+                f"{job.spec.gpus_per_worker} GPUs per worker; the fleet has {', '.join(shapes)}")
 
     def _capacity_of(self, acc: str) -> int:
         return self.settings.pool_nodes.get(acc, self.settings.default_pool_nodes)

@@ -135,3 +135,15 @@ def test_node_agent_notice_triggers_a_checkpoint(tmp_path: Path, data_root: Path
     causes = [e.cause for e in store.job_events(job.id)]
     assert any(c.startswith("preemption notice: 90 s left") for c in causes)
     assert ctl.jobs[job.id].checkpoints == before + 1
+
+
+def test_a_job_no_zone_can_host_fails_with_the_reason(tmp_path: Path, data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 2, "H100": 2})
+    t, _ = store.create_tenant("t")
+    job = store.submit_job(t.id, JobSpec(name="big", compute_hours=1, accelerator="V100",
+                                         gpus_per_worker=4), now=0.0)
+    _run(ctl, clock, 0.05)
+    j = store.get_job(job.id)
+    assert j.state is JobState.FAILED
+    assert "V100 with 4 GPUs per worker" in j.message and "H100x8" in j.message
