@@ -153,6 +153,7 @@ class AwsFleet:
         self.on_demand_prices = {**ON_DEMAND_USD_PER_HOUR, **(on_demand_prices or {})}
         self.backoff = backoff or Backoff(self.clock)
         self.catalog_ttl_s = catalog_ttl_s  # offerings and spot prices are re-read this often
+        self.page_size = 1000  # describe_instances page (5..1000)
         self._catalog: dict[str, tuple[float, Any]] = {}
         self._gpu: dict[str, tuple[str, int]] = {}
         self._spot_price: dict[tuple[str, str], float] = {}
@@ -235,7 +236,7 @@ class AwsFleet:
         out: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            params: dict[str, Any] = {"Filters": filters, "MaxResults": 1000}
+            params: dict[str, Any] = {"Filters": filters, "MaxResults": self.page_size}
             if token:
                 params["NextToken"] = token
             page = self._call("describe_instances", **params)

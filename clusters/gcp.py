@@ -172,6 +172,7 @@ class GcpFleet:
         self.prices = {**PRICES, **(prices or {})}
         self.backoff = backoff or Backoff(self.clock)
         self.wait_rounds = wait_rounds
+        self.page_size = 500  # instances.list page (max 500)
         self._gpu: dict[tuple[str, str], tuple[str, int] | None] = {}
         self._launched_at: dict[str, float] = {}
         self._last_state: dict[str, InstanceState] = {}
@@ -310,7 +311,8 @@ class GcpFleet:
         out: list[Any] = []
         token = ""
         while True:
-            req: dict[str, Any] = {"project": self.project, "zone": zone, "filter": filter_, "max_results": 500}
+            req: dict[str, Any] = {"project": self.project, "zone": zone, "filter": filter_,
+                                   "max_results": self.page_size}
             if token:
                 req["page_token"] = token
             page = self._call("instances.list", self.instances.list, req, zone)

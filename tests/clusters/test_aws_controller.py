@@ -63,6 +63,7 @@ def run(ctl: Controller, clock: SimClock, ticks: int, dt: float = 60.0) -> None:
         boot_pending()
 
 
+@pytest.mark.slow
 def test_spot_job_runs_is_preempted_and_requeued(world: Any) -> None:
     _, clock, store, fleet, ctl = world
     tenant, _ = store.create_tenant("acme")
@@ -92,6 +93,7 @@ def test_spot_job_runs_is_preempted_and_requeued(world: Any) -> None:
     assert len(live) == 1 and live[0].instance_id != node.instance_id
 
 
+@pytest.mark.slow
 def test_stockout_moves_the_job_to_another_zone(world: Any) -> None:
     p, clock, store, fleet, ctl = world
     tenant, _ = store.create_tenant("acme")

@@ -464,3 +464,14 @@ def test_catalog_is_cached_on_the_clock(fleet: AwsFleet, proxy: tuple[Ec2Proxy, 
     clock.advance(fleet.catalog_ttl_s)
     fleet.spot_available("us-east-1b", GPU)
     assert p.actions().count("DescribeInstanceTypeOfferings") == 2
+
+
+def test_describe_follows_next_token(fleet: AwsFleet, proxy: tuple[Ec2Proxy, str]) -> None:
+    p, _ = proxy
+    fleet.page_size = 5
+    for i in range(7):  # EC2 pages by reservation: one run_instances each
+        fleet.launch(request(intent=f"many-{i}"))
+    p.calls.clear()
+    assert len(fleet.describe()) == 7
+    pages = [params for a, params in p.calls if a == "DescribeInstances"]
+    assert len(pages) == 2 and "NextToken" in pages[1]

@@ -55,6 +55,7 @@ def run(ctl: Controller, fake: Any, clock: SimClock, ticks: int, dt: float = 60.
                 fake.set_status(name, "RUNNING")
 
 
+@pytest.mark.slow
 def test_spot_vm_preempted_job_requeued_and_relaunched(world: Any) -> None:
     fake, clock, store, fleet, ctl = world
     tenant, _ = store.create_tenant("acme")
@@ -81,6 +82,7 @@ def test_spot_vm_preempted_job_requeued_and_relaunched(world: Any) -> None:
     assert len(live) == 1 and live[0].instance_id != node.instance_id
 
 
+@pytest.mark.slow
 def test_zone_exhausted_moves_to_the_next_zone(world: Any) -> None:
     fake, clock, store, fleet, ctl = world
     tenant, _ = store.create_tenant("acme")

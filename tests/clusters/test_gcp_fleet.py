@@ -269,3 +269,12 @@ def test_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     fleet = make_provider("gcp", project="p", credentials="anonymous")
     assert isinstance(fleet, GcpFleet)
     assert fleet.zones == ["europe-west4-a", "europe-west4-b"] and fleet.machine_types_wanted == ["a3-highgpu-8g"]
+
+
+def test_list_follows_next_page_token(fleet: GcpFleet, fake: Any) -> None:
+    fleet.page_size = 2
+    fleet.launch(request(intent="many", count=3))
+    fake.calls.clear()
+    assert len(fleet.describe(None)) == 3
+    lists = [q for m, p, q in fake.calls if m == "GET" and p.endswith("us-central1-a/instances")]
+    assert len(lists) == 2 and lists[1]["pageToken"] == "2"
