@@ -48,6 +48,7 @@ class ControllerActor:
 
             host = RayDeadlineHost(str(state / "spotplane.db"), namespace=config["namespace"],
                                    shards=int(config.get("policy_actor_shards", 0)),
+                                   max_actors=int(config.get("max_policy_actors", 16)),
                                    detached=bool(config.get("detached", True)))
         settings = ControllerSettings(**config.get("controller", {}))
         self.controller = Controller(self.store, self.fleet, self.clock, settings,

@@ -5,10 +5,11 @@ each policy's small ``state_dict`` in the store whenever it changes, so a restar
 another actor taking the job over) resumes where it stopped.
 
 Memory: one actor is one Ray worker process; ``python -m benchmarks.controller`` measures its
-RSS. On a 2-core / 24 GB machine 100 one-job actors would cost ~100 processes, so actors can
-host several jobs: ``RayDeadlineHost(shards=K)`` spreads the jobs over K shared actors by a
-stable hash of the job id (``RuntimeSettings.policy_actor_shards``; 0 = one actor per deadline
-job, as in the design).
+RSS (~110 MiB, the same with 1 or 100 jobs hosted). On a 2-core / 24 GB machine 100 one-job
+actors would cost ~11 GiB and 100 processes, so actors host several jobs: by default one actor
+per job up to ``max_actors`` (16), the rest spread over ``overflow_shards`` (8) shared actors;
+``RayDeadlineHost(shards=K)`` (``RuntimeSettings.policy_actor_shards``) always uses K shared
+actors.
 """
 
 from __future__ import annotations
@@ -61,24 +62,42 @@ RemoteDeadlinePolicyActor = ray.remote(num_cpus=0, max_restarts=-1, max_task_ret
 
 class RayDeadlineHost:
     """The controller's DeadlinePolicyHost over DeadlinePolicyActors: one batched call per actor
-    per tick, all in flight together (never one blocking RPC per job)."""
+    per tick, all in flight together (never one blocking RPC per job).
+
+    ``shards=0`` (default): one actor per deadline job while fewer than ``max_actors`` exist;
+    jobs beyond that share ``overflow_shards`` actors (by a stable hash of the job id), so 100
+    concurrent deadline jobs cost ~16 + 8 processes, not 100. ``shards=K``: always K shared
+    actors. A job's policy state is in the store, so any actor can take a job over.
+    """
 
     def __init__(self, db_path: str, *, namespace: str, prefix: str = "spotplane-deadline",
-                 shards: int = 0, detached: bool = True) -> None:
+                 shards: int = 0, detached: bool = True, max_actors: int = 16,
+                 overflow_shards: int = 8) -> None:
         self.db_path, self.namespace, self.prefix = db_path, namespace, prefix
         self.shards = max(0, shards)
+        self.max_actors, self.overflow = max_actors, max(1, overflow_shards)
         self.detached = detached
         self.handles: dict[str, Any] = {}
+        self.assigned: dict[str, str] = {}  # job id -> slot
 
     def _slot(self, job_id: str) -> str:
-        if self.shards == 0:
-            return job_id
-        return f"shard-{zlib.crc32(job_id.encode()) % self.shards}"
+        slot = self.assigned.get(job_id)
+        if slot is not None:
+            return slot
+        if self.shards:
+            slot = f"shard-{zlib.crc32(job_id.encode()) % self.shards}"
+        elif sum(1 for s in self.assigned.values() if s.startswith("job-")) < self.max_actors:
+            slot = f"job-{job_id}"
+        else:
+            slot = f"shard-{zlib.crc32(job_id.encode()) % self.overflow}"
+        self.assigned[job_id] = slot
+        return slot
 
     def _actor(self, slot: str) -> Any:
         h = self.handles.get(slot)
         if h is None:
-            opts: dict[str, Any] = {"name": f"{self.prefix}-{slot}", "namespace": self.namespace,
+            name = slot[4:] if slot.startswith("job-") else slot
+            opts: dict[str, Any] = {"name": f"{self.prefix}-{name}", "namespace": self.namespace,
                                     "get_if_exists": True}
             if self.detached:
                 opts["lifetime"] = "detached"
@@ -98,11 +117,11 @@ class RayDeadlineHost:
 
     def forget(self, job_ids: Sequence[str]) -> None:
         for j in job_ids:
-            slot = self._slot(j)
-            h = self.handles.get(slot)
-            if h is None:
+            slot = self.assigned.pop(j, None)
+            h = self.handles.get(slot) if slot is not None else None
+            if h is None or slot is None:
                 continue
-            if self.shards == 0:
+            if slot.startswith("job-"):
                 ray.kill(h, no_restart=True)
                 del self.handles[slot]
             else:
@@ -112,3 +131,4 @@ class RayDeadlineHost:
         for h in self.handles.values():
             ray.kill(h, no_restart=True)
         self.handles = {}
+        self.assigned = {}

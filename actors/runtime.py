@@ -40,7 +40,8 @@ class RuntimeSettings:
     fleet_options: dict[str, Any] = field(default_factory=dict)
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     policy_actors: bool = True  # False: deadline policies run inside the controller actor
-    policy_actor_shards: int = 0  # 0: one DeadlinePolicyActor per job; K: K shared actors
+    policy_actor_shards: int = 0  # 0: one DeadlinePolicyActor per job (up to max, then shared)
+    max_policy_actors: int = 16  # one-job actors at most; more jobs share 8 overflow actors
     forecaster: bool = True
     forecast_every_seconds: float = 300.0
     autostart: bool = True  # False: no loop thread (tests drive ControllerActor.step)
@@ -59,7 +60,8 @@ class RuntimeSettings:
                 "namespace": self.namespace, "detached": self.detached,
                 "fleet_options": dict(self.fleet_options),
                 "controller": asdict(self.controller), "policy_actors": self.policy_actors,
-                "policy_actor_shards": self.policy_actor_shards, "autostart": self.autostart,
+                "policy_actor_shards": self.policy_actor_shards,
+                "max_policy_actors": self.max_policy_actors, "autostart": self.autostart,
                 "min_tick_wall_seconds": self.min_tick_wall_seconds,
                 "crash_after_intents": self.crash_after_intents,
                 "executor_factory": self.executor_factory,
