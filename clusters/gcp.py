@@ -68,7 +68,21 @@ PRICES: dict[str, tuple[float, float]] = {
     "n1-standard-8": (0.2310, 0.7300), "n1-standard-16": (1.9040, 5.7600),
 }
 
+# GCE accelerator type -> the short GPU name the rest of spotplane uses (AWS GpuInfo, Ray, the data).
+GPU_NAMES: dict[str, str] = {
+    "nvidia-tesla-k80": "K80", "nvidia-tesla-p100": "P100", "nvidia-tesla-v100": "V100",
+    "nvidia-tesla-t4": "T4", "nvidia-l4": "L4", "nvidia-tesla-a100": "A100",
+    "nvidia-a100-80gb": "A100-80GB", "nvidia-h100-80gb": "H100", "nvidia-h100-mega-80gb": "H100",
+    "nvidia-h200-141gb": "H200",
+}
+
 CapacityProbe = Callable[[str, str], bool]
+
+
+def gpu_name(accelerator_type: str) -> str:
+    """``nvidia-h100-80gb`` (or its URL) -> ``H100``; unknown types pass through."""
+    short = _last(accelerator_type)
+    return GPU_NAMES.get(short, short)
 
 
 def label_value(text: str) -> str:
@@ -281,9 +295,10 @@ class GcpFleet:
                 raise self._translate(exc, "machineTypes.get", zone, machine_type) from exc
             if mt.accelerators:
                 acc = mt.accelerators[0]
-                self._gpu[key] = (acc.guest_accelerator_type, int(acc.guest_accelerator_count))
+                self._gpu[key] = (gpu_name(acc.guest_accelerator_type), int(acc.guest_accelerator_count))
             else:
-                self._gpu[key] = ATTACHED_GPUS.get(machine_type, ("", 0))
+                attached = ATTACHED_GPUS.get(machine_type)
+                self._gpu[key] = (gpu_name(attached[0]), attached[1]) if attached else ("", 0)
         return self._gpu[key]
 
     def offers(self) -> list[Offer]:
@@ -485,7 +500,8 @@ class GcpFleet:
         spot = raw.scheduling.provisioning_model == "SPOT" or raw.scheduling.preemptible
         acc = ("", 0)
         if raw.guest_accelerators:
-            acc = (_last(raw.guest_accelerators[0].accelerator_type), int(raw.guest_accelerators[0].accelerator_count))
+            acc = (gpu_name(raw.guest_accelerators[0].accelerator_type),
+                   int(raw.guest_accelerators[0].accelerator_count))
         else:
             acc = self._accelerator(zone, mt) or ("", 0)
         price = self.prices.get(mt, (float("nan"), float("nan")))[0 if spot else 1]

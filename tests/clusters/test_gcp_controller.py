@@ -41,7 +41,7 @@ def world(tmp_path: Path) -> Iterator[tuple[Any, SimClock, Store, GcpFleet, Cont
                               machine_types=["g2-standard-4"])
         assert isinstance(fleet, GcpFleet)
         store = Store(tmp_path / "spotplane.db")
-        ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"nvidia-l4": 4}),
+        ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"L4": 4}),
                          epoch=store.take_controller_lease())
         yield fake, clock, store, fleet, ctl
 
@@ -60,7 +60,7 @@ def test_spot_vm_preempted_job_requeued_and_relaunched(world: Any) -> None:
     fake, clock, store, fleet, ctl = world
     tenant, _ = store.create_tenant("acme")
     job = store.submit_job(tenant.id, JobSpec(name="train", kind=JobKind.SPOT, compute_hours=4, workers=1,
-                                              accelerator="nvidia-l4"), now=clock.now())
+                                              accelerator="L4"), now=clock.now())
     run(ctl, fake, clock, 5)
     assert store.get_job(job.id).state is JobState.RUNNING, [e.cause for e in store.job_events(job.id)]
     [node] = [n for n in store.list_nodes() if n.job_id == job.id]
@@ -88,7 +88,7 @@ def test_zone_exhausted_moves_to_the_next_zone(world: Any) -> None:
     tenant, _ = store.create_tenant("acme")
     fake.stockout.update({z: "ZONE_RESOURCE_POOL_EXHAUSTED" for z in ZONES[:2]})
     job = store.submit_job(tenant.id, JobSpec(name="train", kind=JobKind.SPOT, compute_hours=2, workers=1,
-                                              accelerator="nvidia-l4"), now=clock.now())
+                                              accelerator="L4"), now=clock.now())
     run(ctl, fake, clock, 10)
     assert store.get_job(job.id).state is JobState.RUNNING, [e.cause for e in store.job_events(job.id)]
     [node] = [n for n in store.list_nodes() if n.job_id == job.id and n.state is NodeState.READY]

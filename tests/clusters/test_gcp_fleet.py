@@ -90,7 +90,7 @@ def test_spot_vm_insert_body(fleet: GcpFleet, fake: Any) -> None:
     assert raw["labels"]["spotplane-node_id"] == "n-7" and raw["labels"]["spotplane-cluster"] == "spotplane"
     assert "guestAccelerators" not in raw  # g2 bundles its L4
     assert inst.market == Market.SPOT and inst.state == InstanceState.PENDING
-    assert (inst.accelerator, inst.accelerator_count) == ("nvidia-l4", 1)
+    assert (inst.accelerator, inst.accelerator_count) == ("L4", 1)
     assert inst.intent_id == "intent-1" and inst.tags["tenant_id"] == "Acme Corp"  # exact, from metadata
     assert inst.price_per_hour == pytest.approx(0.2824)
     [(_, _, query)] = inserts(fake)
@@ -106,7 +106,7 @@ def test_standard_vm_with_attached_gpus(fleet: GcpFleet, fake: Any) -> None:
     assert "instanceTerminationAction" not in raw["scheduling"]
     assert raw["guestAccelerators"][0]["acceleratorType"].endswith("/zones/us-central1-a/acceleratorTypes/nvidia-tesla-t4")
     assert raw["guestAccelerators"][0]["acceleratorCount"] == 1
-    assert (inst.market, inst.accelerator, inst.accelerator_count) == (Market.ON_DEMAND, "nvidia-tesla-t4", 1)
+    assert (inst.market, inst.accelerator, inst.accelerator_count) == (Market.ON_DEMAND, "T4", 1)
     assert inst.price_per_hour == pytest.approx(0.73)
 
 
@@ -227,7 +227,7 @@ def test_offers_from_machine_types(fleet: GcpFleet, fake: Any) -> None:
     assert len(offers) == 3 * 3 - 1
     a2 = next(o for o in offers if o.instance_type == "a2-highgpu-1g")
     assert (a2.accelerator, a2.accelerator_count, a2.spot_price, a2.region) == (
-        "nvidia-tesla-a100", 1, pytest.approx(1.1028), "us-central1")
+        "A100", 1, pytest.approx(1.1028), "us-central1")
     assert not fleet.spot_available("us-central1-b", "a2-highgpu-1g")
     assert fleet.spot_available("us-central1-a", "a2-highgpu-1g")
     fleet.capacity_probe = lambda zone, mt: zone != "us-central1-a"
