@@ -7,6 +7,7 @@ log file) it prints one plain line per job state change and a short summary ever
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
@@ -48,21 +49,29 @@ def _deadline_cell(job: Mapping[str, Any], now: float) -> str:
     return f"{(deadline - now) / HOUR:.1f}h left"
 
 
-def job_row(job: Mapping[str, Any], now: float, tenant: str, *, ascii_only: bool, color: bool) -> str:
-    """One table line for a job as the API returns it."""
+def job_row(job: Mapping[str, Any], now: float, tenant: str, *, ascii_only: bool, color: bool,
+            width: int | None = None) -> str:
+    """One table line for a job as the API returns it (cut to ``width`` visible characters)."""
     state = str(job.get("state", "?"))
     frac = float(job.get("progress_fraction", 0.0))
     name = str(job.get("name", job.get("id", "")))[:22]
     market = job.get("market") or ""
+    head = f"{name:<22} {tenant[:8]:<8} {job.get('kind', ''):<8} "
     cell = f"{state:<13}"
-    if color and state in _COLORS:
-        cell = f"{_COLORS[state]}{cell}{_RESET}"
-    return (
-        f"{name:<22} {tenant[:8]:<8} {job.get('kind', ''):<8} {cell} "
-        f"{progress_bar(frac, ascii_only=ascii_only)} {frac:4.0%} "
+    rest = (
+        f" {progress_bar(frac, ascii_only=ascii_only)} {frac:4.0%} "
         f"{market[:9]:<9} {float(job.get('cost', 0.0)):8.2f} {int(job.get('preemptions', 0)):>3} "
         f"{int(job.get('checkpoints', 0)):>4}  {_deadline_cell(job, now)}"
     )
+    if width is not None:  # never wrap: a wrapped line breaks the in-place redraw
+        room = max(0, width - len(head) - len(cell))
+        rest = rest[:room]
+        if room == 0:
+            cell = cell[: max(0, width - len(head))]
+            head = head[:width]
+    if color and state in _COLORS and cell:
+        cell = f"{_COLORS[state]}{cell}{_RESET}"
+    return head + cell + rest
 
 
 HEADER = (
@@ -96,12 +105,14 @@ class LiveTable:
 
     def _redraw(self, jobs: Sequence[Mapping[str, Any]], now: float, names: Mapping[str, str],
                 footer: str) -> None:
-        rows = [f"t = {now / HOUR:7.2f} h   {footer}", HEADER]
+        size = shutil.get_terminal_size((160, 50))
+        width = max(20, size.columns - 1)
+        rows = [f"t = {now / HOUR:7.2f} h   {footer}"[:width], HEADER[:width]]
         active = [j for j in jobs if j.get("state") not in ("SUCCEEDED", "FAILED", "CANCELLED")]
         done = [j for j in jobs if j not in active]
-        shown = (active + done)[: self.max_rows]
+        shown = (active + done)[: max(1, min(self.max_rows, size.lines - 4))]
         rows += [job_row(j, now, names.get(str(j.get("tenant_id")), "?"), ascii_only=False,
-                         color=True) for j in shown]
+                         color=True, width=width) for j in shown]
         if len(jobs) > len(shown):
             rows.append(f"... and {len(jobs) - len(shown)} more")
         buf = []
