@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -25,10 +26,12 @@ log = logging.getLogger(__name__)
 class ForecasterActor:
     def __init__(self, db_path: str, quota: Any, namespace: str, *, every_seconds: float = 300.0,
                  horizon_hours: int = 4, poll_wall_seconds: float = 0.2,
-                 detached: bool = True) -> None:
+                 min_wall_seconds: float = 1.0, detached: bool = True) -> None:
         self.db_path, self.quota, self.namespace = db_path, quota, namespace
         self.store = Store(db_path)
         self.every, self.horizon, self.poll = every_seconds, horizon_hours, poll_wall_seconds
+        self.min_wall = min_wall_seconds  # at --speed 3600, 300 s pass every 83 ms: throttle
+        self._last_wall = -1e18
         self.detached = detached
         self.last_fit = float(self.store.get_meta("forecast_at", "-1e18") or -1e18)
         self.fits = 0
@@ -40,7 +43,9 @@ class ForecasterActor:
         while not self._stop.is_set():
             try:
                 now = self.store.control_time()
-                if now - self.last_fit >= self.every:
+                if (now - self.last_fit >= self.every
+                        and time.monotonic() - self._last_wall >= self.min_wall):
+                    self._last_wall = time.monotonic()
                     self.refit(now)
             except Exception:  # noqa: BLE001 - keep the loop alive; logged
                 log.exception("forecaster refit failed")

@@ -35,6 +35,7 @@ def test_forecaster_pushes_quotas_every_300_s(ray_cluster: Any, tmp_path: Path) 
     quota = quota_actor(db, {"V100": 10}, {"V100": 1}, ns, detached=False)
     fc = RemoteForecasterActor.options(namespace=ns).remote(db, quota, ns, every_seconds=300.0,
                                                             poll_wall_seconds=0.05,
+                                                            min_wall_seconds=0.0,
                                                             detached=False)
     try:
         t0 = time.monotonic()
