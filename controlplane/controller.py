@@ -312,7 +312,8 @@ class Controller:
         avail = getattr(self.fleet, "spot_availability", None)
         if avail is not None:
             self.availability = avail()
-        else:
+        elif not self.availability or self.ticks % self.settings.zones_every_ticks == 0:
+            # a real cloud's probe is an API call per zone: every few ticks, not every tick
             self.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)
                                  for o in self.offers}
         for inst in insts:
