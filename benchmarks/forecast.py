@@ -112,10 +112,11 @@ def targets(runs: list[Run]) -> dict[str, Any]:
 
 
 def table(runs: list[Run], setup: dict[str, Any], tg: dict[str, Any]) -> str:
-    cols = ("mae", "mse", "rmse", "mape", "maqe_0.9", "maqe_0.95", "coverage_0.95", "train_seconds")
+    cols = ("mae", "mse", "rmse", "mape", "maqe_0.9", "maqe_0.95", "coverage_0.95", "train_seconds",
+            "train_cpu_seconds")
     lines = [f"GPU demand forecast, alibaba-dlrm: {setup['tenants']} tenants, train {TRAIN_HOURS} h, "
              f"test {setup['test_hours']} h, horizon {setup['horizon']} h (GPUs)",
-             f"{'model':20s}" + "".join(f"{c:>14s}" for c in cols)]
+             f"{'model':20s}" + "".join(f"{c[:13]:>14s}" for c in cols)]
     for r in runs:
         lines.append(f"{r.name:20s}" + "".join(f"{r.metrics[c]:14.4f}" for c in cols))
     for k, v in tg.items():
