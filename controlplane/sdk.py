@@ -128,6 +128,7 @@ class Directive:
     checkpoint_now: bool = False
     next_at_progress: float | None = None
     reason: str = ""
+    hold_seconds: float = 0.0  # after an emergency checkpoint: work until the node dies is lost
 
 
 class Coordinator(Protocol):
@@ -137,8 +138,8 @@ class Coordinator(Protocol):
         """The latest directive, without blocking (``None``: nothing new)."""
         ...
 
-    def saved(self, ref: ArtifactRef, seconds: float) -> None:
-        """A checkpoint completed after ``seconds`` of wall time."""
+    def saved(self, ref: ArtifactRef, seconds: float) -> Directive | None:
+        """A checkpoint completed after ``seconds`` of wall time; may answer a new directive."""
         ...
 
     def restored(self, ref: ArtifactRef | None) -> None:
@@ -164,8 +165,9 @@ class IntervalCoordinator:
         due = self.clock.now() - self._last >= self.interval_s
         return Directive(checkpoint_now=due, reason="interval" if due else "")
 
-    def saved(self, ref: ArtifactRef, seconds: float) -> None:
+    def saved(self, ref: ArtifactRef, seconds: float) -> Directive | None:
         self._last = self.clock.now()
+        return None
 
     def restored(self, ref: ArtifactRef | None) -> None:
         self._last = self.clock.now()
@@ -199,11 +201,11 @@ class ActorCoordinator:
             self._last_poll = now
         return out
 
-    def saved(self, ref: ArtifactRef, seconds: float) -> None:
+    def saved(self, ref: ArtifactRef, seconds: float) -> Directive | None:
         import ray
 
         self._pending = None  # an answer computed before the save is stale
-        ray.get(self.handle.record_save.remote(ref.to_dict(), seconds))
+        return _as_directive(ray.get(self.handle.record_save.remote(ref.to_dict(), seconds)))
 
     def restored(self, ref: ArtifactRef | None) -> None:
         import ray
@@ -252,6 +254,7 @@ class Session:
         self._progress = 0.0
         self._directive = Directive()
         self._restore_called = False
+        self._due_since: float | None = None  # when should_checkpoint() last said yes
 
     # the four calls of a training loop ----------------------------------------------------
     def restore(self) -> Any | None:
@@ -294,20 +297,37 @@ class Session:
         if d is not None:
             self._directive = d
         d = self._directive
-        if d.checkpoint_now:
-            return True
-        return d.next_at_progress is not None and self._progress >= d.next_at_progress
+        due = d.checkpoint_now or (
+            d.next_at_progress is not None and self._progress >= d.next_at_progress
+        )
+        if due and self._due_since is None:
+            self._due_since = time.perf_counter()  # the checkpoint's cost counts from here
+        return due
 
     def save(self, state: Any, *, meta: dict[str, Any] | None = None) -> ArtifactRef:
-        """Checkpoint ``state`` now (atomic, content-addressed); returns the artifact."""
-        started = time.perf_counter()
+        """Checkpoint ``state`` now (atomic, content-addressed); returns the artifact.
+
+        Its cost, reported to the checkpoint actor, runs from the ``should_checkpoint()`` that
+        asked for it (gathering state off the GPU counts) to the artifact being durable."""
+        started = time.perf_counter() if self._due_since is None else self._due_since
+        self._due_since = None
         data = dumps(state)
         ref = self.store.put(self.job_id, self.replica_id, data, progress=self._progress, meta=meta)
         seconds = time.perf_counter() - started
         self.last_saved = ref
         self.saves += 1
         self._directive = Directive()  # consumed; the next directive comes from the coordinator
-        self.coordinator.saved(ref, seconds)
+        answer = self.coordinator.saved(ref, seconds)
+        if answer is not None:
+            self._directive = Directive(False, answer.next_at_progress, answer.reason)
+            if answer.hold_seconds > 0:  # the node is about to die: more work would be lost
+                log.info(
+                    "job %s replica %s: emergency checkpoint done, holding %.1f s for the preemption",
+                    self.job_id,
+                    self.replica_id,
+                    answer.hold_seconds,
+                )
+                self.clock.sleep(answer.hold_seconds)
         log.info(
             "job %s replica %s: checkpoint %d at progress %.4f (%d bytes, %.3f s)",
             self.job_id,

@@ -67,7 +67,9 @@ def digest(state: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
-def train(steps: int, seed: int, step_seconds: float = 0.0) -> dict[str, Any]:
+def train(
+    steps: int, seed: int, step_seconds: float = 0.0, save_seconds: float = 0.0
+) -> dict[str, Any]:
     with sdk.session() as s:
         state = s.restore() or fresh(seed)
         start = int(state["step"])
@@ -78,6 +80,8 @@ def train(steps: int, seed: int, step_seconds: float = 0.0) -> dict[str, Any]:
                 time.sleep(step_seconds)
             s.progress(state["step"] / steps)
             if s.should_checkpoint():
+                if save_seconds > 0:
+                    time.sleep(save_seconds)  # a slow checkpoint (big model, slow storage)
                 s.save(state, meta={"step": state["step"]})
         if s.last_saved is None or s.last_saved.progress < 1.0:
             s.save(state, meta={"step": state["step"], "final": True})
@@ -91,9 +95,12 @@ def main() -> None:
     ap.add_argument(
         "--step-seconds", type=float, default=0.0, help="sleep per step (simulated GPU work)"
     )
+    ap.add_argument(
+        "--save-seconds", type=float, default=0.0, help="extra time each checkpoint takes"
+    )
     ap.add_argument("--out", type=Path, default=None, help="write the final weights here (.npz)")
     args = ap.parse_args()
-    state = train(args.steps, args.seed, args.step_seconds)
+    state = train(args.steps, args.seed, args.step_seconds, args.save_seconds)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         np.savez(args.out, **{k: state[k] for k in ("w1", "w2", "v1", "v2")}, step=state["step"])

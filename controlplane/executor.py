@@ -1,0 +1,616 @@
+"""Executors: run a job's replicas on their nodes and report progress to the controller.
+
+Both speak ``controlplane.controller.JobExecutor`` (``start(job, nodes)``, ``stop(job, reason)``,
+``notice(job, seconds_left)``, ``poll(jobs) -> {job_id: ExecutorReport}``):
+
+- :class:`RayJobExecutor` runs each replica's ``entrypoint`` as a Ray job
+  (``ray.job_submission.JobSubmissionClient``) with the job, replica, artifact store and the
+  replica's :class:`~actors.checkpoint.CheckpointActor` named in its environment (read by
+  ``controlplane.sdk``). Stopping a replica stops its Ray job: the process is killed and its
+  memory is gone; the next replica restores from the freshest valid artifact.
+- :class:`SimulatedExecutor` advances simulated progress on the clock (large replays).
+
+**Pinning to nodes.** A replica (its Ray job's entrypoint and its checkpoint actor) asks for
+0.001 of the node's custom resource, so Ray places it on that node:
+
+1. ``spotplane_node:<instance id>`` when the cluster has it (a real node started with
+   ``ray start --resources='{"spotplane_node:<id>": 1}'``, as ``SimulatedFleet.ray_resources``
+   names them);
+2. otherwise a *slot*: the local Ray of the simulated fleet is started with one resource per
+   slot, ``ray.init(resources=slot_resources(n))`` (``spotplane_slot:0`` ... ``n-1``), and each
+   simulated node is bound to a free slot while it lives (:class:`SlotMap`), so the processes of
+   a node share a slot and a "preempted" node's replica is killed with its Ray job;
+3. otherwise (a Ray without either, e.g. the shared test cluster) the replica is not pinned and
+   a log line says so.
+
+Ray job status -> replica state: PENDING -> STARTING, RUNNING -> RUNNING, SUCCEEDED ->
+SUCCEEDED, FAILED -> FAILED, STOPPED -> STOPPED (by us: preemption or cancel). Logs of every
+attempt of a job: :meth:`RayJobExecutor.logs` / :func:`job_logs`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shlex
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from clusters.artifacts import ArtifactStore, open_store
+from controlplane import sdk
+from controlplane.clock import Clock, WallClock
+from controlplane.config import REPO_ROOT
+from controlplane.controller import ExecutorReport
+from controlplane.errors import InvalidInput, NotFound
+from controlplane.models import Job, Node
+
+log = logging.getLogger(__name__)
+
+HOUR = 3600.0
+SLOT_PREFIX = "spotplane_slot:"
+NODE_PREFIX = "spotplane_node:"
+PIN_AMOUNT = 0.001
+
+
+def slot_resources(n: int) -> dict[str, float]:
+    """Custom resources for ``ray.init(resources=...)``: one slot per simulated node that may run."""
+    if n < 0:
+        raise InvalidInput("n", f"must be >= 0, got {n}")
+    return {f"{SLOT_PREFIX}{i}": 1.0 for i in range(n)}
+
+
+class ReplicaState(StrEnum):
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+
+RAY_STATUS = {
+    "PENDING": ReplicaState.STARTING,
+    "RUNNING": ReplicaState.RUNNING,
+    "SUCCEEDED": ReplicaState.SUCCEEDED,
+    "FAILED": ReplicaState.FAILED,
+    "STOPPED": ReplicaState.STOPPED,
+}
+
+
+@dataclass
+class Replica:
+    """One run of one replica of a job on one node (a Ray job + a checkpoint actor)."""
+
+    job_id: str
+    replica_id: str
+    node_id: str
+    attempt: int
+    submission_id: str
+    actor_name: str
+    resource: str | None
+    started_at: float
+    work_hours: float
+    state: ReplicaState = ReplicaState.STARTING
+    stopped_reason: str | None = None
+    outcome: dict[str, Any] | None = None  # EmergencyOutcome of a preemption
+    last_status: dict[str, Any] = field(default_factory=dict)
+
+
+class SlotMap:
+    """Binds node ids to free ``spotplane_slot:<i>`` resources for as long as the node lives."""
+
+    def __init__(self, slots: Sequence[str]) -> None:
+        self.free = list(slots)
+        self.bound: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def slot_for(self, node_id: str) -> str | None:
+        with self._lock:
+            if node_id not in self.bound:
+                if not self.free:
+                    return None
+                self.bound[node_id] = self.free.pop(0)
+            return self.bound[node_id]
+
+    def release(self, node_id: str) -> None:
+        with self._lock:
+            slot = self.bound.pop(node_id, None)
+            if slot is not None:
+                self.free.append(slot)
+
+
+class RayJobExecutor:
+    """Runs replicas as Ray jobs pinned to their nodes, each with a checkpoint actor."""
+
+    def __init__(
+        self,
+        dashboard_address: str,
+        artifact_uri: str,
+        *,
+        namespace: str = "spotplane",
+        clock: Clock | None = None,
+        hours_per_second: float = 1 / 3600,
+        model_factory: Callable[[Node | None], Any] | None = None,
+        s3_endpoint_url: str | None = None,
+        working_dir: str = str(REPO_ROOT),
+        python: str = sys.executable,
+        pin: str = "auto",
+        detached_actors: bool = False,
+        stop_timeout_s: float = 30.0,
+        submit_timeout_s: float = 120.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        from ray.job_submission import JobSubmissionClient
+
+        if pin not in ("auto", "never"):
+            raise InvalidInput("pin", f"unknown pin mode {pin!r}", fix="use 'auto' or 'never'")
+        address = dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
+        self.client = JobSubmissionClient(address)
+        self.address = address
+        self.artifact_uri = str(artifact_uri)
+        self.s3_endpoint_url = s3_endpoint_url
+        self.store: ArtifactStore = open_store(self.artifact_uri, endpoint_url=s3_endpoint_url)
+        self.namespace = namespace
+        self.clock = clock or WallClock()
+        self.scale = hours_per_second
+        self.model_factory = model_factory or _default_model
+        self.working_dir = working_dir
+        self.python = python
+        self.pin = pin
+        self.detached_actors = detached_actors
+        self.stop_timeout_s = stop_timeout_s
+        self.submit_timeout_s = submit_timeout_s
+        self.env = dict(env or {})
+        self.replicas: dict[str, list[Replica]] = {}  # job id -> every attempt, oldest first
+        self._slots: SlotMap | None = None
+        self._attempts: dict[tuple[str, str], int] = {}
+        self._handles: dict[str, Any] = {}
+
+    # -- the controller's JobExecutor protocol ---------------------------------------------------
+    def start(self, job: Job, nodes: Sequence[Node]) -> None:
+        """Start the job's replicas: replica ``r<i>`` on the i-th distinct node (``spec.replicas``)."""
+        if job.spec.entrypoint is None:
+            raise InvalidInput(
+                "entrypoint",
+                f"job {job.id} has no entrypoint",
+                fix="simulated jobs need no executor",
+            )
+        if not nodes:
+            raise InvalidInput("nodes", f"job {job.id} has no node to run on")
+        n = max(1, min(job.spec.replicas, len(nodes)))
+        for i, node in enumerate(nodes[:n]):
+            age = (
+                0.0
+                if node.launched_at is None
+                else max(0.0, self.clock.now() - node.launched_at) / HOUR
+            )
+            self.start_replica(
+                job_id=job.id,
+                replica_id=f"r{i}",
+                entrypoint=job.spec.entrypoint,
+                work_hours=job.spec.compute_hours,
+                node=node,
+                node_age_hours=age,
+                checkpoint_hours=job.spec.checkpoint_hours,
+                env=job.spec.env,
+            )
+
+    def stop(self, job: Job, reason: str) -> None:
+        """Stop every live replica of the job (preemption of its nodes, or cancel)."""
+        for rep in self.live(job.id):
+            self.stop_replica(rep, reason)
+
+    def notice(self, job: Job, seconds_left: float) -> None:
+        """A preemption notice for the job's nodes: every live replica checkpoints at once."""
+        for rep in self.live(job.id):
+            self.notice_replica(rep, seconds_left)
+
+    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
+        out: dict[str, ExecutorReport] = {}
+        for job in jobs:
+            reps = [
+                r for r in self.replicas.get(job.id, []) if r.state not in (ReplicaState.STOPPED,)
+            ]
+            if not reps:
+                continue
+            statuses = [self.replica_status(r) for r in reps]
+            progress = max((s.get("progress", 0.0) for s in statuses), default=0.0)
+            checkpointed = max((s.get("checkpointed", 0.0) for s in statuses), default=0.0)
+            ckpts = sum(int(s.get("checkpoints", 0)) for s in statuses)
+            finished = any(r.state is ReplicaState.SUCCEEDED for r in reps)
+            failed = None
+            if not finished and all(r.state is ReplicaState.FAILED for r in reps):
+                failed = f"replica {reps[-1].replica_id} failed: {self._tail(reps[-1])}"
+            out[job.id] = ExecutorReport(
+                progress_hours=progress * job.spec.compute_hours,
+                checkpointed_hours=checkpointed * job.spec.compute_hours,
+                checkpoints=ckpts,
+                finished=finished,
+                failed=failed,
+            )
+            if finished or failed:
+                self._cleanup(job.id)
+        return out
+
+    # -- replicas --------------------------------------------------------------------------------
+    def start_replica(
+        self,
+        *,
+        job_id: str,
+        replica_id: str,
+        entrypoint: str,
+        work_hours: float,
+        node: Node | None = None,
+        node_id: str | None = None,
+        node_age_hours: float = 0.0,
+        checkpoint_hours: float = 1 / 60,
+        env: dict[str, str] | None = None,
+    ) -> Replica:
+        """Submit one replica's Ray job with its checkpoint actor, pinned to the node."""
+        import ray
+
+        from actors.checkpoint import RemoteCheckpointActor, actor_name, checkpoint_actor_options
+
+        nid = node.id if node is not None else (node_id or "local")
+        attempt = self._attempts.get((job_id, replica_id), 0) + 1
+        self._attempts[(job_id, replica_id)] = attempt
+        resource = self._resource_for(nid)
+        name = actor_name(job_id, replica_id)
+        self._kill_actor(name)  # a previous attempt's actor (same replica, dead node)
+        opts = checkpoint_actor_options(
+            job_id, replica_id, self.namespace, resource, detached=self.detached_actors
+        )
+        actor = RemoteCheckpointActor.options(**opts).remote(  # type: ignore[attr-defined]
+            job_id,
+            replica_id,
+            work_hours=work_hours,
+            model=self.model_factory(node),
+            node_age_hours=node_age_hours,
+            checkpoint_hours=checkpoint_hours,
+            hours_per_second=self.scale,
+            node_id=nid,
+        )
+        ray.get(actor.status.remote())  # type: ignore[attr-defined]  # placed and planned before the job asks it
+        self._handles[name] = actor  # a named actor lives while its owner holds a handle
+        submission_id = f"spotplane-{job_id}-{replica_id}-{attempt}"
+        env_vars = {
+            **self.env,
+            **(env or {}),
+            sdk.ENV_JOB_ID: job_id,
+            sdk.ENV_REPLICA_ID: replica_id,
+            sdk.ENV_ARTIFACT_URI: self.artifact_uri,
+            sdk.ENV_CHECKPOINT_ACTOR: name,
+            sdk.ENV_RAY_NAMESPACE: self.namespace,
+            sdk.ENV_NODE_ID: nid,
+            "PYTHONPATH": self.working_dir,
+        }
+        if self.s3_endpoint_url:
+            env_vars[sdk.ENV_S3_ENDPOINT] = self.s3_endpoint_url
+        kwargs: dict[str, Any] = {}
+        if resource is not None:
+            kwargs["entrypoint_resources"] = {resource: PIN_AMOUNT}
+        self._submit(
+            entrypoint=self._command(entrypoint),
+            submission_id=submission_id,
+            runtime_env={"env_vars": env_vars},
+            metadata={
+                "spotplane_job_id": job_id,
+                "spotplane_replica_id": replica_id,
+                "spotplane_node_id": nid,
+            },
+            entrypoint_num_cpus=0,
+            **kwargs,
+        )
+        rep = Replica(
+            job_id,
+            replica_id,
+            nid,
+            attempt,
+            submission_id,
+            name,
+            resource,
+            self.clock.now(),
+            work_hours,
+        )
+        self.replicas.setdefault(job_id, []).append(rep)
+        log.info(
+            "job %s replica %s attempt %d on node %s (%s)",
+            job_id,
+            replica_id,
+            attempt,
+            nid,
+            resource or "not pinned",
+        )
+        return rep
+
+    def live(self, job_id: str) -> list[Replica]:
+        return [
+            r
+            for r in self.replicas.get(job_id, [])
+            if r.state in (ReplicaState.STARTING, ReplicaState.RUNNING)
+        ]
+
+    def notice_replica(self, rep: Replica, seconds_left: float) -> None:
+        handle = self._actor(rep)
+        if handle is not None:
+            handle.notice.remote(float(seconds_left))
+
+    def stop_replica(
+        self, rep: Replica, reason: str, *, preempted: bool = True
+    ) -> dict[str, Any] | None:
+        """Stop the replica's Ray job (its process dies with its memory); returns what the
+        preemption cost (the checkpoint actor's :class:`~actors.checkpoint.EmergencyOutcome`).
+
+        Seed 004: when another replica of the job is alive, it checkpoints at once, so its
+        replacement restores from a checkpoint taken now rather than from the last periodic one.
+        """
+        import ray
+
+        handle = self._actor(rep)
+        if handle is not None:
+            try:
+                rep.outcome = ray.get(handle.node_lost.remote(), timeout=10)
+            except Exception as e:  # the actor died with its node
+                log.warning("checkpoint actor %s unreachable at stop: %s", rep.actor_name, e)
+        self.client.stop_job(rep.submission_id)
+        self._wait_terminal(rep)
+        rep.state = ReplicaState.STOPPED
+        rep.stopped_reason = reason
+        self._kill_actor(rep.actor_name)
+        if self._slots is not None:
+            self._slots.release(rep.node_id)
+        if preempted:
+            for peer in self.live(rep.job_id):
+                h = self._actor(peer)
+                if h is not None:
+                    h.request_checkpoint.remote(f"peer {rep.replica_id} lost: {reason}")
+        log.info("job %s replica %s stopped (%s)", rep.job_id, rep.replica_id, reason)
+        return rep.outcome
+
+    def replica_status(self, rep: Replica) -> dict[str, Any]:
+        """Ray job status mapped to a :class:`ReplicaState`, plus the checkpoint actor's status."""
+        import ray
+
+        if rep.state is not ReplicaState.STOPPED:
+            try:
+                rep.state = RAY_STATUS[str(self.client.get_job_status(rep.submission_id).value)]
+            except Exception as e:  # dashboard hiccup: keep the last state
+                log.debug("status of %s: %s", rep.submission_id, e)
+        handle = self._actor(rep)
+        if handle is not None:
+            try:
+                rep.last_status = dict(ray.get(handle.status.remote(), timeout=5))
+            except Exception as e:
+                log.debug("checkpoint actor %s: %s", rep.actor_name, e)
+        return {**rep.last_status, "state": rep.state.value, "submission_id": rep.submission_id}
+
+    def logs(self, job_id: str) -> str:
+        """Logs of every attempt of every replica of the job, oldest first."""
+        parts = []
+        for rep in self.replicas.get(job_id, []):
+            parts.append(
+                f"=== {rep.replica_id} attempt {rep.attempt} on {rep.node_id} ({rep.state.value}) ===\n{self._logs(rep)}"
+            )
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        """Stop every live replica and kill every checkpoint actor this executor started."""
+        for job_id in list(self.replicas):
+            for rep in self.live(job_id):
+                self.stop_replica(rep, "executor closed", preempted=False)
+            self._cleanup(job_id)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _command(self, entrypoint: str) -> str:
+        parts = shlex.split(entrypoint)
+        if parts and parts[0] in ("python", "python3"):
+            parts[0] = self.python
+        return f"cd {shlex.quote(self.working_dir)} && " + " ".join(shlex.quote(p) for p in parts)
+
+    def _submit(self, **kwargs: Any) -> None:
+        """``submit_job``, retried while the dashboard's job agent is still starting."""
+        wall = WallClock()
+        deadline = wall.now() + self.submit_timeout_s
+        while True:
+            try:
+                self.client.submit_job(**kwargs)
+                return
+            except RuntimeError as e:
+                if "No available agent" not in str(e) or wall.now() > deadline:
+                    raise
+                log.info("Ray job agent not ready yet: retrying the submission")
+                wall.sleep(1.0)
+
+    def _resource_for(self, node_id: str) -> str | None:
+        if self.pin == "never":
+            return None
+        import ray
+
+        have = ray.cluster_resources() if ray.is_initialized() else {}
+        exact = f"{NODE_PREFIX}{node_id}"
+        if exact in have:
+            return exact
+        if self._slots is None:
+            self._slots = SlotMap(
+                sorted((k for k in have if k.startswith(SLOT_PREFIX)), key=_slot_index)
+            )
+        slot = self._slots.slot_for(node_id)
+        if slot is None:
+            log.info(
+                "no %s<id> or free %s<i> resource in this Ray: replica on node %s is not pinned",
+                NODE_PREFIX,
+                SLOT_PREFIX,
+                node_id,
+            )
+        return slot
+
+    def _actor(self, rep: Replica) -> Any:
+        if rep.state is ReplicaState.STOPPED:
+            return None
+        handle = self._handles.get(rep.actor_name)
+        if handle is not None:
+            return handle
+        import ray
+
+        try:  # started by an earlier executor (a restarted controller)
+            handle = ray.get_actor(rep.actor_name, namespace=self.namespace)
+        except ValueError:
+            return None
+        self._handles[rep.actor_name] = handle
+        return handle
+
+    def _kill_actor(self, name: str) -> None:
+        import ray
+
+        handle = self._handles.pop(name, None)
+        with contextlib.suppress(ValueError):
+            ray.kill(handle or ray.get_actor(name, namespace=self.namespace), no_restart=True)
+
+    def _wait_terminal(self, rep: Replica) -> None:
+        deadline = self.clock.now() + self.stop_timeout_s
+        wall = WallClock()
+        while True:
+            status = str(self.client.get_job_status(rep.submission_id).value)
+            if status in ("STOPPED", "SUCCEEDED", "FAILED"):
+                return
+            if self.clock.now() > deadline:
+                log.warning("Ray job %s still %s after stop", rep.submission_id, status)
+                return
+            wall.sleep(0.1)
+
+    def _logs(self, rep: Replica) -> str:
+        try:
+            return str(self.client.get_job_logs(rep.submission_id))
+        except Exception as e:
+            return f"(logs unavailable: {e})"
+
+    def _tail(self, rep: Replica, lines: int = 5) -> str:
+        return " | ".join(self._logs(rep).strip().splitlines()[-lines:])
+
+    def _cleanup(self, job_id: str) -> None:
+        for rep in self.replicas.get(job_id, []):
+            self._kill_actor(rep.actor_name)
+            if self._slots is not None:
+                self._slots.release(rep.node_id)
+
+
+def _slot_index(name: str) -> int:
+    tail = name[len(SLOT_PREFIX) :]
+    return int(tail) if tail.isdigit() else 10**9
+
+
+def _default_model(node: Node | None) -> Any:
+    """The preemption model for a node: seed 001's GCE bathtub fit (issue 3)."""
+    try:
+        from policies.preemption import default_gce_model
+
+        return default_gce_model()
+    except Exception as e:  # pragma: no cover - the planner then uses Young's interval
+        log.warning("no preemption model (%s): checkpoint actors fall back to Young's interval", e)
+        return None
+
+
+def job_logs(dashboard_address: str, job_id: str) -> str:
+    """Logs of every Ray job of a spotplane job, found by metadata (for the API)."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(
+        dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
+    )
+    found = [j for j in client.list_jobs() if (j.metadata or {}).get("spotplane_job_id") == job_id]
+    if not found:
+        raise NotFound(
+            f"no Ray job of spotplane job {job_id}", fix="the job has not started on a node yet"
+        )
+    found.sort(key=lambda j: j.start_time or 0)
+    return "\n".join(
+        f"=== {j.submission_id} ({j.status}) ===\n{client.get_job_logs(str(j.submission_id))}"
+        for j in found
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Simulated progress (large replays)
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class _SimRun:
+    started_at: float
+    base_hours: float
+    checkpointed_hours: float
+    plan: tuple[float, ...]
+    cost_hours: float
+    checkpoints: int = 0
+    notice_deadline: float | None = None
+
+
+class SimulatedExecutor:
+    """Simulated progress on the clock: one work-hour per hour, checkpoints on the DP plan
+    (each pausing progress for the checkpoint cost), an immediate checkpoint on a notice when
+    it fits before the node dies. Same protocol as :class:`RayJobExecutor`."""
+
+    def __init__(
+        self, clock: Clock, *, model_factory: Callable[[Node | None], Any] | None = None
+    ) -> None:
+        self.clock = clock
+        self.model_factory = model_factory or _default_model
+        self.runs: dict[str, _SimRun] = {}
+
+    def start(self, job: Job, nodes: Sequence[Node]) -> None:
+        from actors.checkpoint import plan_checkpoints
+
+        node = nodes[0] if nodes else None
+        now = self.clock.now()
+        age = (
+            0.0
+            if node is None or node.launched_at is None
+            else max(0.0, now - node.launched_at) / HOUR
+        )
+        remaining = max(job.spec.compute_hours - job.checkpointed_hours, 1e-6)
+        plan = plan_checkpoints(self.model_factory(node), remaining, age, job.spec.checkpoint_hours)
+        self.runs[job.id] = _SimRun(
+            now, job.checkpointed_hours, job.checkpointed_hours, plan, job.spec.checkpoint_hours
+        )
+
+    def stop(self, job: Job, reason: str) -> None:
+        self.runs.pop(job.id, None)
+
+    def notice(self, job: Job, seconds_left: float) -> None:
+        run = self.runs.get(job.id)
+        if run is None:
+            return
+        now = self.clock.now()
+        progress = self._progress(run, now)
+        if run.cost_hours * HOUR <= seconds_left:  # the emergency checkpoint fits
+            run.checkpointed_hours = progress
+            run.checkpoints += 1
+        run.notice_deadline = now + seconds_left
+
+    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
+        now = self.clock.now()
+        out = {}
+        for job in jobs:
+            run = self.runs.get(job.id)
+            if run is None:
+                continue
+            progress = min(job.spec.compute_hours, self._progress(run, now))
+            done = [c for c in run.plan if run.base_hours + c <= progress]
+            ckpt = max([run.checkpointed_hours, *[run.base_hours + c for c in done]])
+            out[job.id] = ExecutorReport(
+                progress_hours=progress,
+                checkpointed_hours=ckpt,
+                checkpoints=run.checkpoints + len(done),
+                finished=progress >= job.spec.compute_hours - 1e-9,
+            )
+        return out
+
+    def _progress(self, run: _SimRun, now: float) -> float:
+        """Work done: elapsed hours minus the pauses of the checkpoints taken so far."""
+        elapsed = (now - run.started_at) / HOUR
+        work = elapsed
+        for c in run.plan:  # each checkpoint at work c pauses progress for cost_hours
+            if c < work:
+                work = max(c, work - run.cost_hours)
+        return run.base_hours + work

@@ -1,0 +1,245 @@
+"""RayJobExecutor on a real local Ray: real processes killed on "preemption", restored elsewhere."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from clusters.artifacts import LocalArtifactStore
+from controlplane import sdk
+from controlplane.executor import RAY_STATUS, RayJobExecutor, ReplicaState, SlotMap, slot_resources
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "examples" / "train_numpy.py"
+
+
+def _train() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("train_numpy", TRAIN)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def reference(steps: int, seed: int) -> dict[str, Any]:
+    t = _train()
+    state = t.fresh(seed)
+    for _ in range(steps):
+        t.step(state, seed)
+    return dict(state)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def assert_same_weights(store: LocalArtifactStore, job_id: str, ref: dict[str, Any]) -> None:
+    final = store.restore_latest(job_id)
+    assert final is not None and final.ref.progress == 1.0
+    state = sdk.loads(final.data)
+    assert state["step"] == ref["step"]
+    for k in ("w1", "w2", "v1", "v2"):
+        assert state[k].tobytes() == ref[k].tobytes(), f"{k} differs from the uninterrupted run"
+
+
+def test_slots_bind_nodes_and_come_back() -> None:
+    assert slot_resources(2) == {"spotplane_slot:0": 1.0, "spotplane_slot:1": 1.0}
+    m = SlotMap(["spotplane_slot:0", "spotplane_slot:1"])
+    assert m.slot_for("a") == "spotplane_slot:0" and m.slot_for("a") == "spotplane_slot:0"
+    assert m.slot_for("b") == "spotplane_slot:1" and m.slot_for("c") is None
+    m.release("a")
+    assert m.slot_for("c") == "spotplane_slot:0"
+    assert (
+        RAY_STATUS["STOPPED"] is ReplicaState.STOPPED
+        and RAY_STATUS["PENDING"] is ReplicaState.STARTING
+    )
+
+
+@pytest.fixture(scope="module")
+def job_agent(ray_cluster: Any) -> str:
+    """The dashboard's job agent, or a skip when this machine's other Rays hold its fixed port.
+
+    Ray's dashboard agent always listens on port 52365 (``ray.init`` cannot change it); with
+    several Rays on one machine only the first gets it and job submission answers "No available
+    agent" on the others. CI runs one Ray, so there this never skips.
+    """
+    import uuid
+
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient("http://" + ray_cluster.dashboard_url)
+    deadline = time.monotonic() + 45
+    while True:
+        try:
+            sid = client.submit_job(
+                entrypoint="true",
+                submission_id=f"probe-{uuid.uuid4().hex[:8]}",
+                entrypoint_num_cpus=0,
+            )
+            break
+        except RuntimeError as e:
+            if "No available agent" not in str(e):
+                raise
+            if time.monotonic() > deadline:
+                pytest.skip("Ray's job agent port 52365 is held by another Ray on this machine")
+            time.sleep(1)
+    wait_for(
+        lambda: str(client.get_job_status(sid).value) in ("SUCCEEDED", "FAILED", "STOPPED"),
+        60,
+        "the probe job",
+    )
+    return str(ray_cluster.dashboard_url)
+
+
+@pytest.fixture
+def executor(job_agent: str, tmp_path: Path) -> Iterator[RayJobExecutor]:
+    ex = RayJobExecutor(
+        job_agent,
+        str(tmp_path / "artifacts"),
+        namespace="spotplane-tests",
+        hours_per_second=1.0,  # a wall second is a model hour: the DP plans several checkpoints
+        stop_timeout_s=20,
+    )
+    yield ex
+    ex.close()
+
+
+def _entry(steps: int, seed: int, step_s: float, extra: str = "") -> str:
+    return f"python examples/train_numpy.py --steps {steps} --seed {seed} --step-seconds {step_s} {extra}".strip()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_preempted_three_times_with_a_corrupt_artifact_ends_bit_identical(
+    executor: RayJobExecutor,
+) -> None:
+    steps, seed, job = 300, 5, "job-exact"
+    store = LocalArtifactStore(executor.store.uri[len("file://") :])  # type: ignore[attr-defined]
+    entry = _entry(steps, seed, 0.03)
+    for i, node in enumerate(["node-a", "node-b", "node-c"]):
+        before = len(store.list(job))
+        rep = executor.start_replica(
+            job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * 0.03, node_id=node
+        )
+        wait_for(lambda b=before: len(store.list(job)) >= b + 2, 90, f"two checkpoints on {node}")  # type: ignore[misc]
+        assert executor.replica_status(rep)["state"] == "RUNNING"
+        outcome = executor.stop_replica(rep, f"preempted on {node}")
+        assert rep.state is ReplicaState.STOPPED
+        assert str(executor.client.get_job_status(rep.submission_id).value) == "STOPPED"
+        assert outcome is not None and outcome["progress_at_death"] < 1.0
+        if i == 1:  # damage the newest checkpoint: the next attempt must fall back one
+            newest = store.list(job)[-1]
+            blob = store.path_of(newest.blob_key)
+            blob.write_bytes(blob.read_bytes()[:-8] + b"garbage!")
+            previous_step = store.list(job)[-2].meta["step"]
+    rep = executor.start_replica(
+        job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * 0.03, node_id="node-d"
+    )
+    wait_for(
+        lambda: executor.replica_status(rep)["state"] in ("SUCCEEDED", "FAILED"),
+        120,
+        "the last attempt to finish",
+    )
+    logs = executor.logs(job)
+    assert executor.replica_status(rep)["state"] == "SUCCEEDED", logs[-2000:]
+    assert_same_weights(store, job, reference(steps, seed))
+    starts = [
+        int(line.split()[3]) for line in logs.splitlines() if line.startswith("starting at step")
+    ]
+    assert len(starts) == 4 and starts[0] == 0 and all(s > 0 for s in starts[1:]), starts
+    assert starts[2] == previous_step  # the corrupt newest artifact was skipped
+    kinds = [e.kind for e in store.events(job)]
+    assert "corrupt" in kinds and "fallback" in kinds
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_emergency_checkpoint_at_a_notice_loses_no_completed_step(executor: RayJobExecutor) -> None:
+    """30 s notice and a 5 s checkpoint, run 10x faster: 3 s notice, 0.5 s checkpoint."""
+    steps, seed, job = 2000, 7, "job-notice"
+    store = LocalArtifactStore(executor.store.uri[len("file://") :])  # type: ignore[attr-defined]
+    rep = executor.start_replica(
+        job_id=job,
+        replica_id="r0",
+        entrypoint=_entry(steps, seed, 0.01, "--save-seconds 0.5"),
+        work_hours=steps * 0.01,
+        node_id="node-n",
+    )
+    wait_for(lambda: len(store.list(job)) >= 1, 90, "a first checkpoint")
+    executor.notice_replica(rep, 3.0)
+    time.sleep(3.0)
+    outcome = executor.stop_replica(rep, "preempted after a 3 s notice")
+    assert outcome is not None and outcome["noticed"] and outcome["completed_before_death"], outcome
+    newest = store.list(job)[-1]
+    assert newest.progress == pytest.approx(outcome["checkpointed_progress"])
+    assert outcome["lost_progress"] < 1 / steps, outcome  # less than one step of work lost
+    assert outcome["checkpoint_completed_at"] - outcome["checkpoint_requested_at"] < 3.0
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_two_replicas_survivor_checkpoints_and_replacement_restores_from_it(
+    executor: RayJobExecutor,
+) -> None:
+    steps, seed, job = 300, 11, "job-replicas"
+    store = LocalArtifactStore(executor.store.uri[len("file://") :])  # type: ignore[attr-defined]
+    entry = _entry(steps, seed, 0.03)
+    r0 = executor.start_replica(
+        job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * 0.03, node_id="zone-a-1"
+    )
+    r1 = executor.start_replica(
+        job_id=job, replica_id="r1", entrypoint=entry, work_hours=steps * 0.03, node_id="zone-b-1"
+    )
+    wait_for(
+        lambda: len(store.list(job, "r0")) >= 1 and len(store.list(job, "r1")) >= 1,
+        90,
+        "both replicas checkpointing",
+    )
+    r1_before = len(store.list(job, "r1"))
+    t_stop = time.time()
+    outcome = executor.stop_replica(r0, "zone-a preempted")
+    assert outcome is not None
+    # seed 004: the survivor checkpoints at once (not at its next planned checkpoint)
+    wait_for(lambda: len(store.list(job, "r1")) > r1_before, 10, "the survivor's checkpoint")
+    survivor = [r for r in store.list(job, "r1") if r.created_at >= t_stop]
+    assert survivor and survivor[0].created_at - t_stop < 5.0
+    assert any(a["seconds"] >= 0 for a in executor.replica_status(r1)["artifacts"])
+    replacement = executor.start_replica(
+        job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * 0.03, node_id="zone-c-1"
+    )
+    wait_for(
+        lambda: (
+            executor.replica_status(replacement).get("restored_from") is not None
+            or executor.replica_status(replacement).get("progress", 0) > 0
+        ),
+        90,
+        "the replacement to restore",
+    )
+    st = executor.replica_status(replacement)
+    wait_for(
+        lambda: any(
+            r.state is ReplicaState.SUCCEEDED
+            for r in (r1, replacement)
+            if executor.replica_status(r)
+        ),
+        120,
+        "a replica to finish",
+    )
+    assert (
+        st["progress"] >= survivor[0].progress - 1e-9
+    )  # restored from a checkpoint at least as fresh
+    assert_same_weights(store, job, reference(steps, seed))
+    assert r1.attempt == 1 and replacement.attempt == 2
+    assert np.isfinite(outcome["progress_at_death"])
