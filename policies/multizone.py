@@ -105,15 +105,18 @@ class SpotplaneMultiZone(EagerFailover):
     run length seen so far (a prior of ``prior_run_hours`` with weight 1 until runs are seen).
     A running spot job moves to zone z' when ``E[run_z'] * (p_z - p_z') > d * (p_z' + p_z)``
     (saving over the new run beats the new changeover plus the progress it delays) and the
-    slack still allows a changeover (Safety Net margin).
+    slack still allows a changeover (Safety Net margin); only zones whose spot has been up for
+    ``min_migration_age_hours`` are migration targets (flickering zones cost a changeover each).
     """
 
     name = "spotplane"
 
     def __init__(self, task: DeadlineTask, *, tick_hours: float = 0.0, prior_run_hours: float = 6.0,
-                 history: BoolArray | None = None, zone_names: Sequence[str] | None = None) -> None:
+                 history: BoolArray | None = None, zone_names: Sequence[str] | None = None,
+                 min_migration_age_hours: float = 0.5) -> None:
         super().__init__(task, tick_hours=tick_hours)
         self.prior_run_hours = float(prior_run_hours)
+        self.min_migration_age_hours = float(min_migration_age_hours)
         self._runs: dict[str, list[float]] = {}  # zone -> [completed runs, total hours, current run hours, last up]
         self._last_t: float | None = None
         if history is not None:
@@ -163,7 +166,11 @@ class SpotplaneMultiZone(EagerFailover):
         here = next(z for z in obs.zones if z.zone == obs.zone)
         if self._slack(obs) < self._idle_margin + self._d:
             return Action(Kind.SPOT, obs.zone)
-        best = min(avail, key=lambda z: (self._score(z), z.zone))
+        # only zones whose current run has lasted a while: flickering zones cost a changeover each
+        stable = [z for z in avail if self._runs.get(z.zone, [0.0, 0.0, 0.0, 0.0])[2] >= self.min_migration_age_hours]
+        if not stable:
+            return Action(Kind.SPOT, obs.zone)
+        best = min(stable, key=lambda z: (self._score(z), z.zone))
         saving = self.expected_run(best.zone) * (here.spot_price - best.spot_price)
         if best.zone != here.zone and saving > self._d * (best.spot_price + here.spot_price):
             return Action(Kind.SPOT, best.zone)

@@ -111,7 +111,10 @@ def test_eager_failover_takes_cheapest_available_spot_and_cheapest_on_demand() -
 def test_spotplane_migrates_only_when_it_pays() -> None:
     task = DeadlineTask(10.0, 20.0, 0.2)
     pol = SpotplaneMultiZone(task, tick_hours=0.5, prior_run_hours=6.0)
-    # on b (2.0/h), a (1.0/h) up with an expected 6-h run: saving 6 > d (1 + 2) = 0.6 -> move
+    # a (1.0/h) just came up: not yet a migration target (it may flicker)
+    a = pol.decide(Observation(1.5, 1.3, Kind.SPOT, "b", True, _views([True, True])))
+    assert (a.kind, a.zone) == (Kind.SPOT, "b")
+    # on b (2.0/h), a up for 0.5 h with an expected 6-h run: saving 6 > d (1 + 2) = 0.6 -> move
     a = pol.decide(Observation(2.0, 1.8, Kind.SPOT, "b", True, _views([True, True])))
     assert (a.kind, a.zone) == (Kind.SPOT, "a")
     # tight slack: never risk a changeover
