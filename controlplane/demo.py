@@ -241,9 +241,10 @@ def submit_hp(run: DemoRun, scenario: Scenario) -> None:
 
 
 def fetch_jobs(run: DemoRun) -> list[dict[str, Any]]:
-    """This run's jobs (one list call; the admin sees every tenant's)."""
+    """This run's jobs, in submission order (one list call per tenant of this run)."""
     wanted = set(run.job_ids)
-    return [j for j in run.admin.jobs(limit=10_000) if j["id"] in wanted]
+    jobs = [j for tid in run.tenants for j in run.admin.jobs(tenant_id=tid, limit=10_000)]
+    return sorted((j for j in jobs if j["id"] in wanted), key=lambda j: run.job_ids.index(j["id"]))
 
 
 def _footer(jobs: Sequence[Mapping[str, Any]]) -> str:

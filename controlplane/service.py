@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 DB_FILE = "spotplane.db"
 _TOKEN_CACHE_MAX = 10_000
+_CATALOG_TTL_S = 10.0  # wall seconds an accelerator list is reused (a cache, not control-plane time)
 
 
 class Forbidden(SpotplaneError):
@@ -84,6 +86,7 @@ class ControlPlaneService:
         self._admin_hash = admin_token_hash
         self._tokens: dict[str, Tenant] = {}  # token hash -> tenant (tokens never change)
         self._lock = threading.Lock()
+        self._accelerators: tuple[float, set[str]] = (0.0, set())
 
     @classmethod
     def open(cls, path: str | Path, admin_token_hash: str) -> ControlPlaneService:
@@ -162,8 +165,12 @@ class ControlPlaneService:
                 )
 
     def accelerators(self) -> set[str]:
-        """GPU models the fleet sells (empty before the controller's first catalog)."""
-        return {z.accelerator for z in self.store.zones() if z.accelerator}
+        """GPU models the fleet sells (empty before the controller's first catalog); cached 10 s."""
+        at, known = self._accelerators
+        if not known or time.monotonic() - at > _CATALOG_TTL_S:
+            known = {z.accelerator for z in self.store.zones() if z.accelerator}
+            self._accelerators = (time.monotonic(), known)
+        return known
 
     def submit_job(self, principal: Principal, spec: JobSpec, tenant_id: str | None = None) -> Job:
         tenant = self._submitter(principal, tenant_id)

@@ -24,7 +24,7 @@ from typing import Any
 
 from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
 from controlplane.config import Settings
-from controlplane.errors import ConfigError
+from controlplane.errors import CloudError, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +199,8 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     ray.init(namespace="spotplane", include_dashboard=False, log_to_driver=False,
              configure_logging=False, num_cpus=max(4, os.cpu_count() or 1))
     started["ray"] = True
+    if not getattr(args, "debug", False):
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)  # keep the terminal for our table
     if threading.current_thread() is threading.main_thread():
         # after ray.init: Ray's core installs its own SIGTERM handler, which would kill us
         # before the clean shutdown below (`spotplane down` sends SIGTERM)
@@ -207,7 +209,12 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     # slows the simulation instead of skipping time); real fleets run on wall time.
     settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet, speed=speed,
                                clock="sim" if args.fleet == "sim" else "wall")
-    started["control_plane"] = start_control_plane(settings)
+    try:
+        started["control_plane"] = start_control_plane(settings)
+    except Exception as exc:  # noqa: BLE001 - the actor's own error, in one line
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        raise CloudError(f"fleet {args.fleet}: the control plane did not start ({lines[-1] if lines else exc!r})",
+                         fix="check the provider's credentials and options, or use --fleet sim") from exc
     url = start_api(db_path(state_dir), admin_token, port, args.host)
     started["api"] = True
     with SpotplaneClient(url, admin_token) as probe:

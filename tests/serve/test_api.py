@@ -168,6 +168,27 @@ def test_bad_input_is_a_422_naming_the_field_and_never_stored(api: Api, body: di
     assert len(api.store.list_jobs(None, limit=100_000)) == before
 
 
+def test_unknown_accelerator_is_a_422_listing_the_known_ones(api: Api) -> None:
+    from controlplane.models import ZoneInfo
+
+    api.store.put_zones([
+        ZoneInfo(cloud="aws", zone="us-east-1a", instance_type="p3.2xlarge", accelerator="V100",
+                 accelerator_count=1, spot_price=0.918, on_demand_price=3.06, spot_available=True,
+                 updated_at=0.0),
+        ZoneInfo(cloud="gcp", zone="us-east4-a", instance_type="a3-highgpu-8g", accelerator="H100",
+                 accelerator_count=8, spot_price=14.85, on_demand_price=82.53, spot_available=False,
+                 updated_at=0.0),
+    ])
+    r = api.acme.post("/v1/jobs", json={"name": "x", "compute_hours": 1, "accelerator": "TPUv5"})
+    assert r.status_code == 422
+    assert r.json()["message"] == "accelerator: unknown accelerator 'TPUv5'; use one of H100, V100, or leave it null for any"
+    assert _submit(api.acme, accelerator="H100")["spec"]["accelerator"] == "H100"
+    prices = {p["zone"]: p for p in api.acme.get("/v1/fleet/prices").json()}
+    assert prices["us-east-1a"]["spot_discount_pct"] == pytest.approx(70.0)
+    avail = {a["zone"]: a["spot_available"] for a in api.acme.get("/v1/fleet/availability").json()}
+    assert avail == {"us-east-1a": True, "us-east4-a": False}
+
+
 def test_query_and_body_shape_errors(api: Api) -> None:
     r = api.acme.get("/v1/jobs", params={"state": "DONE"})
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "state[0]"
