@@ -121,12 +121,12 @@ def plan_modes(
     size = min(cu, n_t * gu + 1) + lo  # P in [-D, C_u - 1] (and no more than the window allows)
     prices = np.array([m.price for m in modes], dtype=np.float64)
     v = np.full((n_m, size), INF)
-    v[initial_mode, max(0, lo - int(round(initial_debt_hours / u)))] = 0.0
+    v[initial_mode, max(0, lo - int(math.ceil(initial_debt_hours / u - 1e-9)))] = 0.0
     bp = np.zeros((n_t, n_m, size), dtype=np.int8)
     p_idx = np.arange(size) - lo  # P of each index
     best: tuple[float, int, int, int, int] = (INF, -1, -1, 0, 0)  # cost, tick, mode, P before, src
     step_c, step_s = gu, gu - du  # progress added by a tick: continue / changeover
-    pa = max(0, lo - int(round(initial_debt_hours / u)))
+    pa = max(0, lo - int(math.ceil(initial_debt_hours / u - 1e-9)))
     pb = pa + 1  # v is finite only inside the band [pa, pb)
     for t in range(n_t):
         if pa >= pb:
@@ -355,8 +355,10 @@ class PartialLookahead(_RulesBase):
         if start_mode != 0:
             debt = max(0.0, self._d - (lo - self._last_change) * g)
         remaining = self._c - obs.progress_hours
-        target = (i + 1) * self._c / self.n - obs.progress_hours
-        horizon = (hi - lo) * g
+        # Eq. 14's cumulative target, raised so the time after the slice still fits the rest on
+        # on-demand with one changeover (slice ends fall on ticks, the last tick may be partial)
+        target = max((i + 1) * self._c / self.n, self._c - (self._r - hi * g) + self._d) - obs.progress_hours
+        horizon = min((hi - lo) * g, self._r - lo * g)  # the last tick may end past R
         modes = single_zone_modes(self.task)
         if i == self.n - 1 or target >= remaining - EPS:
             plan = plan_modes(modes, np.vstack([ones, up, ones]), g, remaining, horizon, self._d, initial_mode=start_mode, initial_debt_hours=debt)

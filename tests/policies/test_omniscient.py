@@ -150,3 +150,13 @@ def test_partial_lookahead_meets_deadline_and_tracks_targets(catalog) -> None:
         assert r.met_deadline
         state = pl.state_dict()
         assert state["slice"] == 7 and len(state["plan"]) == 360
+
+
+def test_partial_lookahead_last_slice_keeps_room_for_a_changeover(catalog) -> None:
+    """Job fraction 0.95, R not a tick multiple: slice ends fall on ticks, the last slice must still fit."""
+    tr = catalog.spot_traces("availability/1-node/aws-10-26-2022")[2]
+    task = DeadlineTask(48.0, 48.0 / 0.95, 0.2)
+    n = window_ticks(task.deadline_hours, G)
+    w = tr.spot_up()[2209 : 2209 + n]
+    r = simulate(PartialLookahead(task, w, n=8, tick_hours=G), w, G)
+    assert r.met_deadline and r.finish_hours <= task.deadline_hours
