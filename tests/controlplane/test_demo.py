@@ -28,17 +28,17 @@ def small_scenario() -> Scenario:
     return Scenario(
         deadline_jobs=[
             {"name": "dl-v100", "kind": "deadline", "accelerator": "V100", "workers": 2,
-             "compute_hours": 3.0, "deadline_hours": 3.75, "checkpoint_hours": 0.02},
+             "compute_hours": 2.0, "deadline_hours": 2.5, "checkpoint_hours": 0.02},
             {"name": "dl-h100", "kind": "deadline", "accelerator": "H100", "gpus_per_worker": 8,
-             "compute_hours": 4.0, "deadline_hours": 5.7, "checkpoint_hours": 0.02},
+             "compute_hours": 2.0, "deadline_hours": 2.86, "checkpoint_hours": 0.02},
         ],
         bag={"name": "mini-sweep", "template": {"name": "s", "kind": "spot", "accelerator": "V100",
                                                 "compute_hours": 1.0},
-             "params": [{"seed": i} for i in range(4)], "compute_hours": [1.0, 1.5, 2.0, 1.0]},
+             "params": [{"seed": i} for i in range(4)], "compute_hours": [1.0, 1.5, 1.0, 1.0]},
         spot_jobs=[{"name": "spot-gang", "kind": "spot", "accelerator": "V100", "workers": 2,
-                    "compute_hours": 3.0}],
+                    "compute_hours": 2.0}],
         hp_jobs=[{"name": "hp-urgent", "kind": "hp", "accelerator": "V100", "workers": 3,
-                  "compute_hours": 1.0}],
+                  "compute_hours": 0.5}],
         hp_at_hours=0.5,
     )
 
@@ -118,9 +118,9 @@ def test_demo_runs_through_the_api_to_a_report(control_plane: str, tmp_path: Pat
         j = by_name[name]
         assert j.finished_hours is not None and j.deadline_hours is not None
         assert j.finished_hours <= j.deadline_hours
-    # the HP job evicted the spot gang, which survived and finished from its checkpoint
-    assert report.hp_evictions >= 1
-    assert by_name["spot-gang"].preemptions >= 1 and by_name["spot-gang"].state == "SUCCEEDED"
+    # the HP job evicted spot jobs (GFS picks which), and they survived: every job SUCCEEDED
+    assert report.hp_evictions >= 1, report.render()
+    assert sum(j.preemptions for j in report.jobs if j.kind == "spot") >= report.hp_evictions
     assert by_name["hp-urgent"].preemptions == 0
     # spot is cheaper than the on-demand-only counterfactual; HP jobs pay on-demand
     assert 0 < report.total_cost < report.on_demand_cost
