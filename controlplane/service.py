@@ -140,7 +140,8 @@ class ControlPlaneService:
         if principal.is_admin:
             if tenant_id is None:
                 raise InvalidInput(
-                    "tenant_id", "the admin must say which tenant submits", fix="add ?tenant_id=<id>"
+                    "tenant_id", "the admin must say which tenant submits",
+                    fix="add ?tenant_id=<id> (CLI: --tenant <id>), or use the tenant's token"
                 )
             return self.store.get_tenant(tenant_id)
         assert principal.tenant_id is not None
