@@ -31,6 +31,7 @@ from controlplane.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
+HOLD_MARGIN_S = 5.0  # hold a little past the notice's deadline: the kill is never exactly on time
 REPLAN_DRIFT = 0.25  # re-plan when the measured checkpoint cost moves this much
 MAX_PLAN_STEPS = 1000  # planner grid: at most this many steps over the remaining work
 MAX_GRID_STEPS = 5000  # ... and over the preemption model's lifetime
@@ -123,7 +124,7 @@ class CheckpointCoordinator:
         """After the emergency checkpoint, work until the node dies is lost: wait it out."""
         if self.emergency_done_at is None or self.notice_deadline is None:
             return 0.0
-        return max(0.0, self.notice_deadline - self.clock.now())
+        return max(0.0, self.notice_deadline + HOLD_MARGIN_S - self.clock.now())
 
     def record_save(self, ref: dict[str, Any], seconds: float) -> dict[str, Any]:
         """A checkpoint is durable: update the cost estimate, the record and the plan; returns

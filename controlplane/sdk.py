@@ -222,7 +222,10 @@ def _as_directive(d: Any) -> Directive:
     if isinstance(d, Directive):
         return d
     return Directive(
-        bool(d.get("checkpoint_now")), d.get("next_at_progress"), str(d.get("reason", ""))
+        bool(d.get("checkpoint_now")),
+        d.get("next_at_progress"),
+        str(d.get("reason", "")),
+        float(d.get("hold_seconds") or 0.0),
     )
 
 
@@ -378,6 +381,20 @@ def session(
     coord.finished()
 
 
+def _get_actor(name: str, namespace: str | None, timeout_s: float = 30.0) -> Any:
+    """The named actor, retried for a while (a loaded cluster may answer late)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get_actor(name, namespace=namespace)
+        except ValueError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _connect(clock: Clock, interval_s: float | None) -> Coordinator:
     """The checkpoint actor named in the environment, or a wall-clock interval outside spotplane."""
     name = _env(ENV_CHECKPOINT_ACTOR)
@@ -392,7 +409,7 @@ def _connect(clock: Clock, interval_s: float | None) -> Coordinator:
                     log_to_driver=False,
                     configure_logging=False,
                 )
-            return ActorCoordinator(ray.get_actor(name, namespace=_env(ENV_RAY_NAMESPACE)))
+            return ActorCoordinator(_get_actor(name, _env(ENV_RAY_NAMESPACE)))
         except Exception as e:  # the job still runs, with interval checkpoints
             log.warning(
                 "checkpoint actor %s unreachable (%s): falling back to interval checkpoints",
