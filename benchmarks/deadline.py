@@ -285,9 +285,11 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     for coll_key in args.collections.split(","):
         coll = COLLECTIONS[coll_key]
         for i, tr in enumerate(cat.spot_traces(coll)):
+            # the same windows for every job fraction of a trace (paired: curves are less noisy)
+            longest = window_ticks(args.compute_hours / min(fractions), tr.gap_hours)
+            starts = sample_starts(tr, longest, args.windows, rng)
             for f in fractions:
                 task = DeadlineTask(args.compute_hours, args.compute_hours / f, args.overhead_hours, on_demand_price=args.on_demand_price)
-                starts = sample_starts(tr, window_ticks(task.deadline_hours, tr.gap_hours), args.windows, rng)
                 job = Job(coll, i, task, tuple(int(s) for s in starts), policies, TS_GRID)
                 for part in _split([job], max(1, args.workers)):
                     jobs.append(part)
@@ -535,6 +537,8 @@ def plot_savings(path: str, rows: list[dict[str, Any]]) -> None:
         ax.set_title(f"{coll} {tr[4:]}", fontsize=8)
         ax.set_xlabel("job fraction C/R")
         ax.set_ylabel("savings vs on-demand (%)")
+    for ax in list(axes.flat)[len(traces):]:
+        ax.axis("off")
     axes.flat[0].legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
