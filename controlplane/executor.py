@@ -131,7 +131,7 @@ class RayJobExecutor:
         artifact_uri: str,
         *,
         namespace: str = "spotplane",
-        clock: Clock | None = None,
+        clock: Clock | None = None,  # the control plane's clock (node ages); waits use wall time
         hours_per_second: float = 1 / 3600,
         model_factory: Callable[[Node | None], Any] | None = None,
         s3_endpoint_url: str | None = None,
@@ -204,9 +204,11 @@ class RayJobExecutor:
             self.stop_replica(rep, reason)
 
     def notice(self, job: Job, seconds_left: float) -> None:
-        """A preemption notice for the job's nodes: every live replica checkpoints at once."""
+        """A preemption notice for the job's nodes (``seconds_left`` on the control-plane clock):
+        every live replica checkpoints at once."""
+        wall_left = seconds_left / HOUR / self.scale  # control-plane seconds -> the job's seconds
         for rep in self.live(job.id):
-            self.notice_replica(rep, seconds_left)
+            self.notice_replica(rep, wall_left)
 
     def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
         out: dict[str, ExecutorReport] = {}
@@ -334,6 +336,7 @@ class RayJobExecutor:
         ]
 
     def notice_replica(self, rep: Replica, seconds_left: float) -> None:
+        """A notice in the job's own (wall) seconds."""
         handle = self._actor(rep)
         if handle is not None:
             handle.notice.remote(float(seconds_left))
@@ -470,13 +473,13 @@ class RayJobExecutor:
             ray.kill(handle or ray.get_actor(name, namespace=self.namespace), no_restart=True)
 
     def _wait_terminal(self, rep: Replica) -> None:
-        deadline = self.clock.now() + self.stop_timeout_s
-        wall = WallClock()
+        wall = WallClock()  # a real process stops in real time, whatever the control-plane clock
+        deadline = wall.now() + self.stop_timeout_s
         while True:
             status = str(self.client.get_job_status(rep.submission_id).value)
             if status in ("STOPPED", "SUCCEEDED", "FAILED"):
                 return
-            if self.clock.now() > deadline:
+            if wall.now() > deadline:
                 log.warning("Ray job %s still %s after stop", rep.submission_id, status)
                 return
             wall.sleep(0.1)
@@ -511,6 +514,42 @@ def _default_model(node: Node | None) -> Any:
     except Exception as e:  # pragma: no cover - the planner then uses Young's interval
         log.warning("no preemption model (%s): checkpoint actors fall back to Young's interval", e)
         return None
+
+
+def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0) -> bool:
+    """Submit a no-op Ray job until the dashboard's job agent takes it (False: none in time).
+
+    Ray's job agent listens on the fixed port 52365; on a machine with several Rays only the
+    first one gets it, and the others answer "No available agent" to every submission.
+    """
+    import uuid
+
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(
+        dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
+    )
+    wall = WallClock()
+    deadline = wall.now() + timeout_s
+    while True:
+        try:
+            sid = client.submit_job(
+                entrypoint="true",
+                submission_id=f"spotplane-probe-{uuid.uuid4().hex[:8]}",
+                entrypoint_num_cpus=0,
+            )
+            break
+        except RuntimeError as e:
+            if "No available agent" not in str(e) or wall.now() > deadline:
+                if "No available agent" in str(e):
+                    return False
+                raise
+            wall.sleep(1.0)
+    while wall.now() < deadline + 60:
+        if str(client.get_job_status(sid).value) in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return True
+        wall.sleep(0.2)
+    return False
 
 
 def job_logs(dashboard_address: str, job_id: str) -> str:

@@ -14,7 +14,14 @@ import pytest
 
 from clusters.artifacts import LocalArtifactStore
 from controlplane import sdk
-from controlplane.executor import RAY_STATUS, RayJobExecutor, ReplicaState, SlotMap, slot_resources
+from controlplane.executor import (
+    RAY_STATUS,
+    RayJobExecutor,
+    ReplicaState,
+    SlotMap,
+    job_agent_ready,
+    slot_resources,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train_numpy.py"
@@ -76,37 +83,13 @@ def test_slots_bind_nodes_and_come_back() -> None:
 
 @pytest.fixture(scope="module")
 def job_agent(ray_cluster: Any) -> str:
-    """The dashboard's job agent, or a skip when this machine's other Rays hold its fixed port.
+    """The dashboard's job agent, or a skip when another Ray on this machine holds its port.
 
     Ray's dashboard agent always listens on port 52365 (``ray.init`` cannot change it); with
-    several Rays on one machine only the first gets it and job submission answers "No available
-    agent" on the others. CI runs one Ray, so there this never skips.
+    several Rays on one machine only the first gets it. CI runs one Ray: there it never skips.
     """
-    import uuid
-
-    from ray.job_submission import JobSubmissionClient
-
-    client = JobSubmissionClient("http://" + ray_cluster.dashboard_url)
-    deadline = time.monotonic() + 45
-    while True:
-        try:
-            sid = client.submit_job(
-                entrypoint="true",
-                submission_id=f"probe-{uuid.uuid4().hex[:8]}",
-                entrypoint_num_cpus=0,
-            )
-            break
-        except RuntimeError as e:
-            if "No available agent" not in str(e):
-                raise
-            if time.monotonic() > deadline:
-                pytest.skip("Ray's job agent port 52365 is held by another Ray on this machine")
-            time.sleep(1)
-    wait_for(
-        lambda: str(client.get_job_status(sid).value) in ("SUCCEEDED", "FAILED", "STOPPED"),
-        60,
-        "the probe job",
-    )
+    if not job_agent_ready(ray_cluster.dashboard_url):
+        pytest.skip("Ray's job agent port 52365 is held by another Ray on this machine")
     return str(ray_cluster.dashboard_url)
 
 

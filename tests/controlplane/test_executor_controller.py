@@ -1,0 +1,125 @@
+"""The controller drives real Ray jobs on the simulated fleet: preempted, restored, finished."""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clusters.artifacts import LocalArtifactStore
+from clusters.simfleet import SimulatedFleet
+from controlplane import sdk
+from controlplane.clock import SimClock, WallClock
+from controlplane.controller import Controller, ControllerSettings
+from controlplane.executor import RayJobExecutor, job_agent_ready
+from controlplane.models import JobSpec, JobState
+from controlplane.store import Store
+from policies.preemption import ExponentialModel
+
+REPO = Path(__file__).resolve().parents[2]
+SPEED = 900.0  # simulated seconds per wall second
+
+
+def _reference(steps: int, seed: int) -> dict[str, Any]:
+    spec = importlib.util.spec_from_file_location(
+        "train_numpy", REPO / "examples" / "train_numpy.py"
+    )
+    assert spec and spec.loader
+    t = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t)
+    state = t.fresh(seed)
+    for _ in range(steps):
+        t.step(state, seed)
+    return dict(state)
+
+
+@pytest.fixture
+def world(
+    ray_cluster: Any, tmp_path: Path, data_root: Path
+) -> Iterator[tuple[Store, Controller, RayJobExecutor, SimClock]]:
+    if not job_agent_ready(ray_cluster.dashboard_url):
+        pytest.skip("Ray's job agent port 52365 is held by another Ray on this machine")
+    clock = SimClock(start=0.0)
+    store = Store(tmp_path / "spotplane.db")
+    # the simulated clock runs 900x wall time (a wall second is 0.25 h); spot VMs live ~2.5 h
+    # (10 wall seconds), longer than a Ray job takes to start, shorter than the 3.5 h job
+    fleet = SimulatedFleet.from_options(
+        clock=clock,
+        data_dir=data_root,
+        seed=3,
+        state_path=tmp_path / "simfleet.db",
+        gcp=False,
+        lifetime_model=ExponentialModel(rate=0.4, limit=24.0),
+    )
+    ex = RayJobExecutor(
+        ray_cluster.dashboard_url,
+        str(tmp_path / "artifacts"),
+        namespace="spotplane-tests",
+        clock=clock,
+        hours_per_second=1.0,
+        stop_timeout_s=20,  # one wall second = one simulated hour
+    )
+    ctl = Controller(
+        store,
+        fleet,
+        clock,
+        ControllerSettings(pool_nodes={"V100": 4, "H100": 1}),
+        executor=ex,
+        epoch=store.take_controller_lease(),
+    )
+    yield store, ctl, ex, clock
+    ex.close()
+    store.close()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_real_job_is_preempted_by_the_fleet_restores_elsewhere_and_finishes(
+    world: tuple[Store, Controller, RayJobExecutor, SimClock],
+) -> None:
+    store, ctl, ex, clock = world
+    steps, seed = 350, 13
+    tenant, _ = store.create_tenant("t")
+    job = store.submit_job(
+        tenant.id,
+        JobSpec(
+            name="numpy",
+            kind="spot",
+            accelerator="V100",
+            compute_hours=steps * 0.04 * SPEED / 3600,
+            checkpoint_hours=0.01,
+            entrypoint=f"python examples/train_numpy.py --steps {steps} --seed {seed} --step-seconds 0.04",
+        ),
+        now=0.0,
+    )
+    wall = WallClock()
+    last, deadline = wall.now(), wall.now() + 240
+    while wall.now() < deadline:
+        now = wall.now()
+        clock.advance((now - last) * SPEED)
+        last = now
+        ctl.tick()
+        if store.get_job(job.id).state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+            break
+        time.sleep(0.2)
+    j = store.get_job(job.id)
+    assert j.state is JobState.SUCCEEDED, (j.state, j.message, ex.logs(job.id)[-3000:])
+    assert j.preemptions >= 1, "the fleet preempted nothing: lengthen the job"
+    attempts = ex.replicas[job.id]
+    assert len({r.node_id for r in attempts}) == len(attempts) >= 2  # restored on other nodes
+    artifacts = LocalArtifactStore(ex.store.uri[len("file://") :])  # type: ignore[attr-defined]
+    final = artifacts.restore_latest(job.id)
+    assert final is not None and final.ref.progress == 1.0
+    state, ref = sdk.loads(final.data), _reference(steps, seed)
+    for k in ("w1", "w2", "v1", "v2"):
+        assert state[k].tobytes() == ref[k].tobytes()
+    logs = ex.logs(job.id)
+    resumed = [
+        int(line.split()[3]) for line in logs.splitlines() if line.startswith("starting at step")
+    ]
+    assert resumed[0] == 0 and any(s > 0 for s in resumed[1:]), resumed
+    assert j.checkpoints >= 1 and j.progress_hours == pytest.approx(steps * 0.04 * SPEED / 3600)
