@@ -653,3 +653,35 @@ class SimulatedExecutor:
             if c < work:
                 work = max(c, work - run.cost_hours)
         return run.base_hours + work
+
+
+def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | SimulatedExecutor:
+    """The executor a config names (the hook ``ControllerActor`` needs, one call):
+
+    ``{"kind": "ray", "dashboard": "127.0.0.1:8265", "artifact_uri": "/state/artifacts" | "s3://b/p",
+    "namespace": "spotplane", "hours_per_second": speed / 3600, "s3_endpoint_url": None}``
+    or ``{"kind": "simulated"}``.
+    """
+    kind = config.get("kind", "ray")
+    if kind == "simulated":
+        return SimulatedExecutor(clock)
+    if kind != "ray":
+        raise InvalidInput(
+            "executor.kind", f"unknown executor {kind!r}", fix="use 'ray' or 'simulated'"
+        )
+    for key in ("dashboard", "artifact_uri"):
+        if not config.get(key):
+            raise InvalidInput(
+                f"executor.{key}",
+                "is missing",
+                fix="pass the Ray dashboard address and where artifacts go",
+            )
+    return RayJobExecutor(
+        str(config["dashboard"]),
+        str(config["artifact_uri"]),
+        namespace=str(config.get("namespace", "spotplane")),
+        clock=clock,
+        hours_per_second=float(config.get("hours_per_second", 1 / 3600)),
+        s3_endpoint_url=config.get("s3_endpoint_url"),
+        detached_actors=bool(config.get("detached_actors", False)),
+    )

@@ -14,6 +14,7 @@ import pytest
 
 from clusters.artifacts import LocalArtifactStore
 from controlplane import sdk
+from controlplane.errors import InvalidInput
 from controlplane.executor import (
     RAY_STATUS,
     RayJobExecutor,
@@ -244,3 +245,55 @@ def test_two_replicas_survivor_checkpoints_and_replacement_restores_from_it(
     assert_same_weights(store, job, reference(steps, seed))
     assert r1.attempt == 1 and replacement.attempt == 2
     assert np.isfinite(outcome["progress_at_death"])
+
+
+def _job(compute_hours: float = 2.0, checkpointed: float = 0.0) -> Any:
+    from controlplane.models import Job, JobSpec
+
+    spec = JobSpec(
+        name="sim", compute_hours=compute_hours, checkpoint_hours=0.05, entrypoint="python x.py"
+    )
+    return Job(
+        id="job-s",
+        tenant_id="t",
+        name="sim",
+        kind=spec.kind,
+        spec=spec,
+        submitted_at=0.0,
+        checkpointed_hours=checkpointed,
+    )
+
+
+def test_simulated_executor_progresses_checkpoints_and_restarts_from_the_checkpoint() -> None:
+    from controlplane.clock import SimClock
+    from controlplane.executor import SimulatedExecutor, make_executor
+
+    clock = SimClock(start=0.0)
+    ex = make_executor({"kind": "simulated"}, clock=clock)
+    assert isinstance(ex, SimulatedExecutor)
+    job = _job()
+    ex.start(job, [])
+    clock.advance(1.0 * 3600)
+    r = ex.poll([job])["job-s"]
+    plan = ex.runs["job-s"].plan
+    done = [c for c in plan if c < 1.0]
+    assert r.progress_hours == pytest.approx(
+        1.0 - 0.05 * len(done), abs=1e-6
+    )  # each checkpoint pauses 0.05 h
+    assert r.checkpoints == len(done) and r.checkpointed_hours == pytest.approx(
+        max(done, default=0.0)
+    )
+    ex.notice(job, 120.0)  # 2 min notice > 3 min checkpoint? no: 0.05 h = 180 s does not fit
+    assert ex.poll([job])["job-s"].checkpointed_hours == pytest.approx(max(done, default=0.0))
+    ex.notice(job, 600.0)  # fits: checkpoint at the current progress
+    assert ex.poll([job])["job-s"].checkpointed_hours == pytest.approx(r.progress_hours)
+    ex.stop(job, "preempted")
+    assert ex.poll([job]) == {}
+    restarted = _job(checkpointed=r.progress_hours)
+    ex.start(restarted, [])
+    clock.advance(10 * 3600)
+    assert ex.poll([restarted])["job-s"].finished
+    with pytest.raises(InvalidInput, match="executor.kind"):
+        make_executor({"kind": "k8s"}, clock=clock)
+    with pytest.raises(InvalidInput, match="dashboard"):
+        make_executor({"kind": "ray", "artifact_uri": "/tmp/x"}, clock=clock)
