@@ -685,3 +685,48 @@ def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | S
         s3_endpoint_url=config.get("s3_endpoint_url"),
         detached_actors=bool(config.get("detached_actors", False)),
     )
+
+
+def runtime_executor(
+    *, clock: Clock, fleet: Any = None, namespace: str = "spotplane", **options: Any
+) -> RayJobExecutor | SimulatedExecutor:
+    """``RuntimeSettings(executor_factory="controlplane.executor:runtime_executor", executor_options=...)``.
+
+    Options: ``kind`` ("ray" default, or "simulated"), ``dashboard`` (default: the connected Ray's,
+    from its internal KV), ``artifact_uri`` (default ``<state_dir>/artifacts``),
+    ``hours_per_second`` (default: the simulated clock's speed / 3600, else 1/3600),
+    ``s3_endpoint_url``. The checkpoint actors plan with the fleet's lifetime model when it has
+    one (the simulated fleet's), else seed 001's GCE fit.
+    """
+    kind = options.pop("kind", "ray")
+    model = getattr(fleet, "lifetimes", None)
+    model_factory = (lambda node: model) if model is not None and hasattr(model, "sf") else None
+    if kind == "simulated":
+        return SimulatedExecutor(clock, model_factory=model_factory)
+    dashboard = options.pop("dashboard", None)
+    if not dashboard:
+        from ray._private.services import get_webui_url_from_internal_kv
+
+        dashboard = get_webui_url_from_internal_kv()
+    if not dashboard:
+        raise InvalidInput(
+            "executor_options.dashboard",
+            "no Ray dashboard found",
+            fix="start Ray with include_dashboard=True",
+        )
+    uri = options.pop("artifact_uri", None)
+    if not uri:
+        from controlplane.config import Settings
+
+        uri = str(Settings().state_dir / "artifacts")
+    speed = float(getattr(clock, "speed", 0.0) or 0.0)
+    scale = float(options.pop("hours_per_second", speed / HOUR if speed > 0 else 1 / HOUR))
+    return RayJobExecutor(
+        str(dashboard),
+        str(uri),
+        namespace=namespace,
+        clock=clock,
+        hours_per_second=scale,
+        model_factory=model_factory,
+        **options,
+    )
