@@ -237,6 +237,35 @@ class RayJobExecutor:
                 self._cleanup(job.id)
         return out
 
+    # -- replication (seed 004): the hooks a controller calls per node ---------------------------
+    def node_preempted(self, job: Job, node_id: str, reason: str = "node preempted") -> bool:
+        """One node of a replicated job is gone: stop its replica; a live peer checkpoints at
+        once (:meth:`stop_replica`). Returns whether a replica survives (no rollback needed)."""
+        for rep in self.live(job.id):
+            if rep.node_id == node_id:
+                self.stop_replica(rep, reason)
+        return bool(self.live(job.id))
+
+    def start_replacement(self, job: Job, node: Node | str) -> Replica:
+        """A replacement replica on ``node``: it restores the freshest artifact (the survivor's)."""
+        live_ids = {r.replica_id for r in self.live(job.id)}
+        free = [
+            f"r{i}"
+            for i in range(max(job.spec.replicas, len(live_ids) + 1))
+            if f"r{i}" not in live_ids
+        ]
+        assert job.spec.entrypoint is not None
+        return self.start_replica(
+            job_id=job.id,
+            replica_id=free[0],
+            entrypoint=job.spec.entrypoint,
+            work_hours=job.spec.compute_hours,
+            node=node if isinstance(node, Node) else None,
+            node_id=node if isinstance(node, str) else None,
+            checkpoint_hours=job.spec.checkpoint_hours,
+            env=job.spec.env,
+        )
+
     # -- replicas --------------------------------------------------------------------------------
     def start_replica(
         self,

@@ -23,6 +23,7 @@ from controlplane.executor import (
     job_agent_ready,
     slot_resources,
 )
+from controlplane.models import Job, JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train_numpy.py"
@@ -209,16 +210,18 @@ def test_two_replicas_survivor_checkpoints_and_replacement_restores_from_it(
     )
     r1_before = len(store.list(job, "r1"))
     t_stop = time.time()
-    outcome = executor.stop_replica(r0, "zone-a preempted")
-    assert outcome is not None
+    spec = JobSpec(name="rep", compute_hours=steps * 0.03, replicas=2, entrypoint=entry)
+    job_model = Job(id=job, tenant_id="t", name="rep", kind=spec.kind, spec=spec, submitted_at=0.0)
+    assert executor.node_preempted(job_model, "zone-a-1", "zone-a preempted")  # r1 survives
+    outcome = r0.outcome
+    assert outcome is not None and r0.state is ReplicaState.STOPPED
     # seed 004: the survivor checkpoints at once (not at its next planned checkpoint)
     wait_for(lambda: len(store.list(job, "r1")) > r1_before, 10, "the survivor's checkpoint")
     survivor = [r for r in store.list(job, "r1") if r.created_at >= t_stop]
     assert survivor and survivor[0].created_at - t_stop < 5.0
     assert any(a["seconds"] >= 0 for a in executor.replica_status(r1)["artifacts"])
-    replacement = executor.start_replica(
-        job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * 0.03, node_id="zone-c-1"
-    )
+    replacement = executor.start_replacement(job_model, "zone-c-1")
+    assert replacement.replica_id == "r0" and replacement.node_id == "zone-c-1"
     wait_for(
         lambda: (
             executor.replica_status(replacement).get("restored_from") is not None
