@@ -41,12 +41,13 @@ def ray_cluster():  # type: ignore[no-untyped-def]
     """
     import ray
 
+    from controlplane.raylocal import init_local_ray
+
     if ray.is_initialized():
         ray.shutdown()
-    ctx = ray.init(
+    ctx = init_local_ray(
         num_cpus=4,
         include_dashboard=True,
-        dashboard_port=free_port(),
         namespace="spotplane-tests",
         log_to_driver=False,
         configure_logging=False,
