@@ -452,6 +452,8 @@ class Controller:
             job.accounted_at = up
             if self.executor is not None and job.spec.entrypoint is not None:
                 self.executor.start(job, nodes)
+        if lost and not missing and self._replace_replicas(job, nodes, lost, now):
+            lost = []
         if lost or missing:
             end = min((n.ended_at or now for n in lost), default=now)
             if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
@@ -464,6 +466,7 @@ class Controller:
             self._preempt(job, now, lost)
             return
         if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+            self._start_replacements(job, nodes)
             self._handle_notices(job, nodes, now)
             if report is not None:
                 self._apply_report(job, report, now)
@@ -489,6 +492,57 @@ class Controller:
                 workload.begin_checkpoint(job, self._move, cause, at)
             self._w.events.append(Event(at=at, tenant_id=job.tenant_id, job_id=job.id,
                                         node_id=n.id, kind="notice", cause=cause))
+
+    def _replicated(self, job: Job) -> bool:
+        return (job.spec.replicas > 1 and job.spec.entrypoint is not None
+                and self.executor is not None and hasattr(self.executor, "node_preempted"))
+
+    def _replace_replicas(self, job: Job, nodes: Sequence[Node], lost: Sequence[Node],
+                          now: float) -> bool:
+        """Seed 004 replication: a replica survives the loss of a node, so the job keeps
+        running (no rollback) and each lost node gets a replacement that restores from the
+        survivor's checkpoint. False when no replica survives (the usual preemption)."""
+        if not self._replicated(job) or job.state not in (JobState.RUNNING,
+                                                          JobState.CHECKPOINTING):
+            return False
+        executor: Any = self.executor
+        survive = False
+        for n in lost:
+            survive = bool(executor.node_preempted(job, n.id, f"node {n.id} {n.state.value.lower()}"))
+        if not survive:
+            return False
+        self._bill(job, now)
+        market = job.market or Market.SPOT
+        offers = self._zones(job, market, now) or self._zones(job, Market.ON_DEMAND, now)
+        lost_ids = {n.id for n in lost}
+        job.node_ids = [i for i in job.node_ids if i not in lost_ids]
+        for n in lost:
+            n.job_id = n.tenant_id = None
+            self._w.nodes[n.id] = n
+        new = []
+        if offers:
+            m = market if self._zones(job, market, now) else Market.ON_DEMAND
+            new = self._launch(job, offers[0], m, len(lost), now)
+            for n in new:
+                n.replacement = True
+            job.node_ids += [n.id for n in new]
+        self._w.count("replica_replacements_total", len(lost))
+        self._w.events.append(Event(
+            at=now, tenant_id=job.tenant_id, job_id=job.id, kind="replica",
+            cause=f"{len(lost)} replica node(s) lost ({', '.join(sorted(lost_ids))}); a replica "
+                  f"survives, {len(new)} replacement(s) launched"))
+        self._w.jobs[job.id] = job
+        return True
+
+    def _start_replacements(self, job: Job, nodes: Sequence[Node]) -> None:
+        if not self._replicated(job):
+            return
+        executor: Any = self.executor
+        for n in nodes:
+            if n.replacement and n.state is NodeState.READY:
+                executor.start_replacement(job, n)
+                n.replacement = False
+                self._node_event(n, f"replacement replica started for {job.id}", self.clock.now())
 
     def _checkpoint_on_late_notice(self, job: Job, lost: Sequence[Node], end: float) -> None:
         """Notice and preemption fell in one tick: the node's agent checkpointed at the notice

@@ -241,6 +241,11 @@ class Job(BaseModel):
         return self.spec.gpus
 
     @property
+    def nodes_needed(self) -> int:
+        """Nodes of the gang: every worker of every replica on its own node (seed 004)."""
+        return self.spec.workers * self.spec.replicas
+
+    @property
     def terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
@@ -315,6 +320,7 @@ class Node(BaseModel):
     ended_at: float | None = None
     notice_at: float | None = None
     idle_since: float | None = None  # ready with no job since (kept a while for reuse)
+    replacement: bool = False  # replaces a lost replica's node: start a replica when ready
 
     @property
     def gone(self) -> bool:

@@ -151,7 +151,7 @@ def task_request(job: Job, accelerator: str) -> Any:
     from policies.placement import TaskRequest
 
     prio: Literal["hp", "spot"] = "spot" if job.kind is JobKind.SPOT else "hp"
-    return TaskRequest(job.id, prio, 1.0, job.spec.workers, (accelerator,), job.tenant_id)
+    return TaskRequest(job.id, prio, 1.0, job.nodes_needed, (accelerator,), job.tenant_id)
 
 
 def plan(scheduler: Any, pool: Pool, jobs: dict[str, Job], job: Job, market: Market,

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings
-from controlplane.models import JobSpec, JobState
+from controlplane.controller import Controller, ControllerSettings, ExecutorReport
+from controlplane.models import Job, JobSpec, JobState, Node
 from controlplane.store import Store
 
 
@@ -147,3 +148,68 @@ def test_a_job_no_zone_can_host_fails_with_the_reason(tmp_path: Path, data_root:
     j = store.get_job(job.id)
     assert j.state is JobState.FAILED
     assert "V100 with 4 GPUs per worker" in j.message and "H100x8" in j.message
+
+
+class FakeReplicaExecutor:
+    """Reports time-based progress for entrypoint jobs and records the replication hooks."""
+
+    def __init__(self, clock: SimClock) -> None:
+        self.clock = clock
+        self.started: dict[str, float] = {}
+        self.replicas: dict[str, set[str]] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    def start(self, job: Job, nodes: Sequence[Node]) -> None:
+        self.started[job.id] = self.clock.now()
+        self.replicas[job.id] = {n.id for n in nodes}
+
+    def stop(self, job: Job, reason: str) -> None:
+        self.replicas.pop(job.id, None)
+
+    def notice(self, job: Job, seconds_left: float) -> None:
+        pass
+
+    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
+        out = {}
+        for j in jobs:
+            if j.id in self.started:
+                done = (self.clock.now() - self.started[j.id]) / 3600
+                out[j.id] = ExecutorReport(min(done, j.spec.compute_hours), done * 0.9,
+                                           finished=done >= j.spec.compute_hours)
+        return out
+
+    def node_preempted(self, job: Job, node_id: str, reason: str = "") -> bool:
+        self.calls.append(("preempted", node_id))
+        self.replicas.get(job.id, set()).discard(node_id)
+        return bool(self.replicas.get(job.id))
+
+    def start_replacement(self, job: Job, node: Node) -> None:
+        self.calls.append(("replacement", node.id))
+        self.replicas.setdefault(job.id, set()).add(node.id)
+
+
+def test_a_replica_survives_a_preemption_and_gets_a_replacement(tmp_path: Path,
+                                                                data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store = Store(tmp_path / "spotplane.db")
+    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=1, gcp=False,
+                                        state_path=tmp_path / "simfleet.db")
+    ex = FakeReplicaExecutor(clock)
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
+                     executor=ex, epoch=store.take_controller_lease())
+    t, _ = store.create_tenant("t")
+    job = store.submit_job(t.id, JobSpec(name="r", kind="spot", compute_hours=30, replicas=2,
+                                         accelerator="V100", entrypoint="python train.py"),
+                           now=0.0)
+    _run(ctl, clock, 0.3)
+    j = ctl.jobs[job.id]
+    assert j.state is JobState.RUNNING and len(j.node_ids) == 2  # one node per replica
+    victim = ctl.nodes[j.node_ids[0]]
+    fleet.terminate([victim.instance_id or ""])  # the cloud takes one node away
+    _run(ctl, clock, 0.2)
+    j = ctl.jobs[job.id]
+    assert ("preempted", victim.id) in ex.calls
+    assert j.state is JobState.RUNNING and j.preemptions == 0 and victim.id not in j.node_ids
+    (new_id,) = [i for i in j.node_ids if ("replacement", i) in ex.calls]
+    assert len(j.node_ids) == 2 and not ctl.nodes[new_id].replacement
+    assert any(e.kind == "replica" for e in store.job_events(job.id))
