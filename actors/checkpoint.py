@@ -28,13 +28,12 @@ import ray
 
 from controlplane.clock import Clock, WallClock
 from controlplane.errors import InvalidInput
+from policies.checkpoint import plan_positions
 
 log = logging.getLogger(__name__)
 
 HOLD_MARGIN_S = 5.0  # hold a little past the notice's deadline: the kill is never exactly on time
 REPLAN_DRIFT = 0.25  # re-plan when the measured checkpoint cost moves this much
-MAX_PLAN_STEPS = 1000  # planner grid: at most this many steps over the remaining work
-MAX_GRID_STEPS = 5000  # ... and over the preemption model's lifetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,36 +249,14 @@ class CheckpointCoordinator:
 def plan_checkpoints(
     model: Any, remaining_hours: float, age_hours: float, cost_hours: float
 ) -> tuple[float, ...]:
-    """Checkpoint positions (work hours from now) from the DP planner (seed 001, Eq. 9-13) on a
-    grid of at most :data:`MAX_PLAN_STEPS` steps; the checkpoint cost is rounded up to whole
-    steps (>= 1), so a cost far below the grid is over-estimated (fewer checkpoints).
-
-    Without a model (``None``) it falls back to Young's interval ``sqrt(2 delta MTTF)`` with
-    MTTF = 1 h, so a replica always gets a schedule.
-    """
-    if model is None:
-        interval = math.sqrt(2 * max(cost_hours, 1e-9) * 1.0)
-        n = int(remaining_hours // interval)
-        return tuple(interval * (i + 1) for i in range(n) if interval * (i + 1) < remaining_hours)
-    from policies.checkpoint import OptimalCheckpointPlanner
-
-    limit = float(getattr(model, "max_lifetime", 24.0))
-    # grid: fine enough for the checkpoint cost, at most MAX_PLAN_STEPS over the work and
-    # MAX_GRID_STEPS over the model's lifetime (the planner's grid spans all of it)
-    step = max(
-        min(remaining_hours / 240, cost_hours),
-        remaining_hours / MAX_PLAN_STEPS,
-        limit / MAX_GRID_STEPS,
-    )
-    steps = max(1, math.ceil(remaining_hours / step - 1e-9))
-    d = max(1, math.ceil(cost_hours / step - 1e-9))
-    age_steps = round(age_hours / step)
-    planner = OptimalCheckpointPlanner(model, step_hours=step, delta_hours=d * step)
+    """Checkpoint positions (work hours from now): ``policies.checkpoint.plan_positions`` (seed
+    001's DP schedule, Young's interval without a model); a node older than the model's limit is
+    planned as a fresh one."""
     try:
-        return tuple(planner.plan(steps * step, age_steps * step).checkpoints)
+        return plan_positions(model, remaining_hours, age_hours, cost_hours)
     except InvalidInput as e:  # e.g. an age past the model's limit: plan as if fresh
         log.warning("checkpoint plan at age %.2f h failed (%s): planning from age 0", age_hours, e)
-        return tuple(planner.plan(steps * step, 0.0).checkpoints)
+        return plan_positions(model, remaining_hours, 0.0, cost_hours)
 
 
 RemoteCheckpointActor = ray.remote(num_cpus=0, max_restarts=0)(CheckpointCoordinator)

@@ -369,7 +369,7 @@ class YoungDalyPlanner:
         _steps("delta_hours", delta_hours, self.step)
         h0 = float(model.hazard(np.array(0.0)))
         self.mttf = 1.0 / h0 if h0 > 0 else math.inf
-        self.interval_hours = math.sqrt(2 * self.delta * self.mttf)
+        self.interval_hours = young_daly_interval(self.delta, self.mttf)
 
     def plan(self, work_hours: float, start_age_hours: float = 0.0) -> CheckpointSchedule:
         J = _steps("work_hours", work_hours, self.step, positive=True)
@@ -379,6 +379,40 @@ class YoungDalyPlanner:
         em = expected_makespan(self.model, cps, work, self.delta, start_age_hours, self.step,
                                restart_hours=self.restart)
         return CheckpointSchedule(work, start_age_hours, cps, _intervals(cps, work), em)
+
+
+def young_daly_interval(delta_hours: float, mttf_hours: float) -> float:
+    """Young's first-order checkpoint interval sqrt(2 delta MTTF) (seed 001, Sec. 4.3)."""
+    return math.sqrt(2 * delta_hours * mttf_hours)
+
+
+FALLBACK_MTTF_HOURS = 1.0  # plan_positions without a preemption model
+MAX_PLAN_STEPS = 1000  # plan_positions' grid: at most this many steps over the remaining work
+MAX_GRID_STEPS = 5000  # ... and over the preemption model's lifetime
+
+
+def plan_positions(model: PreemptionModel | None, remaining_hours: float, age_hours: float,
+                   cost_hours: float, *, max_plan_steps: int = MAX_PLAN_STEPS,
+                   max_grid_steps: int = MAX_GRID_STEPS) -> tuple[float, ...]:
+    """Checkpoint positions (work hours from now) of the DP schedule (Eq. 9-13) for a replica.
+
+    The grid step is fine enough for the checkpoint cost, with at most ``max_plan_steps`` steps
+    over the remaining work and ``max_grid_steps`` over the model's lifetime; the cost is rounded
+    up to whole steps (>= 1), so a cost far below the grid is over-estimated (fewer checkpoints).
+    Without a model, Young's interval with MTTF = 1 h. An age past the model's limit raises
+    :class:`InvalidInput` (the caller decides, e.g. plan from age 0).
+    """
+    if model is None:
+        interval = young_daly_interval(max(cost_hours, 1e-9), FALLBACK_MTTF_HOURS)
+        n = int(remaining_hours // interval)
+        return tuple(interval * (i + 1) for i in range(n) if interval * (i + 1) < remaining_hours)
+    limit = float(getattr(model, "max_lifetime", 24.0))
+    step = max(min(remaining_hours / 240, cost_hours), remaining_hours / max_plan_steps,
+               limit / max_grid_steps)
+    steps = max(1, math.ceil(remaining_hours / step - 1e-9))
+    d = max(1, math.ceil(cost_hours / step - 1e-9))
+    planner = OptimalCheckpointPlanner(model, step_hours=step, delta_hours=d * step)
+    return tuple(planner.plan(steps * step, round(age_hours / step) * step).checkpoints)
 
 
 # ------------------------------------------------------------------------------------------------
