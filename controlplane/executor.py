@@ -500,6 +500,17 @@ class RayJobExecutor:
         handle = self._handles.pop(name, None)
         with contextlib.suppress(ValueError):
             ray.kill(handle or ray.get_actor(name, namespace=self.namespace), no_restart=True)
+        # ray.kill is asynchronous: until the name is released, the next attempt's
+        # ``get_if_exists`` would get this dying actor and its job would find no actor at all
+        wall = WallClock()
+        deadline = wall.now() + 10.0
+        while wall.now() < deadline:
+            try:
+                ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                return
+            wall.sleep(0.05)
+        log.warning("checkpoint actor %s still registered 10 s after ray.kill", name)
 
     def _wait_terminal(self, rep: Replica) -> None:
         wall = WallClock()  # a real process stops in real time, whatever the control-plane clock
