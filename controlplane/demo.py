@@ -9,6 +9,9 @@ The scenario (control-plane hours from the demo's start, simulated fleet):
 * ``gamma`` submits three spot gangs that fill the V100 pool, and at ``hp_at_hours`` two HP
   jobs that must evict some of them (GFS preemptive scheduling); the evicted jobs resume from
   their last checkpoint.
+* ``gamma`` also submits one *real* job (:func:`real_job`): ``examples/train_numpy.py`` runs as a
+  Ray job pinned to its simulated V100 node; a preemption kills the process and the next node
+  restores it from its last checkpoint artifact.
 
 :func:`run_demo` submits everything with :class:`~controlplane.client.SpotplaneClient`, shows a
 live table while the jobs run, then gathers the report (per job: finish vs deadline,
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,11 +32,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from controlplane.client import SpotplaneClient
+from controlplane.config import REPO_ROOT
 from controlplane.live import LiveTable
 
 log = logging.getLogger(__name__)
 
 HOUR = 3600.0
+DEMO_SPEED = 3600.0  # simulated seconds per wall second of `spotplane up --demo`
+TRAIN_SCRIPT = REPO_ROOT / "examples" / "train_numpy.py"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
@@ -44,6 +51,20 @@ def _deadline(name: str, accelerator: str, gpus: int, workers: int, c: float, ra
     return {"name": name, "kind": "deadline", "accelerator": accelerator, "gpus_per_worker": gpus,
             "workers": workers, "compute_hours": c, "deadline_hours": round(c / ratio, 2),
             "checkpoint_hours": 0.02, "overhead_hours": 0.05}
+
+
+def real_job(name: str, steps: int, step_seconds: float, *, speed: float = DEMO_SPEED,
+             seed: int = 0, accelerator: str = "V100") -> dict[str, Any]:
+    """A spot job that runs ``examples/train_numpy.py`` for real (absolute path: any working dir).
+
+    Its compute C is the script's wall time (``steps * step_seconds``) in control-plane hours at
+    ``speed`` simulated seconds per wall second.
+    """
+    cmd = shlex.join(["python", str(TRAIN_SCRIPT), "--steps", str(steps), "--seed", str(seed),
+                      "--step-seconds", repr(float(step_seconds))])
+    return {"name": name, "kind": "spot", "accelerator": accelerator, "workers": 1,
+            "compute_hours": round(steps * step_seconds * speed / HOUR, 4),
+            "checkpoint_hours": 0.02, "entrypoint": cmd}
 
 
 @dataclass(frozen=True)
@@ -78,6 +99,14 @@ class Scenario:
         {"name": "hotfix-train", "kind": "hp", "accelerator": "V100", "workers": 4, "compute_hours": 2.0},
     ])
     hp_at_hours: float = 2.0
+    real_jobs: list[dict[str, Any]] = field(default_factory=lambda: [
+        real_job("numpy-train", steps=600, step_seconds=0.03),
+    ])
+
+    @classmethod
+    def at_speed(cls, speed: float) -> Scenario:
+        """The default scenario with its real jobs' C measured at ``speed`` (``up --speed``)."""
+        return cls(real_jobs=[real_job("numpy-train", steps=600, step_seconds=0.03, speed=speed)])
 
     @property
     def horizon_hours(self) -> float:
@@ -102,13 +131,15 @@ class JobReport:
     on_demand_cost: float
     preemptions: int
     checkpoints: int
+    real: bool = False  # ran its entrypoint as a Ray job (else a simulated workload)
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "deadline_met": self.deadline_met,
                 "cost": round(self.cost, 4), "preemptions": self.preemptions,
                 "checkpoints": self.checkpoints, "name": self.name, "tenant": self.tenant,
                 "state": self.state, "on_demand_cost": round(self.on_demand_cost, 4),
-                "finished_hours": self.finished_hours, "deadline_hours": self.deadline_hours}
+                "finished_hours": self.finished_hours, "deadline_hours": self.deadline_hours,
+                "real": self.real}
 
 
 @dataclass
@@ -156,18 +187,21 @@ class DemoReport:
     def render(self) -> str:
         lines = [
             f"{'job':<18} {'tenant':<8} {'kind':<9} {'state':<10} {'finished':>9} {'deadline':>9} "
-            f"{'met':>5} {'preempt':>7} {'ckpts':>5} {'cost $':>9} {'on-demand $':>11}",
+            f"{'met':>5} {'preempt':>7} {'ckpts':>5} {'cost $':>9} {'on-demand $':>11}  runs",
         ]
         for j in self.jobs:
             fin = "-" if j.finished_hours is None else f"{j.finished_hours:.1f}h"
             dl = "-" if j.deadline_hours is None else f"{j.deadline_hours:.1f}h"
             met = "-" if j.deadline_met is None else ("yes" if j.deadline_met else "NO")
             lines.append(f"{j.name[:18]:<18} {j.tenant[:8]:<8} {j.kind:<9} {j.state:<10} {fin:>9} {dl:>9} "
-                         f"{met:>5} {j.preemptions:>7} {j.checkpoints:>5} {j.cost:>9.2f} {j.on_demand_cost:>11.2f}")
+                         f"{met:>5} {j.preemptions:>7} {j.checkpoints:>5} {j.cost:>9.2f} {j.on_demand_cost:>11.2f}  "
+                         + ("ray job" if j.real else "sim"))
         deadline = [j for j in self.jobs if j.kind == "deadline"]
         n_met = sum(1 for j in deadline if j.deadline_met)
+        lines.append("")
+        lines += [f"real job {j.name}: {j.state}, {j.preemptions} preemptions survived, {j.checkpoints} "
+                  f"checkpoints (a Ray job running examples/train_numpy.py)" for j in self.jobs if j.real]
         lines += [
-            "",
             f"deadlines met: {n_met}/{len(deadline)}   preemptions survived: "
             f"{sum(j.preemptions for j in self.jobs)} ({self.hp_evictions} by HP jobs)   checkpoints: "
             f"{sum(j.checkpoints for j in self.jobs)}",
@@ -193,6 +227,7 @@ def build_report(jobs: Sequence[Mapping[str, Any]], tenants: Mapping[str, str], 
             deadline_met=j.get("met_deadline") if dl is not None else None,
             cost=float(j.get("cost", 0.0)), on_demand_cost=float(j.get("on_demand_cost", 0.0)),
             preemptions=int(j.get("preemptions", 0)), checkpoints=int(j.get("checkpoints", 0)),
+            real=bool((j.get("spec") or {}).get("entrypoint")),
         ))
     return DemoReport(rows, wall_seconds, start, hp_evictions)
 
@@ -230,7 +265,7 @@ def submit_initial(run: DemoRun, scenario: Scenario) -> None:
         run.job_ids.append(run.clients["acme"].submit(spec)["id"])
     bag = run.clients["beta"].submit_bag(scenario.bag)
     run.job_ids.extend(bag["job_ids"])
-    for spec in scenario.spot_jobs:
+    for spec in [*scenario.spot_jobs, *scenario.real_jobs]:
         run.job_ids.append(run.clients["gamma"].submit(spec)["id"])
 
 

@@ -32,6 +32,8 @@ DEMO_SPEED = 3600.0  # simulated seconds per wall second for --demo (68 h of dea
 DEFAULT_SPEED = 60.0
 DEMO_TIMEOUT_S = 290.0
 CHILD_ENV = "SPOTPLANE_UP_CHILD"
+EXECUTOR_FACTORY = "controlplane.executor:runtime_executor"
+REAL_JOB_SLOTS = 8  # simulated nodes that may run a real job's replica at once (local Ray)
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -174,7 +176,7 @@ def run_up(args: argparse.Namespace) -> int:
     try:
         url = _start(args, state_dir, port, speed, admin_token, started)
         if args.demo:
-            return _demo(args, url, admin_token, state_dir)
+            return _demo(args, url, admin_token, state_dir, speed)
         print("serving until Ctrl-C (or `spotplane down`)", flush=True)
         while True:
             time.sleep(1.0)
@@ -185,9 +187,30 @@ def run_up(args: argparse.Namespace) -> int:
         _stop(started, state_dir)
 
 
+def start_ray(fleet: str) -> None:
+    """Join the running Ray cluster (``--fleet ray``: one started with ``ray up``/``ray start``),
+    else start a private local Ray with the dashboard (Ray job submission) and one
+    ``spotplane_slot:<i>`` resource per node that may run a real replica at once."""
+    import ray
+
+    if fleet == "ray":
+        try:
+            ray.init(address="auto", namespace="spotplane", log_to_driver=False, configure_logging=False)
+        except ConnectionError as exc:
+            raise ConfigError(f"fleet ray: no running Ray cluster to join ({exc})",
+                              fix="start one with `ray up ray-cluster.yaml` (or set RAY_ADDRESS), "
+                                  "or use --fleet sim") from exc
+        return
+    from controlplane.executor import slot_resources
+    from controlplane.raylocal import init_local_ray
+
+    init_local_ray(namespace="spotplane", include_dashboard=True, log_to_driver=False,
+                   configure_logging=False, num_cpus=max(4, os.cpu_count() or 1),
+                   resources=slot_resources(REAL_JOB_SLOTS))
+
+
 def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, admin_token: str,
            started: dict[str, Any]) -> str:
-    import ray
 
     from actors.runtime import RuntimeSettings, start_control_plane
     from controlplane.service import db_path
@@ -196,8 +219,7 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     t0 = time.monotonic()
     print(f"spotplane: starting Ray, the control plane ({args.fleet} fleet"
           + (f", x{speed:g} speed" if args.fleet == "sim" else "") + ") and the API...", flush=True)
-    ray.init(namespace="spotplane", include_dashboard=False, log_to_driver=False,
-             configure_logging=False, num_cpus=max(4, os.cpu_count() or 1))
+    start_ray(args.fleet)
     started["ray"] = True
     if not getattr(args, "debug", False):
         logging.getLogger("ray.serve").setLevel(logging.WARNING)  # keep the terminal for our table
@@ -207,8 +229,12 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
         signal.signal(signal.SIGTERM, _on_sigterm)
     # Simulated fleet: the controller paces its simulated clock one tick at a time (a slow tick
     # slows the simulation instead of skipping time); real fleets run on wall time.
+    # Jobs with an entrypoint run as Ray jobs pinned to their node (docs/execution.md), their
+    # checkpoints in the state directory; simulated jobs need no executor.
     settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet, speed=speed,
-                               clock="sim" if args.fleet == "sim" else "wall")
+                               clock="sim" if args.fleet == "sim" else "wall",
+                               executor_factory=EXECUTOR_FACTORY,
+                               executor_options={"artifact_uri": str(state_dir / "artifacts")})
     try:
         started["control_plane"] = start_control_plane(settings)
     except Exception as exc:  # noqa: BLE001 - the actor's own error, in one line
@@ -230,12 +256,13 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     return url
 
 
-def _demo(args: argparse.Namespace, url: str, admin_token: str, state_dir: Path) -> int:
-    from controlplane.demo import run_demo, write_report_json
+def _demo(args: argparse.Namespace, url: str, admin_token: str, state_dir: Path, speed: float) -> int:
+    from controlplane.demo import Scenario, run_demo, write_report_json
 
     plot = Path(args.plot) if args.plot else state_dir / "demo.png"
     with SpotplaneClient(url, admin_token) as admin:
-        report = run_demo(admin, out=sys.stdout, plot_path=plot, timeout_s=DEMO_TIMEOUT_S)
+        report = run_demo(admin, out=sys.stdout, plot_path=plot, timeout_s=DEMO_TIMEOUT_S,
+                          scenario=Scenario.at_speed(speed))
     print("\n" + report.render(), flush=True)
     if args.report_json:
         path = write_report_json(report, args.report_json)
