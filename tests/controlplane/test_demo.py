@@ -51,7 +51,8 @@ def test_report_figures_and_json_shape(tmp_path: Path) -> None:
          "cost": 30.0, "on_demand_cost": 100.0, "preemptions": 2, "checkpoints": 5},
         {"id": "j2", "name": "b", "tenant_id": "t2", "kind": "spot", "state": "SUCCEEDED",
          "finished_at": start + 2 * HOUR, "deadline_at": None, "met_deadline": None,
-         "cost": 10.0, "on_demand_cost": 50.0, "preemptions": 1, "checkpoints": 1},
+         "cost": 10.0, "on_demand_cost": 50.0, "preemptions": 1, "checkpoints": 1,
+         "spec": {"entrypoint": "python examples/train_numpy.py --steps 10"}},
     ]
     report = build_report(jobs, {"t1": "acme", "t2": "beta"}, start, 42.0, hp_evictions=1)
     assert report.total_cost == 40.0 and report.on_demand_cost == 150.0
@@ -61,9 +62,11 @@ def test_report_figures_and_json_shape(tmp_path: Path) -> None:
     assert set(data) >= {"jobs", "total_cost", "on_demand_cost", "savings_pct"}
     assert data["jobs"][0]["deadline_met"] is True and data["jobs"][1]["deadline_met"] is None
     assert {k for k in data["jobs"][0]} >= {"id", "kind", "deadline_met", "cost", "preemptions", "checkpoints"}
+    assert data["jobs"][0]["real"] is False and data["jobs"][1]["real"] is True  # ran as a Ray job
     assert data["jobs"][0]["finished_hours"] == 9.0 and data["jobs"][0]["deadline_hours"] == 10.0
     text = report.render()
     assert "deadlines met: 1/1" in text and "savings: 73.3%" in text
+    assert "real job b: SUCCEEDED, 1 preemptions survived, 1 checkpoints" in text
 
 
 def test_default_scenario_matches_the_issue() -> None:
@@ -76,6 +79,11 @@ def test_default_scenario_matches_the_issue() -> None:
         assert 8 <= c <= 48
         assert 0.7 - 1e-3 <= c / r <= 0.9 + 1e-3
     assert s.spot_jobs and s.hp_jobs
+    # issue 7: the demo includes a real job; its script path works from any working directory
+    (real,) = s.real_jobs
+    script = Path(real["entrypoint"].split()[1])
+    assert script.is_absolute() and script.is_file() and script.name == "train_numpy.py"
+    assert Scenario.at_speed(1800.0).real_jobs[0]["compute_hours"] == real["compute_hours"] / 2
 
 
 @pytest.fixture

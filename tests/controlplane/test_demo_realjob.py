@@ -1,0 +1,86 @@
+"""The demo's real job (issue 7): ``examples/train_numpy.py`` submitted through the API runs as a
+Ray job on the simulated fleet, an HP job that needs the whole V100 pool evicts it (its process
+dies), and it restores from its checkpoint artifact and finishes."""
+
+from __future__ import annotations
+
+import io
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane.demo import Scenario, real_job
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+ADMIN = "spa_demo-realjob-admin"
+POOL = 4  # V100 nodes: the HP gang below needs all of them
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def realjob_scenario() -> Scenario:
+    """One real job (~9 h of C at x3600) and an HP gang of the whole pool at +1.5 h, so the
+    real job must be evicted whichever way GFS ranks the spot jobs; a one-job bag beside it."""
+    return Scenario(
+        deadline_jobs=[],
+        bag={"name": "tiny", "template": {"name": "t", "kind": "spot", "accelerator": "V100",
+                                           "compute_hours": 0.5},
+             "params": [{"seed": 0}], "compute_hours": [0.5]},
+        spot_jobs=[],
+        hp_jobs=[{"name": "hp-all", "kind": "hp", "accelerator": "V100", "workers": POOL,
+                  "compute_hours": 1.0}],
+        hp_at_hours=1.5,
+        real_jobs=[real_job("real-numpy", steps=300, step_seconds=0.03, seed=5)],
+    )
+
+
+@pytest.fixture
+def control_plane(ray_cluster: Any, tmp_path: Path) -> Iterator[str]:
+    from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
+    from controlplane.controller import ControllerSettings
+    from controlplane.executor import job_agent_ready
+    from serve.app import start_api, stop_api
+
+    if not job_agent_ready(ray_cluster.dashboard_url):
+        pytest.skip("the test Ray's job agent is not ready")
+    settings = RuntimeSettings(
+        state_dir=tmp_path / "state", speed=3600.0, namespace="spotplane-demo-realjob",
+        detached=False,
+        controller=ControllerSettings(pool_nodes={"V100": POOL, "H100": 1}),
+        executor_factory="controlplane.executor:runtime_executor",
+        executor_options={"artifact_uri": str(tmp_path / "artifacts"),
+                          "dashboard": ray_cluster.dashboard_url})
+    handles = start_control_plane(settings)
+    try:
+        yield start_api(settings.db_path, ADMIN, _free_port())
+    finally:
+        stop_api()
+        stop_control_plane(handles)
+
+
+def test_real_job_is_evicted_restores_and_finishes(control_plane: str, tmp_path: Path) -> None:
+    from controlplane.client import SpotplaneClient
+    from controlplane.demo import run_demo
+
+    out = io.StringIO()
+    with SpotplaneClient(control_plane, ADMIN) as admin:
+        report = run_demo(admin, out=out, scenario=realjob_scenario(), timeout_s=150, poll_s=0.3,
+                          tty=False)
+    by_name = {j.name: j for j in report.jobs}
+    real = by_name["real-numpy"]
+    assert real.real and not by_name["hp-all"].real
+    assert real.state == "SUCCEEDED", (report.render(), out.getvalue()[-3000:])
+    assert real.preemptions >= 1, report.render()
+    assert real.checkpoints >= 1, report.render()
+    assert "real job real-numpy: SUCCEEDED" in report.render()
+    assert real.cost > 0 and real.on_demand_cost > 0
+    artifacts = tmp_path / "artifacts" / "jobs" / real.id
+    assert any(artifacts.rglob("*.json")), "no checkpoint artifact was written"
