@@ -38,7 +38,14 @@ import numpy as np
 
 from controlplane.errors import InvalidInput
 from policies.forecast import LastWeekPeak, OrgLinear
-from policies.placement import EPS, ClusterSnapshot, FrameworkScheduler, Placement, RunningTask
+from policies.placement import (
+    EPS,
+    ClusterSnapshot,
+    FrameworkScheduler,
+    Placement,
+    RunningTask,
+    TaskRequest,
+)
 from policies.quota import QuotaParams, SpotQuotaAllocator
 from policies.workloads import SimTask, Workload
 
@@ -178,6 +185,7 @@ class QuotaLoop:
                 self.fitted_at = t
             except Exception as exc:  # a failed fit keeps the previous model / the fallback
                 log.warning("OrgLinear fit failed at hour %d: %s", t, exc)
+            self.fitted_at = t  # success or not: next try after refit_every_h
         if self.model is not None and t >= self.model.lookback:
             self.forecast = _MemoBound(self.model.predict(hist, horizon, self.start_hour + t))
         elif not self.use_orglinear and t >= self.cfg.last_week_peak_min_h:
@@ -242,6 +250,7 @@ class GpuSimulator:
             self.quota_loop = QuotaLoop(len(self.hp_tenant), self.total, scheduler.quota.forecaster,
                                         scheduler.quota.adapt_eta, self.cfg, workload.start_hour)
         self._ticks = 0
+        self.unschedulable: list[str] = []
         self._ro = {k: _ro(v) for k, v in (("names", np.asarray(nodes.names)), ("models", np.asarray(nodes.gpu_model)),
                                             ("gpus", self.gpus), ("card_free", self.card_free), ("hp", self.hp),
                                             ("spot", self.spot), ("ev_short", self.ev_short),
@@ -254,8 +263,23 @@ class GpuSimulator:
         self._seq += 1
         heapq.heappush(self.events, (t, kind, self._seq, tid, epoch))
 
+    def fits_at_all(self, req: TaskRequest) -> bool:
+        """Could the task run on the empty cluster? (else it would wait forever)"""
+        ok = np.ones(self.n, dtype=bool)
+        if req.gpu_model:
+            ok &= np.isin(np.asarray(self.w.nodes.gpu_model), req.gpu_model)
+        per_node = np.floor(self.gpus / round(req.gpus)) if req.gpus >= 1 else np.floor(self.gpus / req.gpus)
+        return bool(per_node[ok].sum() >= req.pods)
+
     def run(self) -> SimResult:
-        tasks = self.w.tasks
+        tasks = []
+        for st in self.w.tasks:
+            if self.fits_at_all(st.request):
+                tasks.append(st)
+            else:
+                self.unschedulable.append(st.id)
+        if self.unschedulable:
+            log.warning("%d tasks can never fit this cluster and are left out", len(self.unschedulable))
         for st in tasks:
             if st.id in self.records:
                 raise InvalidInput("tasks", f"duplicate task id {st.id!r}", fix="give every task a unique id")
