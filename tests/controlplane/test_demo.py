@@ -40,6 +40,7 @@ def small_scenario() -> Scenario:
         hp_jobs=[{"name": "hp-urgent", "kind": "hp", "accelerator": "V100", "workers": 3,
                   "compute_hours": 0.5}],
         hp_at_hours=0.5,
+        real_jobs=[],  # the real job has its own test (test_demo_realjob.py)
     )
 
 

@@ -27,7 +27,7 @@ def _free_port() -> int:
 
 
 def realjob_scenario() -> Scenario:
-    """One real job (~9 h of C at x3600) and an HP gang of the whole pool at +1.5 h, so the
+    """One real job (~6 h of C at x3600) and an HP gang of the whole pool at +1.5 h, so the
     real job must be evicted whichever way GFS ranks the spot jobs; a one-job bag beside it."""
     return Scenario(
         deadline_jobs=[],
@@ -38,7 +38,7 @@ def realjob_scenario() -> Scenario:
         hp_jobs=[{"name": "hp-all", "kind": "hp", "accelerator": "V100", "workers": POOL,
                   "compute_hours": 1.0}],
         hp_at_hours=1.5,
-        real_jobs=[real_job("real-numpy", steps=300, step_seconds=0.03, seed=5)],
+        real_jobs=[real_job("real-numpy", steps=200, step_seconds=0.03, seed=5)],
     )
 
 
@@ -72,7 +72,7 @@ def test_real_job_is_evicted_restores_and_finishes(control_plane: str, tmp_path:
 
     out = io.StringIO()
     with SpotplaneClient(control_plane, ADMIN) as admin:
-        report = run_demo(admin, out=out, scenario=realjob_scenario(), timeout_s=150, poll_s=0.3,
+        report = run_demo(admin, out=out, scenario=realjob_scenario(), timeout_s=240, poll_s=0.3,
                           tty=False)
     by_name = {j.name: j for j in report.jobs}
     real = by_name["real-numpy"]
