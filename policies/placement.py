@@ -23,8 +23,9 @@ Slips in the paper, corrected here:
   to ``[0, 1]``, so ``Score3_spot = max(1 - 0.01 m^e, 0)`` reaches 0 (the breaker) once
   ``e >= log_m(100)`` (4.2 weighted evictions for m = 3). Eq. 13-14 are already in ``[0, 1]``.
 * Eq. 17 writes ``g_{tau_j}``; it is the victim's own GPUs, ``g_{tau_s}`` (all its pods).
-* Eq. 19's ``T`` (the period of the usage impact) is not given; it is ``usage_window_s``
-  (default 1 h, the checkpoint interval that bounds the waste of one GPU).
+* Eq. 19's ``T`` is Eq. 12's scheduling horizon, not given in numbers; it is ``usage_window_s``
+  (default one week). With so long a T the usage term only breaks ties between nodes that need
+  the same number of victims, which is what Eq. 12's first objective (the eviction rate) asks.
 """
 
 from __future__ import annotations
@@ -536,7 +537,7 @@ def keep_by_lost_work(t: RunningTask, now_s: float) -> float:
 
 
 def gfs_node_cost(snap: ClusterSnapshot, victims: Sequence[RunningTask], beta: float = 0.5,
-                  usage_window_s: float = 3600.0) -> float:
+                  usage_window_s: float = 7 * 86400.0) -> float:
     """Eq. 19: (F + |T_k|) / (G + F + |T_k|) + beta * sum(waste) / (sum_k S_k * T)."""
     f, g, k = snap.spot_evicted, snap.spot_succeeded, len(victims)
     rate = (f + k) / (g + f + k) if (g + f + k) > 0 else 0.0

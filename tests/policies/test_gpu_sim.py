@@ -66,7 +66,7 @@ def test_conservation_every_scheduler(name: str) -> None:
     sim = GpuSimulator(w, make_scheduler(name), SimConfig(check_invariants=True))
     r = sim.run()
     assert all(rec.finished == 1 for rec in r.records.values())  # every task finished exactly once
-    assert r.hp.finished + r.spot.finished == len(w.tasks)
+    assert r.hp.finished + r.spot.finished + len(sim.unschedulable) == len(w.tasks)
     assert np.allclose(sim.card_free, (np.arange(8)[None, :] < sim.gpus[:, None]))  # all cards back
     assert not sim.running and sim.spot_alloc == pytest.approx(0) and sim.hp_alloc == pytest.approx(0)
     assert r.hp.evictions == 0  # HP tasks are never evicted
@@ -75,12 +75,24 @@ def test_conservation_every_scheduler(name: str) -> None:
     assert 0 < r.allocation_rate <= 1
 
 
+def test_a_task_bigger_than_the_cluster_is_left_out_not_waited_for() -> None:
+    w = wl([task("huge", "hp", 8, 0, 1, pods=3), task("ok", "spot", 8, 0, 1)], nodes=2)
+    sim = GpuSimulator(w, make_scheduler("gfs"))
+    r = sim.run()
+    assert sim.unschedulable == ["huge"] and r.records["ok"].finished == 1
+
+
 def test_contended_run_evicts_and_quota_restrains_spot() -> None:
-    cfg = GfsA100Config(days=2, nodes=4, hp_tasks=150, spot_tasks=80, spot_scale=2.0, seed=3)
+    cfg = GfsA100Config(days=2, nodes=10, hp_tasks=140, spot_tasks=80, spot_scale=2.0, seed=3)
     w = gfs_a100(cfg)
     yarn = simulate(w, make_scheduler("yarn_cs"), SimConfig(check_invariants=True))
     gfs = GpuSimulator(w, make_scheduler("gfs"), SimConfig(check_invariants=True))
     rg = gfs.run()
     assert yarn.spot.evictions > 0
-    assert gfs.quota_loop is not None and gfs.quota_loop.forecast is not None  # hourly forecasts ran
-    assert rg.hp.finished == yarn.hp.finished == sum(t.request.is_hp for t in w.tasks)
+    assert gfs.quota_loop is not None and len(gfs.quota_loop.hours) >= 47  # hourly demand history
+    assert gfs.quota_loop.forecast is None  # OrgLinear needs 192 h: no quota yet
+    assert rg.hp.finished == yarn.hp.finished
+    e = GpuSimulator(w, make_scheduler("gfs_e"))
+    e.run()
+    assert e.quota_loop is not None and e.quota_loop.forecast is not None and e.quota_loop.quota is not None
+    assert e.quota_loop.allocator.updates > 500  # Eq. 11 every 300 s

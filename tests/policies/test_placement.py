@@ -89,7 +89,8 @@ def test_eq19_node_cost() -> None:
     s = snapshot([8, 8], now=5000.0, g=8, f=2)
     v = RunningTask("v", "spot", 1.0, 1, ((0, 0, 1.0),), 0.0, 3600.0)  # waste 1400 GPU-s
     expect = (2 + 1) / (8 + 2 + 1) + 0.5 * 1400.0 / (16 * 3600.0)
-    assert gfs_node_cost(s, [v]) == pytest.approx(expect)
+    assert gfs_node_cost(s, [v], usage_window_s=3600.0) == pytest.approx(expect)
+    assert gfs_node_cost(s, [v]) == pytest.approx(3 / 11 + 0.5 * 1400.0 / (16 * 7 * 86400.0))
     assert gfs_node_cost(s, []) == pytest.approx(2 / 10)
 
 
