@@ -187,9 +187,10 @@ class QuotaLoop:
                 log.warning("OrgLinear fit failed at hour %d: %s", t, exc)
             self.fitted_at = t  # success or not: next try after refit_every_h
         if self.model is not None and t >= self.model.lookback:
-            self.forecast = _MemoBound(self.model.predict(hist, horizon, self.start_hour + t))
+            # start_hour is the hour-of-week of hist's column 0 (the forecaster adds t itself)
+            self.forecast = _MemoBound(self.model.predict(hist, horizon, self.start_hour))
         elif not self.use_orglinear and t >= self.cfg.last_week_peak_min_h:
-            self.forecast = _MemoBound(LastWeekPeak().predict(hist, horizon, self.start_hour + t))
+            self.forecast = _MemoBound(LastWeekPeak().predict(hist, horizon, self.start_hour))
         else:
             self.forecast = None  # no estimator yet: no quota (spot may take any idle GPU)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies.gpu_sim import GpuSimulator, SimConfig, simulate
+from policies.gpu_sim import GpuSimulator, QuotaLoop, SimConfig, simulate
 from policies.placement import TaskRequest
 from policies.schedulers import SCHEDULERS, make_scheduler
 from policies.workloads import GfsA100Config, NodeSpec, SimTask, Workload, gfs_a100
@@ -96,3 +96,28 @@ def test_contended_run_evicts_and_quota_restrains_spot() -> None:
     e.run()
     assert e.quota_loop is not None and e.quota_loop.forecast is not None and e.quota_loop.quota is not None
     assert e.quota_loop.allocator.updates > 500  # Eq. 11 every 300 s
+
+
+class _RecordingModel:
+    """Stands in for a fitted OrgLinear: records the ``start_hour`` each predict gets."""
+
+    lookback = 2
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+
+    def predict(self, history: np.ndarray, horizon: int, start_hour: int = 0) -> object:
+        self.starts.append(start_hour)
+        return None
+
+
+def test_quota_loop_passes_the_hour_of_week_of_column_0_to_the_forecaster() -> None:
+    # regression: close_hour passed start_hour + t, but predict() adds the history length itself,
+    # so the weekday/hour features of every forecast were shifted by t hours
+    loop = QuotaLoop(1, 8.0, "orglinear", True, SimConfig(first_fit_h=10**6), start_hour=37)
+    model = _RecordingModel()
+    loop.model = model  # type: ignore[assignment]
+    for _ in range(5):
+        loop.sample(np.array([1.0]))
+        loop.close_hour()
+    assert model.starts == [37, 37, 37, 37]  # hours 2..5: always the hour of column 0
