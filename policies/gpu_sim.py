@@ -356,7 +356,7 @@ class GpuSimulator:
     def _order_key(self, shape: Shape, d: deque[str]) -> tuple[float, ...]:
         head = self.records[d[0]]
         if self.s.queue.order == "size":
-            return (shape[1] * shape[2], shape[2], shape[1], head.task.submit_s)
+            return (shape[1], shape[2], head.task.submit_s)  # Sec. 3.4.2: g, then w, then submission
         if self.s.queue.order == "size_desc":
             return (-shape[1] * shape[2], -shape[2], -shape[1], head.task.submit_s)
         return (head.task.submit_s,)

@@ -398,27 +398,33 @@ def eviction_score(e_bar: np.ndarray | float, hp: bool, m: float = 3.0) -> np.nd
 
 @dataclass(frozen=True)
 class CircuitBreakerFilter:
-    """Spot tasks skip nodes whose eviction score (Eq. 16) is 0 (Algorithm 1 line 6)."""
+    """Spot tasks of whole GPUs skip nodes whose eviction score (Eq. 16) is 0 (Algorithm 1 line 9;
+    fractional pods, line 7, filter on available GPUs only)."""
 
     gamma: float = 0.8
     m: float = 3.0
     name: str = "circuit_breaker"
 
     def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray | None:
-        if task.is_hp:
-            return None
+        if task.is_hp or task.gpus < 1 - EPS:
+            return None  # Alg. 1 lines 6-9: the Score3 > 0 filter is on the whole-GPU branch only
         threshold = math.log(100.0) / math.log(self.m)  # 1 - 0.01 m^e > 0  <=>  e < log_m(100)
         return snap.weighted_evictions(self.gamma) < threshold
 
 
 @dataclass(frozen=True)
 class PackingScore:
-    """Criterion 1, Eq. 13: 1 - idle/total (prefer the fullest node that fits: best fit)."""
+    """Criterion 1, Eq. 13: 1 - idleGPUs/totalGPUs (prefer the fullest node that fits: best fit).
+
+    Whole-GPU pods count idle (whole, unused) cards as Eq. 13 says; fractional pods count the
+    available GPUs (Alg. 1 line 7), so that they fill partly used cards first.
+    """
 
     name: str = "packing"
 
     def score(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> FloatArray:
-        return 1.0 - work.free / np.maximum(snap.gpus, 1)
+        free = work.idle if task.gpus >= 1 - EPS else work.free
+        return 1.0 - free / np.maximum(snap.gpus, 1)
 
 
 @dataclass(frozen=True)
@@ -555,14 +561,15 @@ def lost_work_cost(snap: ClusterSnapshot, victims: Sequence[RunningTask]) -> flo
 class Preemptor:
     """Algorithm 2: per node, virtually evict every spot task, then keep back (in ``keep`` order,
     highest first) each one whose GPUs the HP pod does not need; pick the node of least ``cost``
-    (``node_choice='min_cost'``), the first feasible node (``'first'``) or a random one."""
+    (``node_choice='min_cost'``), the first feasible node (``'first'``) or a random one.
+    ``max_candidates`` (None = every node, as Alg. 2 does) caps the nodes costed, by deficit."""
 
     keep: KeepOrder = keep_by_waste
     cost: NodeCost = gfs_node_cost
     node_choice: Literal["min_cost", "first", "random"] = "min_cost"
     random_victims: bool = False
     seed: int = 0
-    max_candidates: int | None = 64
+    max_candidates: int | None = None
 
     def victims_on(self, snap: ClusterSnapshot, work: WorkState, node: int, gpus: float,
                    rng: np.random.Generator | None) -> list[RunningTask] | None:
@@ -604,8 +611,8 @@ class Preemptor:
         if self.node_choice == "random" and rng is not None:
             cand = cand[rng.permutation(len(cand))]
         elif self.node_choice == "min_cost" and self.max_candidates and len(cand) > self.max_candidates:
-            # scale: cost only the nodes that must free the fewest spot GPUs (then the lowest index);
-            # Eq. 19 grows with the victims, so the best node is almost always among them
+            # optional scale cap (off by default: Alg. 2 lines 5-16 cost every node): only the nodes
+            # that must free the fewest spot GPUs; it can miss the node of fewest victims (Eq. 19)
             free_now = work.idle[cand] if whole else work.max_free[cand]
             deficit = np.maximum(need - free_now, 0.0)
             cand = cand[np.lexsort((cand, deficit))[: self.max_candidates]]
@@ -632,7 +639,9 @@ class Preemptor:
 class QueueRule:
     """How the simulator (or the control plane) orders and drains the pending queue.
 
-    ``order='size'``: GFS (HP first, then fewer GPUs, fewer pods, earlier submission);
+    ``order='size'``: GFS, Sec. 3.4.2 "sorts tasks in the queue based on their GPU requests, pod
+    requests, and submission times": HP first, then fewer GPUs per pod (g), fewer pods (w),
+    earlier submission (the paper gives no direction; ascending, like its submission-time key);
     ``'size_desc'``: more GPUs first (first-fit decreasing);
     ``'fcfs'``: HP first, then submission time. ``strict``: the head of each priority class
     blocks the tasks behind it (YARN-CS FCFS); otherwise later tasks may backfill.

@@ -121,3 +121,13 @@ def test_quota_loop_passes_the_hour_of_week_of_column_0_to_the_forecaster() -> N
         loop.sample(np.array([1.0]))
         loop.close_hour()
     assert model.starts == [37, 37, 37, 37]  # hours 2..5: always the hour of column 0
+
+
+def test_gfs_queue_sorts_by_gpus_per_pod_then_pods_then_submission() -> None:
+    # Sec. 3.4.2: "GPU requests, pod requests, and submission times". When the HP task frees the
+    # node at 1 h, the 1-GPU x 8-pod gang goes before the 2-GPU single pod (fewer GPUs per pod),
+    # although it asks for more GPUs in all
+    tasks = [task("h", "hp", 8, 0, 1), task("gang", "spot", 1, 0.1, 1, pods=8), task("two", "spot", 2, 0.2, 1)]
+    r = simulate(wl(tasks), make_scheduler("gfs"))
+    assert r.records["gang"].jqt_s == pytest.approx(0.9 * H)
+    assert r.records["two"].jqt_s == pytest.approx(1.8 * H)

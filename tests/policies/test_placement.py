@@ -62,6 +62,14 @@ def test_eq13_packing_prefers_the_fullest_node() -> None:
     assert sc == pytest.approx([1 - 2 / 8, 0.0, 1 - 3 / 4])
 
 
+def test_eq13_packing_counts_idle_cards_for_whole_pods_and_available_gpus_for_fractions() -> None:
+    # n0: one card half used (7 idle cards, 7.5 GPUs available); n1: one card fully used (7 idle)
+    s = snapshot([8, 8], [rt("a", "hp", 0, [0], share=0.5), rt("b", "hp", 1, [0])])
+    w = WorkState(s)
+    assert PackingScore().score(s, TaskRequest("t", "hp", 1), w) == pytest.approx([1 / 8, 1 / 8])
+    assert PackingScore().score(s, TaskRequest("t", "hp", 0.5), w) == pytest.approx([0.5 / 8, 1 / 8])
+
+
 def test_eq14_co_location_by_priority() -> None:
     s = snapshot([8, 8], [rt("a", "hp", 0, [0, 1]), rt("b", "spot", 1, [0, 1, 2, 3])])
     w = WorkState(s)
@@ -121,6 +129,9 @@ def test_circuit_breaker_blacklists_only_for_spot() -> None:
     assert gfs.schedule(s, TaskRequest("h", "hp", 8)).nodes == ("n0",)  # HP seeks the evicted node
     s2 = snapshot([8], ev_short=[6.0], ev_long=[6.0])
     assert gfs.schedule(s2, TaskRequest("s", "spot", 1)) is None
+    # Alg. 1 line 7: fractional pods are filtered on available GPUs only, no breaker
+    assert CircuitBreakerFilter().filter(s, TaskRequest("f", "spot", 0.5), w) is None
+    assert gfs.schedule(s2, TaskRequest("f", "spot", 0.5)) is not None
 
 
 def test_eviction_score_breaks_ties_only() -> None:
@@ -232,3 +243,14 @@ def test_bad_requests_and_names() -> None:
         TaskRequest("t", "low", 1)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="scheduler"):
         make_scheduler("kube")
+
+
+def test_alg2_costs_every_node_not_only_the_smallest_deficits() -> None:
+    # 70 nodes with seven 1-GPU spot tasks (deficit 7, 7 victims) and one node with a single
+    # 8-GPU spot task (deficit 8, 1 victim): Eq. 19 (fewest victims) wants the last node; a cap on
+    # the candidates ordered by deficit would never look at it
+    running = [rt(f"s{n}_{c}", "spot", n, [c]) for n in range(70) for c in range(7)]
+    running.append(rt("big", "spot", 70, list(range(8))))
+    s = snapshot([8] * 71, running, now=1800.0, g=100, f=1)
+    p = make_scheduler("gfs").schedule(s, TaskRequest("h", "hp", 8))
+    assert p is not None and p.nodes == ("n70",) and p.victims == ("big",)
