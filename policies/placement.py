@@ -14,6 +14,13 @@ Structured like the Kubernetes scheduling framework over an immutable :class:`Cl
   choice (Eq. 17) and the node cost of Eq. 19. Spot tasks are never placed by preemption.
 * :class:`FrameworkScheduler` ties them together with the spot-quota check (Algorithm 3).
 
+How the three criteria combine (checked against Sec. 3.4.2): strict priority, not a weighted sum.
+Algorithm 1 line 12 sorts by ``<Score1, Score2, Score3>`` descending, the text applies the criteria
+"sequentially ... to refine this set", Criterion 2 acts "under Criterion 1" and Criterion 3 only
+"when Criterion (1) and (2) fail to differentiate candidate nodes". Eq. 13 on whole-node GPU counts
+is already discrete (S + 1 levels), so co-location decides among nodes with equal idle cards;
+``Norm`` does not change a lexicographic order. The queue key is g, w, submission (Sec. 3.4.2).
+
 Fractional GPUs (``0 < g < 1``) share one card; whole-GPU pods take whole idle cards of one node.
 
 Slips in the paper, corrected here:

@@ -7,7 +7,8 @@ period at whose ends it may preempt (``.preempt_every_s``).
 
 =========  =====================================================================================
 gfs        filters: GPU model, capacity, circuit breaker; scores Eq. 13 > 14 > 15-16; Alg. 2
-           preemption (waste order Eq. 17, node cost Eq. 19); queue by size; quota with OrgLinear
+           preemption (waste order Eq. 17, node cost Eq. 19, every node costed); queue by GPUs
+           per pod, pods, submission (Sec. 3.4.2); quota with OrgLinear
 gfs_e      GFS with the last-week-peak estimator in the quota (Table 8)
 gfs_d      GFS with eta fixed at 1.0 (Table 9)
 gfs_s      GFS with packing only (best fit; no co-location, no eviction awareness) (Table 10)
