@@ -57,7 +57,7 @@ class QuotaAllocatorActor:
         import numpy as np
 
         usage = self.usage()
-        self._adapt_eta()
+        self._adapt_eta(now)
         quotas = []
         for acc, alloc in self.allocators.items():
             mean, sigma = forecasts.get(acc, ([[0.0]], [[0.0]]))
@@ -72,17 +72,21 @@ class QuotaAllocatorActor:
                                                    for a, al in self.allocators.items()}))
         return quotas
 
-    def _adapt_eta(self) -> None:
-        """Eq. 11 from the controller's counters since the last update (HP evictions / spot runs)."""
+    def _adapt_eta(self, now: float) -> None:
+        """Eq. 11 from the controller's counters since the last update (HP evictions / spot runs)
+        and the longest spot queueing time over the last H hours, both measured by the store."""
         m = self.store.metrics()
         counts = {k: m.get(k, 0.0) for k in ("hp_evictions_total", "spot_placements_total")}
         if self._last_counts:
             ev = counts["hp_evictions_total"] - self._last_counts["hp_evictions_total"]
             runs = counts["spot_placements_total"] - self._last_counts["spot_placements_total"]
             rate = min(1.0, ev / runs) if runs > 0 else 0.0
-            queued = m.get('jobs{state="QUEUED"}', 0.0)
+            waits: dict[float, float] = {}  # one query per distinct H
             for alloc in self.allocators.values():
-                alloc.update_eta(rate, 3600.0 * 2 if queued else 0.0)
+                window = alloc.params.horizon_hours * 3600.0
+                if window not in waits:
+                    waits[window] = self.store.max_spot_queue_seconds(now, window)
+                alloc.update_eta(rate, waits[window])
         self._last_counts = counts
 
     def quotas(self) -> list[Quota]:

@@ -482,6 +482,21 @@ class Store:
         out["control_time_seconds"] = self.control_time()
         return out
 
+    def max_spot_queue_seconds(self, now: float, window_seconds: float) -> float:
+        """Longest time a spot job waited in QUEUED among waits that ended in the last
+        ``window_seconds`` or are still going on (GFS Eq. 11's max spot queueing time over H)."""
+        entered = ("(SELECT MAX(q.at) FROM events q WHERE q.job_id = {job} AND q.dst = 'QUEUED'"
+                   " AND q.id < {before})")
+        ended = self._q(
+            "SELECT MAX(e.at - " + entered.format(job="e.job_id", before="e.id") + ") "
+            "FROM events e JOIN jobs j ON j.id = e.job_id "
+            "WHERE j.kind = 'spot' AND e.src = 'QUEUED' AND e.at >= ?", (now - window_seconds,))
+        ongoing = self._q(
+            "SELECT MAX(? - " + entered.format(job="j.id", before="1e18") + ") "
+            "FROM jobs j WHERE j.kind = 'spot' AND j.state = 'QUEUED'", (now,))
+        waits = [w for (w,) in ended + ongoing if w is not None]
+        return max([0.0, *waits])
+
     # -- what the controller calls -------------------------------------------------------------
     def active_jobs(self) -> list[Job]:
         states = [s.value for s in ACTIVE_STATES]
