@@ -7,7 +7,7 @@ The scenario (control-plane hours from the demo's start, simulated fleet):
   on-demand and idle.
 * ``beta`` submits one bag of 20 parameter sets of a sweep (1 V100 each, 2-6 h).
 * ``gamma`` submits three spot gangs that fill the V100 pool, and at ``hp_at_hours`` two HP
-  jobs that must evict some of them (GFS preemptive scheduling); the evicted jobs resume from
+  jobs (once those gangs run) that must evict some of them (GFS preemptive scheduling); the evicted jobs resume from
   their last checkpoint.
 * ``gamma`` also submits one *real* job (:func:`real_job`): ``examples/train_numpy.py`` runs as a
   Ray job pinned to its simulated V100 node; a preemption kills the process and the next node
@@ -99,6 +99,9 @@ class Scenario:
         {"name": "hotfix-train", "kind": "hp", "accelerator": "V100", "workers": 4, "compute_hours": 2.0},
     ])
     hp_at_hours: float = 2.0
+    #: the HP jobs wait (at most this many hours past ``hp_at_hours``) until one of gamma's spot
+    #: jobs and each real job run, so that they find something to evict however slow the machine
+    hp_wait_hours: float = 24.0
     real_jobs: list[dict[str, Any]] = field(default_factory=lambda: [
         real_job("numpy-train", steps=600, step_seconds=0.03),
     ])
@@ -243,6 +246,8 @@ class DemoRun:
     tenants: dict[str, str] = field(default_factory=dict)  # tenant id -> short name
     clients: dict[str, SpotplaneClient] = field(default_factory=dict)  # short name -> client
     job_ids: list[str] = field(default_factory=list)
+    spot_ids: list[str] = field(default_factory=list)  # gamma's spot jobs
+    real_ids: list[str] = field(default_factory=list)  # gamma's real (Ray) jobs
     start: float = 0.0
     hp_submitted: bool = False
 
@@ -265,14 +270,29 @@ def submit_initial(run: DemoRun, scenario: Scenario) -> None:
         run.job_ids.append(run.clients["acme"].submit(spec)["id"])
     bag = run.clients["beta"].submit_bag(scenario.bag)
     run.job_ids.extend(bag["job_ids"])
-    for spec in [*scenario.spot_jobs, *scenario.real_jobs]:
-        run.job_ids.append(run.clients["gamma"].submit(spec)["id"])
+    gamma = run.clients["gamma"]
+    run.spot_ids = [gamma.submit(spec)["id"] for spec in scenario.spot_jobs]
+    run.real_ids = [gamma.submit(spec)["id"] for spec in scenario.real_jobs]
+    run.job_ids.extend(run.spot_ids + run.real_ids)
 
 
 def submit_hp(run: DemoRun, scenario: Scenario) -> None:
     for spec in scenario.hp_jobs:
         run.job_ids.append(run.clients["gamma"].submit(spec)["id"])
     run.hp_submitted = True
+
+
+def hp_due(run: DemoRun, scenario: Scenario, jobs: Sequence[Mapping[str, Any]],
+           now: float) -> bool:
+    """HP time: ``hp_at_hours`` has passed, a spot job of gamma runs and each real job runs or is
+    done (or, whatever they do, ``hp_wait_hours`` later still)."""
+    due = run.start + scenario.hp_at_hours * HOUR
+    if run.hp_submitted or now < due:
+        return False
+    state = {j["id"]: j["state"] for j in jobs}
+    spot = not run.spot_ids or any(state.get(i) == "RUNNING" for i in run.spot_ids)
+    real = all(state.get(i) == "RUNNING" or state.get(i) in TERMINAL for i in run.real_ids)
+    return (spot and real) or now >= due + scenario.hp_wait_hours * HOUR
 
 
 def fetch_jobs(run: DemoRun) -> list[dict[str, Any]]:
@@ -306,9 +326,10 @@ def run_demo(admin: SpotplaneClient, *, out: TextIO, plot_path: Path | None = No
         jobs: list[dict[str, Any]] = []
         while time.monotonic() - wall0 < timeout_s:
             now = float(admin.clock()["now"])
-            if not run.hp_submitted and now >= run.start + scenario.hp_at_hours * HOUR:
-                submit_hp(run, scenario)
             jobs = fetch_jobs(run)
+            if hp_due(run, scenario, jobs, now):
+                submit_hp(run, scenario)
+                jobs = fetch_jobs(run)
             table.update(jobs, now, tenants=run.tenants, footer=_footer(jobs),
                          wall=time.monotonic() - wall0)
             if run.hp_submitted and all(j["state"] in TERMINAL for j in jobs):

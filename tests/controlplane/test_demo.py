@@ -24,7 +24,8 @@ def _free_port() -> int:
 
 def small_scenario() -> Scenario:
     """A few simulated hours: V100 pool of 8 nodes, filled by a bag, a deadline gang and a spot
-    gang, so the HP job at +0.5 h has to evict the spot gang."""
+    gang. The HP gang comes at +0.5 h once the spot gang runs and needs 6 nodes: while the spot
+    gang holds 2 of the 8 at most 6 are free, so it has to evict spot jobs (GFS picks which)."""
     return Scenario(
         deadline_jobs=[
             {"name": "dl-v100", "kind": "deadline", "accelerator": "V100", "workers": 2,
@@ -34,10 +35,10 @@ def small_scenario() -> Scenario:
         ],
         bag={"name": "mini-sweep", "template": {"name": "s", "kind": "spot", "accelerator": "V100",
                                                 "compute_hours": 1.0},
-             "params": [{"seed": i} for i in range(4)], "compute_hours": [1.0, 1.5, 1.0, 1.0]},
+             "params": [{"seed": i} for i in range(4)], "compute_hours": [1.5, 2.0, 1.5, 1.5]},
         spot_jobs=[{"name": "spot-gang", "kind": "spot", "accelerator": "V100", "workers": 2,
                     "compute_hours": 2.0}],
-        hp_jobs=[{"name": "hp-urgent", "kind": "hp", "accelerator": "V100", "workers": 3,
+        hp_jobs=[{"name": "hp-urgent", "kind": "hp", "accelerator": "V100", "workers": 6,
                   "compute_hours": 0.5}],
         hp_at_hours=0.5,
         real_jobs=[],  # the real job has its own test (test_demo_realjob.py)
@@ -135,3 +136,21 @@ def test_demo_runs_through_the_api_to_a_report(control_plane: str, tmp_path: Pat
     assert 0 < report.total_cost < report.on_demand_cost
     assert report.savings_pct > 40.0, report.render()
     assert plot.stat().st_size > 20_000 and plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_hp_jobs_wait_for_a_running_spot_job_and_the_real_jobs() -> None:
+    from controlplane.demo import DemoRun, hp_due
+
+    run = DemoRun(admin=None, spot_ids=["s1", "s2"], real_ids=["r1"], start=0.0)  # type: ignore[arg-type]
+    scenario = Scenario(hp_at_hours=1.0, hp_wait_hours=10.0)
+    jobs = [{"id": "s1", "state": "RUNNING"}, {"id": "s2", "state": "QUEUED"},
+            {"id": "r1", "state": "STARTING"}]
+    assert not hp_due(run, scenario, jobs, 0.5 * HOUR)  # too early
+    assert not hp_due(run, scenario, jobs, 2 * HOUR)  # the real job is not running yet
+    jobs[2]["state"] = "RUNNING"
+    assert hp_due(run, scenario, jobs, 2 * HOUR)
+    jobs[0]["state"] = "QUEUED"
+    assert not hp_due(run, scenario, jobs, 2 * HOUR)  # nothing of gamma's spot runs
+    assert hp_due(run, scenario, jobs, 11 * HOUR)  # but not for ever
+    run.hp_submitted = True
+    assert not hp_due(run, scenario, jobs, 11 * HOUR)  # once only

@@ -27,8 +27,9 @@ def _free_port() -> int:
 
 
 def realjob_scenario() -> Scenario:
-    """One real job (~6 h of C at x3600) and an HP gang of the whole pool at +1.5 h, so the
-    real job must be evicted whichever way GFS ranks the spot jobs; a one-job bag beside it."""
+    """One real job (~6 h of C at x3600) and an HP gang of the whole pool at +1.5 h (once the
+    real job runs), so the real job must be evicted whichever way GFS ranks the spot jobs; a
+    one-job bag beside it."""
     return Scenario(
         deadline_jobs=[],
         bag={"name": "tiny", "template": {"name": "t", "kind": "spot", "accelerator": "V100",
@@ -54,6 +55,10 @@ def control_plane(ray_cluster: Any, tmp_path: Path) -> Iterator[str]:
     settings = RuntimeSettings(
         state_dir=tmp_path / "state", speed=3600.0, namespace="spotplane-demo-realjob",
         detached=False,
+        # no forecaster, so no spot quota: after an HP gang took the whole pool, GFS's forecast
+        # (last week's peak) rightly reserves it for HP for a week, which would starve the real
+        # job this test is about (test_demo.py runs the demo with the quota)
+        forecaster=False,
         controller=ControllerSettings(pool_nodes={"V100": POOL, "H100": 1}),
         executor_factory="controlplane.executor:runtime_executor",
         executor_options={"artifact_uri": str(tmp_path / "artifacts"),
