@@ -24,7 +24,7 @@ from typing import Any
 
 from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
 from controlplane.config import Settings
-from controlplane.errors import CloudError, ConfigError
+from controlplane.errors import CloudError, ConfigError, InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,24 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Stop()
 
 
+def executor_options(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
+    """Where real jobs' checkpoint artifacts go: ``--artifacts`` (or SPOTPLANE_ARTIFACTS), a
+    directory or ``s3://bucket/prefix``, else ``STATE_DIR/artifacts``."""
+    uri = getattr(args, "artifacts", None) or os.environ.get("SPOTPLANE_ARTIFACTS")
+    endpoint = getattr(args, "s3_endpoint", None) or os.environ.get("SPOTPLANE_S3_ENDPOINT")
+    if uri and "://" in uri and not uri.startswith("s3://"):
+        raise InvalidInput("--artifacts", f"unsupported URI {uri!r}",
+                           fix="use a directory or s3://bucket/prefix")
+    if endpoint and not (uri or "").startswith("s3://"):
+        raise InvalidInput("--s3-endpoint", "applies to an s3:// --artifacts URI only",
+                           fix="add --artifacts s3://bucket/prefix, or drop --s3-endpoint")
+    out = {"artifact_uri": str(Path(uri).expanduser().resolve()) if uri and "://" not in uri
+           else uri or str(state_dir / "artifacts")}
+    if endpoint:
+        out["s3_endpoint_url"] = endpoint
+    return out
+
+
 def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[str]:
     """The ``spotplane up`` command line the supervisor runs in its own session."""
     cmd = [sys.executable, "-m", "controlplane.cli"]
@@ -123,6 +141,10 @@ def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[
         cmd += ["--report-json", str(Path(args.report_json).resolve())]
     if args.plot:
         cmd += ["--plot", str(Path(args.plot).resolve())]
+    if getattr(args, "artifacts", None):
+        cmd += ["--artifacts", str(args.artifacts)]
+    if getattr(args, "s3_endpoint", None):
+        cmd += ["--s3-endpoint", str(args.s3_endpoint)]
     return cmd
 
 
@@ -156,6 +178,7 @@ def run_up(args: argparse.Namespace) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     check_not_running(state_dir)
     check_fleet(args.fleet)
+    executor_options(args, state_dir)  # a bad --artifacts fails here, before Ray starts
     if args.report_json and not args.demo:
         raise ConfigError("--report-json: only the demo writes a report", fix="add --demo")
     speed = args.speed if args.speed is not None else (DEMO_SPEED if args.demo else DEFAULT_SPEED)
@@ -234,7 +257,7 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet, speed=speed,
                                clock="sim" if args.fleet == "sim" else "wall",
                                executor_factory=EXECUTOR_FACTORY,
-                               executor_options={"artifact_uri": str(state_dir / "artifacts")})
+                               executor_options=executor_options(args, state_dir))
     try:
         started["control_plane"] = start_control_plane(settings)
     except Exception as exc:  # noqa: BLE001 - the actor's own error, in one line

@@ -54,6 +54,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--plot", default=None, metavar="FILE.png",
                     help="with --demo: where to draw the fleet/decisions plot (default: STATE_DIR/demo.png)")
     up.add_argument("--fresh", action="store_true", help="start from an empty store (moves the old one aside)")
+    up.add_argument("--artifacts", default=None, metavar="URI",
+                    help="where real jobs' checkpoints go: a directory or s3://bucket/prefix "
+                         "(default: STATE_DIR/artifacts; env SPOTPLANE_ARTIFACTS)")
+    up.add_argument("--s3-endpoint", default=None, metavar="URL",
+                    help="with an s3:// --artifacts: a custom S3 endpoint (MinIO, moto); "
+                         "env SPOTPLANE_S3_ENDPOINT")
     up.set_defaults(handler=cmd_up)
 
     submit = sub.add_parser("submit", parents=[common], help="submit jobs or a bag from a YAML file")

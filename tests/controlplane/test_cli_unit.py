@@ -139,3 +139,39 @@ def test_down_with_a_stale_endpoint_forgets_it(tmp_path: Path, capsys: pytest.Ca
     assert main(["down", "--state-dir", str(tmp_path)]) == 0
     assert "was not running" in capsys.readouterr().out
     assert read_endpoint(tmp_path) is None
+
+
+def test_up_artifacts_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from controlplane.up import child_command, executor_options
+
+    monkeypatch.delenv("SPOTPLANE_ARTIFACTS", raising=False)
+    monkeypatch.delenv("SPOTPLANE_S3_ENDPOINT", raising=False)
+    args = argparse.Namespace(artifacts=None, s3_endpoint=None)
+    assert executor_options(args, tmp_path) == {"artifact_uri": str(tmp_path / "artifacts")}
+    args.artifacts = "s3://ckpt/team-a"
+    args.s3_endpoint = "http://127.0.0.1:9000"
+    assert executor_options(args, tmp_path) == {"artifact_uri": "s3://ckpt/team-a",
+                                                "s3_endpoint_url": "http://127.0.0.1:9000"}
+    monkeypatch.setenv("SPOTPLANE_ARTIFACTS", str(tmp_path / "shared"))
+    assert executor_options(argparse.Namespace(), tmp_path)["artifact_uri"] == str(tmp_path / "shared")
+    with pytest.raises(InvalidInput, match="--s3-endpoint.*s3://"):
+        executor_options(argparse.Namespace(s3_endpoint="http://x"), tmp_path)
+    with pytest.raises(InvalidInput, match="unsupported URI 'gs://b'"):
+        executor_options(argparse.Namespace(artifacts="gs://b"), tmp_path)
+    # the supervisor hands the options on to the `up` it runs
+    up = argparse.Namespace(debug=False, host="127.0.0.1", fleet="sim", demo=False, speed=None,
+                            report_json=None, plot=None, artifacts="s3://ckpt/a",
+                            s3_endpoint="http://127.0.0.1:9000")
+    cmd = child_command(up, tmp_path, 8000)
+    assert cmd[cmd.index("--artifacts") + 1] == "s3://ckpt/a"
+    assert cmd[cmd.index("--s3-endpoint") + 1] == "http://127.0.0.1:9000"
+
+
+def test_up_with_a_bad_artifacts_uri_exits_2_before_starting(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["up", "--state-dir", str(tmp_path), "--artifacts", "gs://bucket/x"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--artifacts" in err and "s3://bucket/prefix" in err
