@@ -57,7 +57,7 @@ def build_workload(name: str, days: float | None = None, pods_file: str | None =
     cat = DataCatalog(data_dir())
     if name == "openb" or pods_file:
         pods = load_openb_pods(pods_file) if pods_file else cat.openb_pods("default")
-        w = openb(cat.openb_nodes(), pods)
+        w = openb(cat.openb_nodes(), pods, node_count=nodes)
         if days is not None:
             w = Workload(w.name, w.nodes, [t for t in w.tasks if t.submit_s < days * 86400], w.tenants,
                          w.start_hour, w.info)
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", help="replay this pod list (openb CSV format) on the openb nodes")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
     ap.add_argument("--days", type=float, help="simulate only the first DAYS days (default: all)")
-    ap.add_argument("--nodes", type=int, help="gfs-a100 node count (default 287)")
+    ap.add_argument("--nodes", type=int, help="node count (gfs-a100: default 287; openb: default sized for 40%% load)")
     ap.add_argument("--seed", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=1, help="schedulers run in parallel processes")
     ap.add_argument("--json", action="store_true")

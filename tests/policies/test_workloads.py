@@ -117,3 +117,18 @@ def test_openb_real_trace() -> None:
     demand = mean_concurrent_gpus(w.tasks)
     assert 0.7 < demand / w.nodes.total_gpus <= 0.8 + 1e-9 or w.nodes.total_gpus - 8 < demand / 0.8
     assert set(w.tenants) <= {"LS", "Burstable", "Guaranteed"}
+
+
+def test_openb_node_count_keeps_the_largest_nodes_in_list_order() -> None:
+    from policies.workloads import openb
+
+    nodes = SimpleNamespace(name=np.array(["a", "b", "c", "d"]),
+                            gpu_model=np.array(["G2", "V100", "G3", "G2"]), gpus=np.array([2, 8, 4, 8]))
+    pods = SimpleNamespace(
+        name=np.array(["p"]), num_gpu=np.array([1]), gpu_milli=np.array([1000.0]), gpu_spec=np.array([""]),
+        qos=np.array(["LS"]), creation_time=np.array([0.0]), scheduled_time=np.array([10.0]),
+        deletion_time=np.array([100.0]))
+    w = openb(nodes, pods, node_count=3)
+    assert list(w.nodes.names) == ["b", "c", "d"] and w.nodes.gpus.sum() == 20
+    with pytest.raises(InvalidInput, match="node_count"):
+        openb(nodes, pods, node_count=5)
