@@ -161,8 +161,18 @@ class ControllerActor:
                 "last": self.reports[-1] if self.reports else None}
 
     def notice(self, instance_id: str, seconds_left: float) -> None:
-        """Listener for NodeActor.watch_metadata: a preemption notice seen on the node."""
-        self.controller.external_notice(instance_id, seconds_left)
+        """Listener for NodeActor.watch_metadata: a preemption notice seen on the node. The id is
+        the fleet's instance id, or (ray fleet) the Ray node id of the slot it fills."""
+        self.controller.external_notice(self._instance_of(instance_id), seconds_left)
+
+    def _instance_of(self, agent_id: str) -> str:
+        if agent_id in self.controller.by_instance:
+            return agent_id
+        with self._lock:  # describe() must not race the tick that changes the fleet
+            for inst in self.fleet.describe():
+                if inst.tags.get("ray_node_id") == agent_id:
+                    return inst.instance_id
+        return agent_id
 
     def launches_per_intent(self) -> dict[str, int]:
         per = getattr(self.fleet, "instances_per_intent", None)

@@ -40,10 +40,18 @@ class NodeActor:
                 "noticed": bool(self.notices), "notices": list(self.notices)}
 
     def watch_metadata(self, cloud: str, listeners: Sequence[tuple[Any, str]] = (),
-                       base_url: str | None = None) -> None:
+                       base_url: str | None = None) -> str:
         """Watch this node's metadata server (``clusters.metadata``); on a notice record it and
-        call ``listener.<method>(instance_id, seconds_left)`` at once (``.remote`` on actors)."""
-        from clusters.metadata import NoticeWatch, PreemptionNotice, watcher_for
+        call ``listener.<method>(instance_id, seconds_left)`` at once (``.remote`` on actors).
+
+        An actor made with an empty ``instance_id`` first asks the metadata server for it (the
+        EC2 instance id or GCE VM name, what the fleet provider calls the instance). Returns it.
+        """
+        from clusters.metadata import NoticeWatch, PreemptionNotice, instance_identity, watcher_for
+
+        if not self.instance_id:
+            self.instance_id = instance_identity(cloud, base_url)
+        self.stop_watching()
 
         def on_notice(n: PreemptionNotice) -> None:
             self.notice(n.seconds_left, source=f"{n.cloud}-metadata")
@@ -52,6 +60,7 @@ class NodeActor:
                 getattr(fn, "remote", fn)(self.instance_id, n.seconds_left)
 
         self._watch = NoticeWatch(watcher_for(cloud, base_url, self.clock), on_notice).start()
+        return self.instance_id
 
     def stop_watching(self) -> None:
         watch = getattr(self, "_watch", None)

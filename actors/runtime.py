@@ -5,11 +5,16 @@ is named in ``settings.namespace`` and, by default, detached (it outlives the dr
 restarted by Ray on failure. All state is in ``state_dir``: ``spotplane.db`` (the store, also
 the Serve API's) and ``simfleet.db`` (the simulated cloud's own state). ``stop_control_plane``
 stops the loop and kills the actors; the state stays for the next start.
+
+On a real fleet (aws, gcp, ray) a node-agent supervisor (``actors/node_agents.py``) also keeps
+one pinned NodeActor per selected Ray node, watching that node's metadata server for
+preemption notices and telling the controller (``ControllerActor.notice``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,11 @@ class RuntimeSettings:
     crash_after_intents: int = 0  # fault injection (tests): exit once after the n-th launch tick
     executor_factory: str | None = None  # "module:function" -> JobExecutor for entrypoint jobs
     executor_options: dict[str, Any] = field(default_factory=dict)
+    node_agents: bool = True  # real fleets only: one NodeActor per selected Ray node
+    node_cloud: str | None = None  # ray fleet: aws | gcp (default $SPOTPLANE_NODE_CLOUD, else aws)
+    metadata_url: str | None = None  # the agents' metadata server (tests); None: the cloud's own
+    node_rule: Callable[[Mapping[str, Any]], bool] | None = None  # None: actors.node_agents.NodeRule()
+    node_agents_every_seconds: float = 5.0
 
     @property
     def db_path(self) -> Path:
@@ -77,6 +87,7 @@ class ControlPlaneHandles:
     forecaster: Any | None
     settings: RuntimeSettings
     db_path: Path
+    node_agents: Any | None = None  # NodeAgentSupervisor (real fleets)
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = ray.get(self.controller.status.remote())
@@ -113,7 +124,21 @@ def start_control_plane(settings: RuntimeSettings) -> ControlPlaneHandles:
         forecaster = RemoteForecasterActor.options(**_opts(FORECASTER_NAME, settings)).remote(
             str(settings.db_path), quota, settings.namespace,
             every_seconds=settings.forecast_every_seconds, detached=settings.detached)
-    return ControlPlaneHandles(controller, quota, forecaster, settings, settings.db_path)
+    agents = _start_node_agents(settings, controller)
+    return ControlPlaneHandles(controller, quota, forecaster, settings, settings.db_path, agents)
+
+
+def _start_node_agents(settings: RuntimeSettings, controller: Any) -> Any | None:
+    """The node-agent supervisor for a real fleet (None for the simulated one, or when off)."""
+    from actors.node_agents import node_agent_cloud, node_agent_identity, start_node_agents
+
+    cloud = node_agent_cloud(settings.fleet, settings.node_cloud)
+    if cloud is None or not settings.node_agents:
+        return None
+    return start_node_agents([(controller, "notice")], cloud, settings.namespace,
+                             detached=settings.detached, base_url=settings.metadata_url,
+                             rule=settings.node_rule, identity=node_agent_identity(settings.fleet),
+                             every_s=settings.node_agents_every_seconds)
 
 
 def find_control_plane(namespace: str = "spotplane") -> Any | None:
@@ -127,7 +152,11 @@ def find_control_plane(namespace: str = "spotplane") -> Any | None:
 def stop_control_plane(handles: ControlPlaneHandles | None = None,
                        namespace: str = "spotplane") -> None:
     """Stop the loop cleanly, then kill every spotplane actor of the namespace (state is kept)."""
+    from actors.node_agents import stop_node_agents
+
     ns = handles.settings.namespace if handles is not None else namespace
+    if handles is None or handles.node_agents is not None:  # agents first: no notice mid-shutdown
+        stop_node_agents(handles.node_agents if handles is not None else None, namespace=ns)
     controller = handles.controller if handles is not None else find_control_plane(ns)
     if controller is not None:
         try:

@@ -8,6 +8,11 @@
   ``Metadata-Flavor: Google`` is a hanging GET that returns ``TRUE`` when preemption starts
   (about 30 s before the VM stops); ``last_etag`` resumes the wait without missing a change.
 
+The node's own identity (:func:`instance_identity`) comes from the same servers: AWS
+``GET /latest/meta-data/instance-id`` (IMDSv2 token) is the EC2 ``InstanceId`` (``i-0abc...``),
+GCP ``GET /computeMetadata/v1/instance/name`` is the VM's name; these are the ``Instance.id``
+values ``clusters/aws.py`` and ``clusters/gcp.py`` report.
+
 A :class:`NoticeWatch` runs one watcher on a daemon thread and calls the callback once, at
 once, from that thread, whatever the node is doing (e.g. writing a checkpoint).
 """
@@ -25,7 +30,7 @@ from datetime import datetime
 from typing import Protocol
 
 from controlplane.clock import Clock, WallClock
-from controlplane.errors import InvalidInput
+from controlplane.errors import CloudError, InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,10 @@ class PreemptionNotice:
 
 class NoticeWatcher(Protocol):
     cloud: str
+
+    def instance_id(self) -> str:
+        """This node's instance id as its cloud's fleet provider names it."""
+        ...
 
     def wait(self, stop: threading.Event) -> PreemptionNotice | None:
         """Block until a notice arrives (returned) or ``stop`` is set (None)."""
@@ -79,6 +88,13 @@ class AwsSpotNoticeWatcher:
             self._token = resp.read().decode().strip()
         self._token_expires = self.clock.now() + self.token_ttl_s
         return self._token
+
+    def instance_id(self) -> str:
+        """This instance's EC2 id (``latest/meta-data/instance-id``), as ``AwsFleet`` names it."""
+        req = urllib.request.Request(f"{self.base_url}/latest/meta-data/instance-id",
+                                     headers={"X-aws-ec2-metadata-token": self._fetch_token()})
+        with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+            return str(resp.read().decode().strip())
 
     def check(self) -> PreemptionNotice | None:
         """One look at ``spot/instance-action``: the notice, or None while there is none."""
@@ -126,6 +142,13 @@ class GcpPreemptionWatcher:
         self.hang_s = hang_s
         self.retry_s = retry_s
         self.etag = ""
+
+    def instance_id(self) -> str:
+        """This VM's name (``instance/name``), the id ``GcpFleet`` gives its instances."""
+        req = urllib.request.Request(f"{self.base_url}/computeMetadata/v1/instance/name",
+                                     headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return str(resp.read().decode().strip())
 
     def check(self, wait_for_change: bool = False) -> PreemptionNotice | None:
         """Read ``preempted`` (hanging until it changes when asked); a notice when it is TRUE."""
@@ -199,3 +222,12 @@ def watcher_for(cloud: str, base_url: str | None = None, clock: Clock | None = N
     if cloud == "gcp":
         return GcpPreemptionWatcher(base_url or GCP_METADATA, clock=clock)
     raise InvalidInput("cloud", f"no metadata watcher for {cloud!r}", fix="use 'aws' or 'gcp'")
+
+
+def instance_identity(cloud: str, base_url: str | None = None) -> str:
+    """This node's instance id from its metadata server (EC2 instance id, GCE VM name)."""
+    ident = watcher_for(cloud, base_url).instance_id()
+    if not ident:
+        raise CloudError(f"{cloud} metadata server gave an empty instance id",
+                         fix="is this process on a cloud VM (or is the metadata URL right)?")
+    return ident

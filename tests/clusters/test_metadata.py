@@ -18,10 +18,11 @@ from clusters.metadata import (
     GcpPreemptionWatcher,
     NoticeWatch,
     PreemptionNotice,
+    instance_identity,
     watcher_for,
 )
 from controlplane.clock import SimClock, WallClock
-from controlplane.errors import InvalidInput
+from controlplane.errors import CloudError, InvalidInput
 
 
 class MetadataState:
@@ -32,6 +33,8 @@ class MetadataState:
         self.notice_at: datetime | None = None  # AWS
         self.action = "terminate"
         self.preempted = False  # GCP
+        self.instance_id = "i-0f3a9c2e7b1d4a6c8"  # AWS latest/meta-data/instance-id
+        self.instance_name = "sp-a10g-3f9c-0"  # GCE instance/name
         self.etag = 1
         self.tokens: list[str] = []
         self.requests: list[tuple[str, str, dict[str, str]]] = []
@@ -80,6 +83,9 @@ def handler_for(state: MetadataState) -> type[BaseHTTPRequestHandler]:
             if self.headers.get("X-aws-ec2-metadata-token") not in state.tokens[-1:]:
                 self.reply(401, "Unauthorized")
                 return
+            if self.path == "/latest/meta-data/instance-id":
+                self.reply(200, state.instance_id, {"Content-Type": "text/plain"})
+                return
             if self.path != "/latest/meta-data/spot/instance-action" or state.notice_at is None:
                 self.reply(404, "Not Found")
                 return
@@ -91,6 +97,9 @@ def handler_for(state: MetadataState) -> type[BaseHTTPRequestHandler]:
                 self.reply(403, "Missing Metadata-Flavor:Google header.")
                 return
             path, _, query = self.path.partition("?")
+            if path == "/computeMetadata/v1/instance/name":
+                self.reply(200, state.instance_name, {"Metadata-Flavor": "Google", "Content-Type": "application/text"})
+                return
             if path != "/computeMetadata/v1/instance/preempted":
                 self.reply(404, "Not Found")
                 return
@@ -232,3 +241,20 @@ def test_watch_stops_cleanly_without_a_notice(metadata: tuple[MetadataState, str
     time.sleep(0.05)
     watch.stop()
     assert not watch.running and fired == []
+
+
+def test_instance_identity_is_what_the_fleets_call_the_instance(metadata: tuple[MetadataState, str]) -> None:
+    """AWS: IMDSv2 token then instance-id (EC2 InstanceId); GCP: instance/name with the flavor header."""
+    state, url = metadata
+    assert instance_identity("aws", url) == "i-0f3a9c2e7b1d4a6c8"
+    get = [(p, h) for m, p, h in state.requests if m == "GET"]
+    assert get == [("/latest/meta-data/instance-id", get[0][1])]
+    assert get[0][1]["x-aws-ec2-metadata-token"] == state.tokens[0]
+    assert instance_identity("gcp", url) == "sp-a10g-3f9c-0"
+    assert state.requests[-1][1] == "/computeMetadata/v1/instance/name"
+    assert state.requests[-1][2]["metadata-flavor"] == "Google"
+    state.instance_name = ""
+    with pytest.raises(CloudError, match="empty instance id"):
+        instance_identity("gcp", url)
+    with pytest.raises(InvalidInput, match="cloud"):
+        instance_identity("azure", url)
