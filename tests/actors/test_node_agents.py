@@ -166,3 +166,58 @@ def test_supervisor_pins_an_agent_that_reports_the_notice(ray_cluster: Any, tmp_
             a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == ns}, limit=15)
         assert gone, "the agent outlived its supervisor"
     ray.kill(listener)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_dead_node_is_forgotten_and_a_failed_start_waits(ray_cluster: Any) -> None:
+    """In-process supervisor over a node list the test controls: the node dies -> its agent is
+    killed; no metadata server -> the start fails, is not retried before ``retry_s``, then is."""
+    import ray
+
+    from actors.node_agents import NodeAgentSupervisor
+    from controlplane.clock import SimClock
+
+    servers = _load("test_metadata")
+    ns = f"agents-{uuid.uuid4().hex[:8]}"
+    node_id = ray.get_runtime_context().get_node_id()
+    nodes = [{"node_id": node_id, "state": "ALIVE", "is_head_node": True, "resources_total": {"CPU": 4.0}}]
+    rule = NodeRule(require_any=("CPU",), exclude=(), include_head=True)
+    names = lambda: {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)  # noqa: E731
+                     if a["namespace"] == ns}
+    with servers.serve_metadata() as (_, url):
+        sup = NodeAgentSupervisor([], "gcp", ns, base_url=url, rule=rule, autostart=False,
+                                  list_nodes=lambda: nodes)
+        try:
+            assert sup.reconcile()["started"] == [node_id]
+            assert _wait_for(lambda: sup.reconcile()["agents"], limit=30) == {node_id: "sp-a10g-3f9c-0"}
+            assert agent_name(node_id) in names()
+            nodes[0]["state"] = "DEAD"
+            out = sup.reconcile()
+            assert out["forgotten"] == [node_id] and out["agents"] == {}
+            assert _wait_for(lambda: agent_name(node_id) not in names(), limit=15)
+        finally:
+            sup.stop()
+    nodes[0]["state"] = "ALIVE"
+    clock = SimClock(start=0.0)
+    down = NodeAgentSupervisor([], "gcp", ns, base_url=f"http://127.0.0.1:{_free_port()}", rule=rule,
+                               autostart=False, list_nodes=lambda: nodes, clock=clock, retry_s=30.0)
+    try:
+        assert down.reconcile()["started"] == [node_id]
+        failed = _wait_for(lambda: down.reconcile()["failed"], limit=30)
+        assert list(failed) == [node_id] and "refused" in failed[node_id].lower(), failed
+        assert down.reconcile()["started"] == [] and down.status()["agents"] == {}
+        assert _wait_for(lambda: agent_name(node_id) not in names(), limit=15)  # the failed agent is killed
+        clock.advance(31.0)
+        assert down.reconcile()["started"] == [node_id]  # retried once retry_s has passed
+    finally:
+        down.stop()
+    assert _wait_for(lambda: agent_name(node_id) not in names(), limit=15)
