@@ -37,11 +37,12 @@ def _settings(tmp: Path, **kw: Any) -> RuntimeSettings:
 def _wait_done(store: Store, job_ids: list[str], timeout: float) -> None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        if all(store.get_job(j).state in TERMINAL_STATES for j in job_ids):
+        # done: every job terminal and the intents of its last tick (terminations) carried out
+        if all(store.get_job(j).state in TERMINAL_STATES for j in job_ids) and not store.pending_intents():
             return
         time.sleep(0.5)
     states = {j: store.get_job(j).state for j in job_ids}
-    raise AssertionError(f"jobs not done after {timeout} s: {states}")
+    raise AssertionError(f"jobs not done after {timeout} s: {states}; pending {store.pending_intents()}")
 
 
 def _assert_exactly_once(store: Store, job_ids: list[str], launches: dict[str, int]) -> None:
