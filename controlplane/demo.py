@@ -321,7 +321,7 @@ def run_demo(admin: SpotplaneClient, *, out: TextIO, plot_path: Path | None = No
         run.start = float(admin.clock()["now"])
         submit_initial(run, scenario)
         out.write(f"demo: 3 tenants, {len(run.job_ids)} jobs submitted at t = {run.start / HOUR:.2f} h; "
-                  f"{len(scenario.hp_jobs)} HP jobs follow at +{scenario.hp_at_hours:.0f} h\n")
+                  f"{len(scenario.hp_jobs)} HP jobs follow at +{scenario.hp_at_hours:.0f} h, once gamma's jobs run\n")
         table = LiveTable(out, tty=tty)
         jobs: list[dict[str, Any]] = []
         while time.monotonic() - wall0 < timeout_s:
