@@ -38,3 +38,15 @@ def test_bad_scheduler_name_is_refused() -> None:
 
     with pytest.raises(InvalidInput, match="scheduler"):
         bench.main(["--workload", "gfs-a100-low", "--schedulers", "nope", "--json"])
+
+
+def test_plot_uses_a_log_scale_when_times_span_orders_of_magnitude(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    base = dict.fromkeys(KEYS, 1.0)
+    res = {"gfs": {**base, "spot_jqt": 900.0}, "yarn_cs": {**base, "spot_jqt": 400.0},
+           "gfs_e": {**base, "spot_jqt": 4.6e6}}
+    path = tmp_path / "s.png"
+    fig = bench._plot(str(path), "gfs-a100-medium", res)
+    assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 10_000
+    scales = {ax.get_title(): ax.get_yscale() for ax in fig.axes}
+    assert scales["spot JQT (s), log"] == "log" and scales["eviction rate"] == "linear"
+    assert scales["spot JCT (s)"] == "linear"  # all 1.0: nothing to squash
