@@ -23,15 +23,6 @@ def catalog(data_root: Path) -> DataCatalog:
     return DataCatalog(data_root)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def ray_cluster():  # type: ignore[no-untyped-def]
     """One real local Ray for the whole session (dashboard on a free port, for job submission).

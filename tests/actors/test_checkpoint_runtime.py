@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 import uuid
 from pathlib import Path
@@ -17,22 +16,9 @@ from controlplane.executor import job_agent_ready, job_logs
 from controlplane.models import TERMINAL_STATES, JobSpec, JobState
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
+from tests.support import train_reference
 
-REPO = Path(__file__).resolve().parents[2]
 SPEED = 900.0
-
-
-def _reference(steps: int, seed: int) -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location(
-        "train_numpy", REPO / "examples" / "train_numpy.py"
-    )
-    assert spec and spec.loader
-    t = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(t)
-    state = t.fresh(seed)
-    for _ in range(steps):
-        t.step(state, seed)
-    return dict(state)
 
 
 @pytest.mark.ray
@@ -80,7 +66,7 @@ def test_controller_actor_runs_a_real_job_through_its_executor(
         assert j.state is JobState.SUCCEEDED, (j.state, j.message, logs[-3000:])
         final = LocalArtifactStore(artifacts).restore_latest(job.id)
         assert final is not None and final.ref.progress == 1.0
-        state, ref = sdk.loads(final.data), _reference(steps, seed)
+        state, ref = sdk.loads(final.data), train_reference(steps, seed)
         for k in ("w1", "w2", "v1", "v2"):
             assert state[k].tobytes() == ref[k].tobytes()
         assert "starting at step 0 of 300" in logs

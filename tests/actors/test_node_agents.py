@@ -27,6 +27,7 @@ from actors.node_agents import (
 from actors.runtime import RuntimeSettings, _start_node_agents
 from clusters.fleet import Instance, InstanceState, Market
 from controlplane.errors import InvalidInput
+from tests.support import free_port
 
 
 def _load(name: str) -> Any:
@@ -168,14 +169,6 @@ def test_supervisor_pins_an_agent_that_reports_the_notice(ray_cluster: Any, tmp_
     ray.kill(listener)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.ray
 @pytest.mark.slow
 def test_dead_node_is_forgotten_and_a_failed_start_waits(ray_cluster: Any) -> None:
@@ -208,7 +201,7 @@ def test_dead_node_is_forgotten_and_a_failed_start_waits(ray_cluster: Any) -> No
             sup.stop()
     nodes[0]["state"] = "ALIVE"
     clock = SimClock(start=0.0)
-    down = NodeAgentSupervisor([], "gcp", ns, base_url=f"http://127.0.0.1:{_free_port()}", rule=rule,
+    down = NodeAgentSupervisor([], "gcp", ns, base_url=f"http://127.0.0.1:{free_port()}", rule=rule,
                                autostart=False, list_nodes=lambda: nodes, clock=clock, retry_s=30.0)
     try:
         assert down.reconcile()["started"] == [node_id]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -21,19 +20,14 @@ from clusters.artifacts import (
 )
 from controlplane.clock import SimClock
 from controlplane.errors import DataCorrupt, InvalidInput, NotFound
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support import free_port
 
 
 @pytest.fixture(scope="module")
 def moto_endpoint() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import http.client
 import random
-import socket
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -30,16 +29,11 @@ from clusters.fleet import EventKind, FleetProvider, InstanceState, LaunchReques
 from clusters.providers import make_provider
 from controlplane.clock import SimClock
 from controlplane.errors import CapacityUnavailable, CredentialsError
+from tests.support import free_port
 
 REGION = "us-east-1"
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 GPU = "g5.xlarge"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 ERROR_XML = (

@@ -15,7 +15,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,14 +33,9 @@ from clusters.fleet import EventKind, FleetProvider, LaunchRequest, Market  # no
 from clusters.rayfleet import RayAutoscalerFleet, node_types_from_config  # noqa: E402
 from controlplane.clock import SimClock, WallClock  # noqa: E402
 from controlplane.errors import CapacityUnavailable, ConfigError, InvalidInput  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 HEAD = "ray.head.default"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fake_cluster_config(gcs_address: str) -> dict[str, Any]:

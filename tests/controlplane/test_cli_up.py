@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,16 +20,11 @@ import pytest
 from controlplane.cli import main
 from controlplane.client import read_endpoint
 from controlplane.store import Store
+from tests.support import free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ADMIN = "spa_cli-test-admin"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -60,7 +54,7 @@ def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     state = Path(tmp_path_factory.mktemp("up-state"))
     log = state / "up.log"
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, SPOTPLANE_ADMIN_TOKEN=ADMIN)
     with log.open("wb") as fh:
         proc = subprocess.Popen(

@@ -5,21 +5,15 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from controlplane.demo import HOUR, Scenario, build_report, write_report_json
+from tests.support import free_port
 
 ADMIN = "spa_demo-test-admin"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def small_scenario() -> Scenario:
@@ -99,7 +93,7 @@ def control_plane(ray_cluster, tmp_path: Path) -> Iterator[str]:  # type: ignore
                                controller=ControllerSettings(pool_nodes={"V100": 8, "H100": 4}))
     handles = start_control_plane(settings)
     try:
-        yield start_api(settings.db_path, ADMIN, _free_port())
+        yield start_api(settings.db_path, ADMIN, free_port())
     finally:
         stop_api()
         stop_control_plane(handles)

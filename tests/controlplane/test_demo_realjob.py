@@ -5,7 +5,6 @@ dies), and it restores from its checkpoint artifact and finishes."""
 from __future__ import annotations
 
 import io
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,17 +12,12 @@ from typing import Any
 import pytest
 
 from controlplane.demo import Scenario, real_job
+from tests.support import free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ADMIN = "spa_demo-realjob-admin"
 POOL = 4  # V100 nodes: the HP gang below needs all of them
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def realjob_scenario() -> Scenario:
@@ -65,7 +59,7 @@ def control_plane(ray_cluster: Any, tmp_path: Path) -> Iterator[str]:
                           "dashboard": ray_cluster.dashboard_url})
     handles = start_control_plane(settings)
     try:
-        yield start_api(settings.db_path, ADMIN, _free_port())
+        yield start_api(settings.db_path, ADMIN, free_port())
     finally:
         stop_api()
         stop_control_plane(handles)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
-import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,25 +22,7 @@ from controlplane.executor import (
     slot_resources,
 )
 from controlplane.models import Job, JobSpec
-
-REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "examples" / "train_numpy.py"
-
-
-def _train() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("train_numpy", TRAIN)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def reference(steps: int, seed: int) -> dict[str, Any]:
-    t = _train()
-    state = t.fresh(seed)
-    for _ in range(steps):
-        t.step(state, seed)
-    return dict(state)
+from tests.support import train_reference
 
 
 def wait_for(
@@ -155,7 +135,7 @@ def test_preempted_three_times_with_a_corrupt_artifact_ends_bit_identical(
     )
     logs = executor.logs(job)
     assert executor.replica_status(rep)["state"] == "SUCCEEDED", logs[-2000:]
-    assert_same_weights(store, job, reference(steps, seed))
+    assert_same_weights(store, job, train_reference(steps, seed))
     starts = [
         int(line.split()[3]) for line in logs.splitlines() if line.startswith("starting at step")
     ]
@@ -249,7 +229,7 @@ def test_two_replicas_survivor_checkpoints_and_replacement_restores_from_it(
     assert (
         st["progress"] >= survivor[0].progress - 1e-9
     )  # restored from a checkpoint at least as fresh
-    assert_same_weights(store, job, reference(steps, seed))
+    assert_same_weights(store, job, train_reference(steps, seed))
     assert r1.attempt == 1 and replacement.attempt == 2
     assert np.isfinite(outcome["progress_at_death"])
 

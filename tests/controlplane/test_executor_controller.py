@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,22 +18,9 @@ from controlplane.executor import RayJobExecutor, job_agent_ready
 from controlplane.models import JobSpec, JobState
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
+from tests.support import train_reference
 
-REPO = Path(__file__).resolve().parents[2]
 SPEED = 900.0  # simulated seconds per wall second
-
-
-def _reference(steps: int, seed: int) -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location(
-        "train_numpy", REPO / "examples" / "train_numpy.py"
-    )
-    assert spec and spec.loader
-    t = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(t)
-    state = t.fresh(seed)
-    for _ in range(steps):
-        t.step(state, seed)
-    return dict(state)
 
 
 @pytest.fixture
@@ -114,7 +100,7 @@ def test_real_job_is_preempted_by_the_fleet_restores_elsewhere_and_finishes(
     artifacts = LocalArtifactStore(ex.store.uri[len("file://") :])  # type: ignore[attr-defined]
     final = artifacts.restore_latest(job.id)
     assert final is not None and final.ref.progress == 1.0
-    state, ref = sdk.loads(final.data), _reference(steps, seed)
+    state, ref = sdk.loads(final.data), train_reference(steps, seed)
     for k in ("w1", "w2", "v1", "v2"):
         assert state[k].tobytes() == ref[k].tobytes()
     logs = ex.logs(job.id)

@@ -18,19 +18,7 @@ from clusters.artifacts import ArtifactRef, LocalArtifactStore
 from controlplane import sdk
 from controlplane.clock import SimClock
 from controlplane.errors import DataCorrupt, InvalidInput
-
-REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "examples" / "train_numpy.py"
-
-
-def _load_train() -> types.ModuleType:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_numpy", TRAIN)
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.support import TRAIN_SCRIPT, load_train
 
 
 @pytest.fixture(autouse=True)
@@ -178,7 +166,7 @@ class Tensor:
 
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(TRAIN), *args],
+        [sys.executable, str(TRAIN_SCRIPT), *args],
         env=env,
         cwd=cwd,
         stdout=subprocess.PIPE,
@@ -191,7 +179,7 @@ def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[st
 def test_killed_three_times_the_numpy_job_ends_bit_identical(tmp_path: Path) -> None:
     """Real processes, SIGKILLed (memory lost) 3 times, resume from their checkpoints."""
     steps, seed = 240, 3
-    train = _load_train()
+    train = load_train()
     reference = train.fresh(seed)
     for _ in range(steps):
         train.step(reference, seed)

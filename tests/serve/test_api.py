@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,16 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.models import JobState
 from controlplane.store import Store
+from tests.support import free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ADMIN = "spa_test-admin-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -47,7 +41,7 @@ def api(ray_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
 
     db = Path(tmp_path_factory.mktemp("api")) / "spotplane.db"
     store = Store(db)
-    url = start_api(db, ADMIN, _free_port())
+    url = start_api(db, ADMIN, free_port())
     admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
     tokens, ids = {}, {}
     for name in ("acme", "beta"):
