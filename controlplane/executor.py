@@ -54,6 +54,7 @@ HOUR = 3600.0
 SLOT_PREFIX = "spotplane_slot:"
 NODE_PREFIX = "spotplane_node:"
 PIN_AMOUNT = 0.001
+GPU_MODES = ("auto", "always", "never")
 
 
 def slot_resources(n: int) -> dict[str, float]:
@@ -142,11 +143,16 @@ class RayJobExecutor:
         stop_timeout_s: float = 30.0,
         submit_timeout_s: float = 120.0,
         env: dict[str, str] | None = None,
+        gpus: str = "auto",
     ) -> None:
         from ray.job_submission import JobSubmissionClient
 
         if pin not in ("auto", "never"):
             raise InvalidInput("pin", f"unknown pin mode {pin!r}", fix="use 'auto' or 'never'")
+        if gpus not in GPU_MODES:
+            raise InvalidInput(
+                "gpus", f"unknown GPU mode {gpus!r}", fix=f"use one of {', '.join(GPU_MODES)}"
+            )
         address = dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
         self.client = JobSubmissionClient(address)
         self.address = address
@@ -164,6 +170,7 @@ class RayJobExecutor:
         self.stop_timeout_s = stop_timeout_s
         self.submit_timeout_s = submit_timeout_s
         self.env = dict(env or {})
+        self.gpus = gpus
         self.replicas: dict[str, list[Replica]] = {}  # job id -> every attempt, oldest first
         self._slots: SlotMap | None = None
         self._attempts: dict[tuple[str, str], int] = {}
@@ -196,6 +203,7 @@ class RayJobExecutor:
                 node_age_hours=age,
                 checkpoint_hours=job.spec.checkpoint_hours,
                 env=job.spec.env,
+                gpus=job.spec.gpus_per_worker,
             )
 
     def stop(self, job: Job, reason: str) -> None:
@@ -264,6 +272,7 @@ class RayJobExecutor:
             node_id=node if isinstance(node, str) else None,
             checkpoint_hours=job.spec.checkpoint_hours,
             env=job.spec.env,
+            gpus=job.spec.gpus_per_worker,
         )
 
     # -- replicas --------------------------------------------------------------------------------
@@ -279,8 +288,11 @@ class RayJobExecutor:
         node_age_hours: float = 0.0,
         checkpoint_hours: float = 1 / 60,
         env: dict[str, str] | None = None,
+        gpus: int = 0,
     ) -> Replica:
-        """Submit one replica's Ray job with its checkpoint actor, pinned to the node."""
+        """Submit one replica's Ray job with its checkpoint actor, pinned to the node; the
+        entrypoint asks Ray for ``gpus`` GPUs (see :meth:`_num_gpus`), so Ray sets
+        ``CUDA_VISIBLE_DEVICES`` to exactly those."""
         import ray
 
         from actors.checkpoint import RemoteCheckpointActor, actor_name, checkpoint_actor_options
@@ -323,6 +335,9 @@ class RayJobExecutor:
         kwargs: dict[str, Any] = {}
         if resource is not None:
             kwargs["entrypoint_resources"] = {resource: PIN_AMOUNT}
+        num_gpus = self._num_gpus(gpus)
+        if num_gpus:
+            kwargs["entrypoint_num_gpus"] = num_gpus
         self._submit(
             entrypoint=self._command(entrypoint),
             submission_id=submission_id,
@@ -455,6 +470,19 @@ class RayJobExecutor:
                     raise
                 log.info("Ray job agent not ready yet: retrying the submission")
                 wall.sleep(1.0)
+
+    def _num_gpus(self, wanted: int) -> int:
+        """GPUs the entrypoint asks Ray for: ``always`` the job's, ``never`` none, ``auto`` the
+        job's when the connected Ray has GPUs (a real GPU node), none on a GPU-less Ray (the
+        simulated fleet's local Ray, where the nodes' accelerators are only modelled)."""
+        if wanted <= 0 or self.gpus == "never":
+            return 0
+        if self.gpus == "always":
+            return wanted
+        import ray
+
+        have = ray.cluster_resources() if ray.is_initialized() else {}
+        return wanted if float(have.get("GPU", 0.0)) > 0 else 0
 
     def _resource_for(self, node_id: str) -> str | None:
         if self.pin == "never":
@@ -724,6 +752,7 @@ def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | S
         hours_per_second=float(config.get("hours_per_second", 1 / 3600)),
         s3_endpoint_url=config.get("s3_endpoint_url"),
         detached_actors=bool(config.get("detached_actors", False)),
+        gpus=str(config.get("gpus", "auto")),
     )
 
 
