@@ -25,7 +25,8 @@ def run_gpu_jobs(tmp_path: Path, fake_gpus: int) -> dict:  # type: ignore[type-a
     cmd = [sys.executable, str(Path(__file__).with_name("gpu_jobs.py")), "--out", str(out)]
     if fake_gpus:
         cmd += ["--fake-gpus", str(fake_gpus)]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                           timeout=420)
     assert proc.returncode == 0, proc.stderr[-3000:]
