@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shlex
 import sys
 import threading
@@ -328,7 +329,9 @@ class RayJobExecutor:
             sdk.ENV_CHECKPOINT_ACTOR: name,
             sdk.ENV_RAY_NAMESPACE: self.namespace,
             sdk.ENV_NODE_ID: nid,
-            "PYTHONPATH": self.working_dir,
+            # Ray expands ${VAR} from the node's environment: the job keeps the node's own path
+            # (where Ray itself may be installed) behind the repository's
+            "PYTHONPATH": f"{self.working_dir}{os.pathsep}${{PYTHONPATH}}",
         }
         if self.s3_endpoint_url:
             env_vars[sdk.ENV_S3_ENDPOINT] = self.s3_endpoint_url
