@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -26,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace, load_spot_trace
 from controlplane.config import data_dir
-from controlplane.errors import InvalidInput, SpotplaneError
+from controlplane.errors import InvalidInput
 from policies.deadline import DeadlinePolicy, DeadlineTask, make_policy
 from policies.deadline_sim import SimResult, lifetime_oracle, simulate, window_ticks
 
@@ -597,14 +597,11 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], dict[str, Any]], Callab
 }
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run, show = COMMANDS[args.cmd]
-    try:
-        out = run(args)
-    except SpotplaneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    out = run(args)
     if args.json:
         print(json.dumps(out, default=float))
     else:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.traces import DataCatalog
 from controlplane.config import data_dir
 from policies.forecast import (
@@ -153,6 +154,7 @@ def plot(runs: list[Run], tenants: list[str], path: str, horizon: int) -> None:
     fig.savefig(path, dpi=110)
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.forecast", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace
 from controlplane.config import data_dir
 from controlplane.errors import SpotplaneError
@@ -163,6 +163,7 @@ def print_table(out: dict[str, Any]) -> None:
     print(f"best fixed zone overall: {out['best_fixed_zone']}; {out['seconds']} s")
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.multiregion", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true")
@@ -173,11 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline-hours", type=float, default=60.0)
     ap.add_argument("--overhead-hours", type=float, default=0.2)
     args = ap.parse_args(argv)
-    try:
-        out = bench(args)
-    except SpotplaneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    out = bench(args)
     if args.json:
         print(json.dumps(out))
     else:

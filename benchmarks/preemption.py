@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.traces import DataCatalog, GceLifetimes
 from controlplane.config import data_dir
 from policies.preemption import GCE_LIMIT_HOURS, MODELS, PreemptionModel, sse_against_km
@@ -156,6 +157,7 @@ def plot(res: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.preemption", description=__doc__)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
