@@ -95,10 +95,16 @@ def _run_one(args: tuple[str, str, float | None, str | None, int, int | None]) -
     w = build_workload(wl, days, pods_file, seed, nodes)
     t0 = time.perf_counter()
     r = simulate(w, make_scheduler(sched, seed=seed))
-    if r.hp.finished + r.spot.finished == 0:
-        raise InvalidInput("workload", f"{wl}: none of {len(w.tasks)} tasks finished under {sched}, "
-                           "so every figure would be a meaningless zero", fix="simulate more --days or more --nodes")
+    check_did_work(wl, sched, w, r)
     return sched, r.summary(), time.perf_counter() - t0
+
+
+def check_did_work(workload: str, scheduler: str, w: Workload, r: SimResult) -> None:
+    """Refuse a run in which no task finished: its figures would be zeros, not a result."""
+    if r.hp.finished + r.spot.finished == 0:
+        raise InvalidInput("workload", f"{workload}: none of {len(w.tasks)} tasks finished under {scheduler}, "
+                           "so every figure would be a meaningless zero",
+                           fix="simulate more --days, or more --nodes than the largest task needs")
 
 
 def run_workload(workload: str, schedulers: list[str], days: float | None, pods_file: str | None,
