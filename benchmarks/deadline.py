@@ -95,6 +95,8 @@ def run_window(name: str, task: DeadlineTask, sc: Scenario, start: int, *, recor
 
 
 def sample_starts(trace: SpotTrace, n_ticks: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    if count < 1:
+        raise InvalidInput("--windows", f"must be >= 1, got {count}: no window would be replayed", fix="e.g. --windows 50")
     last = trace.n_ticks - n_ticks
     if last < 0:
         raise InvalidInput("deadline_hours", f"a {n_ticks}-tick window does not fit in {trace.name} ({trace.n_ticks} ticks)")

@@ -22,7 +22,7 @@ import numpy as np
 from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace
 from controlplane.config import data_dir
-from controlplane.errors import SpotplaneError
+from controlplane.errors import InvalidInput, SpotplaneError
 from policies.deadline import DeadlineTask, UniformProgress
 from policies.deadline_sim import SimResult, simulate_zones, window_ticks
 from policies.multizone import (
@@ -80,6 +80,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     task = DeadlineTask(args.compute_hours, args.deadline_hours, args.overhead_hours,
                         on_demand_price=min(world.od), spot_price=min(world.spot))
     n = window_ticks(task.deadline_hours, world.g)
+    if args.windows < 1:
+        raise InvalidInput("--windows", f"must be >= 1, got {args.windows}: no window would be replayed",
+                           fix="e.g. --windows 100")
+    if n > world.n_ticks:
+        raise InvalidInput("--deadline-hours", f"a {n}-tick window does not fit in the {world.n_ticks}-tick H100 zones",
+                           fix=f"use at most {world.n_ticks * world.g:g} hours")
     rng = np.random.default_rng(args.seed)
     starts = rng.integers(0, world.n_ticks - n + 1, size=args.windows)
     acc: dict[str, list[tuple[float, bool, int]]] = {p: [] for p in POLICIES}

@@ -168,6 +168,23 @@ def load_spot_trace(path: str | Path) -> SpotTrace:
     )
 
 
+def check_aligned_zones(root: Path, zones: list[SpotTrace]) -> list[SpotTrace]:
+    """Zones one simulation steps together: priced, and on one clock (same gap, length, start)."""
+    if not zones:
+        raise BadDataFile(root, "no zone files (*.json)", fix="re-run `spotplane data fetch --only multiregion-h100`")
+    first = zones[0]
+    for z in zones:
+        for key in ("spot_price_per_hour", "on_demand_price_per_hour"):
+            if getattr(z, key) is None:
+                raise BadDataFile(z.path, "missing; a zone needs its prices", column=key, fix=TRACE_FIX)
+        for key in ("gap_seconds", "n_ticks", "start_time"):
+            if getattr(z, key) != getattr(first, key):
+                raise BadDataFile(z.path, f"{getattr(z, key)} differs from {getattr(first, key)} in "
+                                  f"{first.path.name if first.path else first.name}", column="available" if key == "n_ticks" else key,
+                                  fix="every zone must be on one clock: same gap_seconds, ticks and start_time")
+    return zones
+
+
 def _read_json_object(p: Path) -> dict[str, object]:
     try:
         raw = json.loads(p.read_text())
@@ -657,7 +674,8 @@ class DataCatalog:
 
     def h100_zones(self) -> list[SpotTrace]:
         """The 13 aligned GCP H100 zones with their spot and on-demand prices."""
-        return [self._load(f, load_spot_trace) for f in sorted(self.require("multiregion-h100").glob("*.json"))]
+        root = self.require("multiregion-h100")
+        return check_aligned_zones(root, [self._load(f, load_spot_trace) for f in sorted(root.glob("*.json"))])
 
     # -- tables ------------------------------------------------------------------------------
     def gce_lifetimes(self) -> GceLifetimes:
@@ -690,6 +708,11 @@ class DataCatalog:
         if name in ("spot-traces", "multiregion-h100"):
             trace_files = self.spot_trace_files() if name == "spot-traces" else sorted(p.glob("*.json"))
             traces, problems = self._readable_traces(trace_files)
+            if name == "multiregion-h100" and not problems:
+                try:
+                    check_aligned_zones(p, traces)
+                except BadDataFile as exc:
+                    problems.append(str(exc))
             unit = "traces" if name == "spot-traces" else "zones"
             line = f"{len(traces)} {unit}" + (f", {len(problems)} damaged" if problems else "")
             return DatasetInfo(name, p, True, len(trace_files), line, problems[0] if problems else self._checksums(name))
