@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from controlplane.client import ServerUnreachable, SpotplaneClient, read_endpoint
-from controlplane.config import Settings
+from controlplane.config import load_settings
 from controlplane.errors import ConfigError, InvalidInput, NotFound
 
 HOUR = 3600.0
@@ -105,7 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 # --------------------------------------------------------------------------------------------
 def state_dir_of(flag: str | None) -> Path:
     """The state directory: ``--state-dir``, ``$SPOTPLANE_STATE_DIR``, or the default."""
-    return Path(flag).expanduser() if flag else Settings().state_dir.expanduser()
+    return Path(flag).expanduser() if flag else load_settings().state_dir.expanduser()
 
 
 def client_of(args: argparse.Namespace) -> SpotplaneClient:
