@@ -28,7 +28,7 @@ import numpy as np
 from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace, load_spot_trace
 from controlplane.config import data_dir
-from controlplane.errors import InvalidInput
+from controlplane.errors import BadDataFile, InvalidInput
 from policies.deadline import DeadlinePolicy, DeadlineTask, make_policy
 from policies.deadline_sim import SimResult, lifetime_oracle, simulate, window_ticks
 
@@ -434,7 +434,10 @@ def resolve_trace(path: str) -> SpotTrace:
             if (base / path).is_file():
                 p = base / path
                 break
-    return load_spot_trace(p)
+    try:
+        return load_spot_trace(p)
+    except BadDataFile as exc:
+        raise exc.given_as("--trace") from None
 
 
 def window(args: argparse.Namespace) -> dict[str, Any]:
