@@ -118,3 +118,17 @@ def test_a_bad_setting_in_the_environment_is_one_line_exit_2(monkeypatch: pytest
     assert err == ("spotplane: error: SPOTPLANE_PORT: 'eighty' is not valid (Input should be a valid integer, "
                    "unable to parse string as an integer) — set SPOTPLANE_PORT to a whole number in 1..65535, "
                    "or unset it\n")
+
+
+def test_errors_survive_a_process_boundary() -> None:
+    import pickle
+
+    from controlplane.errors import BadDataFile, CapacityUnavailable
+
+    for err in (BadDataFile("p.csv", "bad", line=3, column="x", fix="fix it").given_as("--pods"),
+                InvalidInput("a", "b", fix="c"), CapacityUnavailable("z", "t", "r")):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err) and back.__dict__ == err.__dict__
+    assert str(back) == "no capacity for t in z (r) — another zone, on-demand, or waiting will do"
+    assert str(pickle.loads(pickle.dumps(BadDataFile("p.csv", "bad", line=3, fix="f").given_as("--pods")))) == \
+        "--pods p.csv, line 3: bad — f"
