@@ -6,7 +6,10 @@ of the ``nodes`` requested instances available during tick ``i``, which lasts ``
 
 ``DataCatalog(data_dir)`` is the one entry point: it lists what is present and loads each kind.
 A missing dataset raises :class:`~controlplane.errors.DataNotFound` naming the file, the
-directory searched and the command that fetches it.
+directory searched and the command that fetches it. Every loader checks each field or cell it
+reads (one validating function per format: :func:`read_table` with the format's columns for CSV,
+:func:`load_spot_trace` for JSON) and refuses what it cannot use with
+:class:`~controlplane.errors.BadDataFile` naming the file, the line or column, and the fix.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import csv
 import hashlib
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
@@ -103,6 +106,7 @@ class SpotTrace:
         return self.available[start_tick : start_tick + n_ticks]
 
 
+FieldError = Callable[[str, str], BadDataFile]  # (field, message) -> the error naming the file
 TRACE_FIX = "re-run `spotplane data fetch`, or see the spot trace format in shared/data/README.md"
 
 
@@ -198,14 +202,14 @@ def _read_json_object(p: Path) -> dict[str, object]:
     return raw
 
 
-def _choice(raw: dict[str, object], key: str, allowed: tuple[str, ...], bad) -> str:  # type: ignore[no-untyped-def]
+def _choice(raw: dict[str, object], key: str, allowed: tuple[str, ...], bad: FieldError) -> str:
     v = raw.get(key, allowed[0])
     if v not in allowed:
         raise bad(key, f"must be one of {', '.join(allowed)}, got {v!r}")
     return str(v)
 
 
-def _trace_counts(v: object, nodes: int, bad) -> IntArray:  # type: ignore[no-untyped-def]
+def _trace_counts(v: object, nodes: int, bad: FieldError) -> IntArray:
     """``available`` as int64 counts in 0..nodes, or the first bad tick named."""
     if v is None:
         raise bad("available", "missing")
