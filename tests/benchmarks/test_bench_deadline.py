@@ -105,3 +105,10 @@ def test_a_truncated_trace_file_exits_2_naming_the_flag(tmp_path: Path, capsys: 
 def test_zero_windows_is_an_error_not_an_empty_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["table3", "--windows", "0", "--workers", "1", "--json"]) == 2
     assert "--windows: must be >= 1, got 0: no window would be replayed" in capsys.readouterr().err
+
+
+def test_multiregion_zero_windows_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert multiregion.main(["--windows", "0", "--json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ("python -m benchmarks.multiregion: error: --windows: must be >= 1, got 0: "
+                                         "no window would be replayed — e.g. --windows 100\n")
