@@ -24,6 +24,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from benchmarks import entry
+
 TARGET_PER_SECOND = 100.0
 TARGET_P99_MS = 500.0
 
@@ -156,6 +158,7 @@ def run(requests: int = 1600, clients: int = 16, warmup: int = 64) -> dict[str, 
     }
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.api", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from policies.checkpoint import OptimalCheckpointPlanner, YoungDalyPlanner, simulate_makespan
 from policies.preemption import BathtubModel, PreemptionModel, default_gce_model
 
@@ -178,6 +179,7 @@ def plot(res: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.checkpoint", description=__doc__)
     ap.add_argument("--json", action="store_true")

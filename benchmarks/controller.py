@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
 from controlplane.controller import Controller, ControllerSettings
@@ -109,6 +110,7 @@ def measure_policy_actor() -> tuple[float, float]:
             ray.shutdown()
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.controller", description=__doc__)
     ap.add_argument("--json", action="store_true", help="print one JSON object")

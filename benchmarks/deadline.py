@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -26,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace, load_spot_trace
 from controlplane.config import data_dir
-from controlplane.errors import InvalidInput, SpotplaneError
+from controlplane.errors import BadDataFile, InvalidInput
 from policies.deadline import DeadlinePolicy, DeadlineTask, make_policy
 from policies.deadline_sim import SimResult, lifetime_oracle, simulate, window_ticks
 
@@ -95,6 +95,8 @@ def run_window(name: str, task: DeadlineTask, sc: Scenario, start: int, *, recor
 
 
 def sample_starts(trace: SpotTrace, n_ticks: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    if count < 1:
+        raise InvalidInput("--windows", f"must be >= 1, got {count}: no window would be replayed", fix="e.g. --windows 50")
     last = trace.n_ticks - n_ticks
     if last < 0:
         raise InvalidInput("deadline_hours", f"a {n_ticks}-tick window does not fit in {trace.name} ({trace.n_ticks} ticks)")
@@ -432,7 +434,10 @@ def resolve_trace(path: str) -> SpotTrace:
             if (base / path).is_file():
                 p = base / path
                 break
-    return load_spot_trace(p)
+    try:
+        return load_spot_trace(p)
+    except BadDataFile as exc:
+        raise exc.given_as("--trace") from None
 
 
 def window(args: argparse.Namespace) -> dict[str, Any]:
@@ -597,14 +602,11 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], dict[str, Any]], Callab
 }
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run, show = COMMANDS[args.cmd]
-    try:
-        out = run(args)
-    except SpotplaneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    out = run(args)
     if args.json:
         print(json.dumps(out, default=float))
     else:

@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.traces import DataCatalog
 from controlplane.config import data_dir
+from controlplane.errors import InvalidInput
 from policies.forecast import (
     DLRM_START_HOUR,
     DemandForecaster,
@@ -86,6 +88,20 @@ def evaluate(gpus: np.ndarray, horizon: int, maxiter: int, stride: int,
         log.info("%s: %s", name, m)
         runs.append(Run(name, model, actual, fc, m))
     return runs
+
+
+def check_run(args: Any, only: list[str] | None, hours: int) -> None:
+    """Refuse arguments under which no forecast would be made (an empty table is not a result)."""
+    for flag, value, low in (("--horizon", args.horizon, 1), ("--stride", args.stride, 1), ("--tenants", args.tenants, 0)):
+        if value < low:
+            raise InvalidInput(flag, f"must be >= {low}, got {value}", fix="see --help")
+    unknown = sorted(set(only or ()) - set(models(args.horizon, args.maxiter)))
+    if unknown:
+        raise InvalidInput("--models", f"unknown model(s) {', '.join(unknown)}",
+                           fix=f"use some of {', '.join(models(args.horizon, args.maxiter))}")
+    if hours < TRAIN_HOURS + args.horizon:
+        raise InvalidInput("--horizon", f"the demand has {hours} h: no {args.horizon}-hour forecast fits after "
+                           f"the {TRAIN_HOURS} training hours", fix=f"use --horizon <= {hours - TRAIN_HOURS}")
 
 
 def targets(runs: list[Run]) -> dict[str, Any]:
@@ -153,6 +169,7 @@ def plot(runs: list[Run], tenants: list[str], path: str, horizon: int) -> None:
     fig.savefig(path, dpi=110)
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.forecast", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -171,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.tenants:
         gpus, names = gpus[: args.tenants], names[: args.tenants]
     only = [m for m in args.models.split(",") if m] or None
+    check_run(args, only, demand.hours)
     runs = evaluate(gpus, args.horizon, args.maxiter, args.stride, only)
     setup = {"tenants": len(names), "train_hours": TRAIN_HOURS,
              "test_hours": demand.hours - TRAIN_HOURS, "horizon": args.horizon,

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace
 from controlplane.config import data_dir
 from policies.replication import ReplicationInputs, decide
@@ -648,6 +649,7 @@ def _plot(out: dict[str, Any], path: str) -> None:
     fig.savefig(path)
 
 
+@entry
 def main(
     argv: Sequence[str] | None = None, *, catalog_factory: Callable[[], DataCatalog] | None = None
 ) -> int:

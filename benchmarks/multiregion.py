@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace
 from controlplane.config import data_dir
-from controlplane.errors import SpotplaneError
+from controlplane.errors import InvalidInput, SpotplaneError
 from policies.deadline import DeadlineTask, UniformProgress
 from policies.deadline_sim import SimResult, simulate_zones, window_ticks
 from policies.multizone import (
@@ -80,6 +80,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     task = DeadlineTask(args.compute_hours, args.deadline_hours, args.overhead_hours,
                         on_demand_price=min(world.od), spot_price=min(world.spot))
     n = window_ticks(task.deadline_hours, world.g)
+    if args.windows < 1:
+        raise InvalidInput("--windows", f"must be >= 1, got {args.windows}: no window would be replayed",
+                           fix="e.g. --windows 100")
+    if n > world.n_ticks:
+        raise InvalidInput("--deadline-hours", f"a {n}-tick window does not fit in the {world.n_ticks}-tick H100 zones",
+                           fix=f"use at most {world.n_ticks * world.g:g} hours")
     rng = np.random.default_rng(args.seed)
     starts = rng.integers(0, world.n_ticks - n + 1, size=args.windows)
     acc: dict[str, list[tuple[float, bool, int]]] = {p: [] for p in POLICIES}
@@ -163,6 +169,7 @@ def print_table(out: dict[str, Any]) -> None:
     print(f"best fixed zone overall: {out['best_fixed_zone']}; {out['seconds']} s")
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.multiregion", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true")
@@ -173,11 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline-hours", type=float, default=60.0)
     ap.add_argument("--overhead-hours", type=float, default=0.2)
     args = ap.parse_args(argv)
-    try:
-        out = bench(args)
-    except SpotplaneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    out = bench(args)
     if args.json:
         print(json.dumps(out))
     else:

@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from clusters.traces import DataCatalog, GceLifetimes
 from controlplane.config import data_dir
+from controlplane.errors import InvalidInput
 from policies.preemption import GCE_LIMIT_HOURS, MODELS, PreemptionModel, sse_against_km
 from policies.survival import KaplanMeier, validate_lifetimes
 
@@ -58,6 +60,9 @@ def run(max_groups: int | None = None, min_size: int = 40) -> dict[str, Any]:
     all_vms = DataCatalog(data_dir()).gce_lifetimes()
     lim, grace = GCE_LIMIT_HOURS, 0.0
     pairs = list(all_vms.groups(min_size=min_size))[:max_groups]
+    if not pairs:
+        raise InvalidInput("--max-groups", f"no (machine type, zone) group of >= {min_size} VMs to fit",
+                           fix="leave --max-groups out, or give 1 or more")
     groups = [{"machine_type": mt, "zone": z, **fit_group(g, lim, grace)} for mt, z, g in pairs]
     types = sorted(set(all_vms.machine_type.tolist()))
     pooled = []
@@ -156,6 +161,7 @@ def plot(res: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.preemption", description=__doc__)
     ap.add_argument("--json", action="store_true", help="print one JSON object")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import entry
 from policies.preemption import PreemptionModel, default_gce_model
 from policies.reuse import ReuseDecision, VmReusePolicy
 
@@ -124,6 +125,7 @@ def plot(res: dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.reuse", description=__doc__)
     ap.add_argument("--json", action="store_true")

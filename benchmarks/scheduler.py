@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from clusters.traces import DataCatalog, load_openb_pods
+from benchmarks import entry
+from clusters.traces import DataCatalog, PodList, load_openb_pods
 from controlplane.config import data_dir
-from controlplane.errors import InvalidInput
+from controlplane.errors import BadDataFile, InvalidInput
 from policies.gpu_sim import GpuSimulator, SimConfig, SimResult, simulate
 from policies.placement import TaskRequest
 from policies.schedulers import SCHEDULERS, make_scheduler
@@ -56,11 +57,16 @@ def build_workload(name: str, days: float | None = None, pods_file: str | None =
     """gfs-a100-{low,medium,high} (tenant shapes from alibaba-dlrm) or openb (or ``--pods``)."""
     cat = DataCatalog(data_dir())
     if name == "openb" or pods_file:
-        pods = load_openb_pods(pods_file) if pods_file else cat.openb_pods("default")
+        pods = _pod_list(pods_file) if pods_file else cat.openb_pods("default")
         w = openb(cat.openb_nodes(), pods, node_count=nodes)
         if days is not None:
             w = Workload(w.name, w.nodes, [t for t in w.tasks if t.submit_s < days * 86400], w.tenants,
                          w.start_hour, w.info)
+        if not w.tasks:
+            source = f"--pods {pods_file}" if pods_file else "openb_pod_list_default.csv"
+            raise InvalidInput(source, f"no pod with GPUs and a known run time{' in the first --days' if days else ''}"
+                               ", so there is nothing to replay",
+                               fix="use openb_pod_list_default.csv or gpushare40.csv, or more --days")
         return w
     level = name.removeprefix("gfs-a100-")
     if not name.startswith("gfs-a100-") or level not in LOAD_LEVELS:
@@ -76,12 +82,29 @@ def build_workload(name: str, days: float | None = None, pods_file: str | None =
     return gfs_a100(cfg, demand.gpus[top], [demand.tenants[i] for i in top])
 
 
+def _pod_list(path: str) -> PodList:
+    """The ``--pods`` file, its errors naming the flag."""
+    try:
+        return load_openb_pods(path)
+    except BadDataFile as exc:
+        raise exc.given_as("--pods") from None
+
+
 def _run_one(args: tuple[str, str, float | None, str | None, int, int | None]) -> tuple[str, dict[str, float], float]:
     sched, wl, days, pods_file, seed, nodes = args
     w = build_workload(wl, days, pods_file, seed, nodes)
     t0 = time.perf_counter()
     r = simulate(w, make_scheduler(sched, seed=seed))
+    check_did_work(wl, sched, w, r)
     return sched, r.summary(), time.perf_counter() - t0
+
+
+def check_did_work(workload: str, scheduler: str, w: Workload, r: SimResult) -> None:
+    """Refuse a run in which no task finished: its figures would be zeros, not a result."""
+    if r.hp.finished + r.spot.finished == 0:
+        raise InvalidInput("workload", f"{workload}: none of {len(w.tasks)} tasks finished under {scheduler}, "
+                           "so every figure would be a meaningless zero",
+                           fix="simulate more --days, or more --nodes than the largest task needs")
 
 
 def run_workload(workload: str, schedulers: list[str], days: float | None, pods_file: str | None,
@@ -198,6 +221,7 @@ def _plot(path: str, workload: str, res: dict[str, dict[str, float]]) -> Any:
     return fig
 
 
+@entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scheduler", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

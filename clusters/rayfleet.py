@@ -101,14 +101,19 @@ def node_types_from_config(config: dict[str, Any], prices: dict[str, tuple[float
     from clusters.aws import ON_DEMAND_USD_PER_HOUR
     from clusters.gcp import PRICES
 
+    if not isinstance(config, dict):
+        raise ConfigError("ray fleet: the cluster config must be a mapping", fix="give the yaml `ray up` used")
     types = config.get("available_node_types") or {}
+    if not isinstance(types, dict) or not all(isinstance(n, dict) for n in types.values()):
+        raise ConfigError("ray fleet: available_node_types must map each node type name to a mapping",
+                          fix="see ray-cluster.yaml")
     head = config.get("head_node_type")
     zone = str((config.get("provider") or {}).get("availability_zone", "ray")).split(",")[0] or "ray"
     out = {}
     for name, node in types.items():
         if name == head:
             continue
-        resources = {k: float(v) for k, v in (node.get("resources") or {}).items()}
+        resources = {k: _config_number(name, f"resources.{k}", v) for k, v in (node.get("resources") or {}).items()}
         if "spot" not in resources and "on_demand" not in resources:
             raise ConfigError(f"ray fleet: node type {name!r} has neither a 'spot' nor an 'on_demand' resource",
                               fix="add resources: {spot: 1} or {on_demand: 1} to it")
@@ -118,9 +123,47 @@ def node_types_from_config(config: dict[str, Any], prices: dict[str, tuple[float
         spot = PRICES.get(machine, (od * DEFAULT_SPOT_DISCOUNT, od))[0]
         if prices and name in prices:
             spot, od = prices[name]
-        out[name] = NodeTypeSpec(name, resources, int(node.get("max_workers", config.get("max_workers", 0))),
-                                 zone, od, spot)
+        max_workers = _config_number(name, "max_workers", node.get("max_workers", config.get("max_workers", 0)))
+        if max_workers != int(max_workers):
+            raise ConfigError(f"ray fleet: node type {name!r}: max_workers {max_workers:g} is not a whole number",
+                              fix="write a whole number of workers")
+        out[name] = NodeTypeSpec(name, resources, int(max_workers), zone, od, spot)
+    if not out:
+        raise ConfigError("ray fleet: the cluster config has no worker node types (only the head, or none)",
+                          fix="add a node type with resources: {spot: 1} or {on_demand: 1} to available_node_types")
     return out
+
+
+def _config_number(node_type: str, key: str, value: Any) -> float:
+    """A finite number >= 0 from the cluster config, or ConfigError naming the node type and key."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if isinstance(value, bool) or not math.isfinite(v) or v < 0:
+        raise ConfigError(f"ray fleet: node type {node_type!r}: {key} is {value!r}, not a number >= 0",
+                          fix="write a finite number >= 0")
+    return v
+
+
+def load_cluster_config(path: str | Path) -> dict[str, Any]:
+    """The cluster-launcher YAML at ``path``, or ConfigError (one line: file, line, problem)."""
+    import yaml
+
+    p = Path(path)
+    try:
+        config = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"ray fleet: no cluster config at {p}", fix="pass config=PATH of the yaml `ray up` used") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"ray fleet: {p} is not UTF-8 text", fix="pass the yaml `ray up` used") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1}: {getattr(exc, 'problem', '')})" if mark else ""
+        raise ConfigError(f"ray fleet: {p} is not valid YAML{where}", fix="fix the YAML syntax") from exc
+    if not isinstance(config, dict):
+        raise ConfigError(f"ray fleet: {p} must hold a mapping", fix="pass the yaml `ray up` used")
+    return config
 
 
 def _state_api_nodes() -> list[dict[str, Any]]:
@@ -164,20 +207,15 @@ class RayAutoscalerFleet:
         ~/ray_bootstrap_config.yaml on a ``ray up`` head, else ./ray-cluster.yaml), prices,
         launch_timeout_s, address, clock."""
         import ray
-        import yaml
 
         path = options.get("config") or os.environ.get("SPOTPLANE_RAY_CONFIG")
         if path is None:
             bootstrap = Path("~/ray_bootstrap_config.yaml").expanduser()
             path = bootstrap if bootstrap.exists() else Path("ray-cluster.yaml")
-        try:
-            config = yaml.safe_load(Path(path).read_text())
-        except FileNotFoundError as exc:
-            raise ConfigError(f"ray fleet: no cluster config at {path}",
-                              fix="pass config=PATH of the yaml `ray up` used") from exc
+        node_types = node_types_from_config(load_cluster_config(path), options.get("prices"))
         if not ray.is_initialized():
             ray.init(address=options.get("address", "auto"), log_to_driver=False)
-        return cls(node_types_from_config(config, options.get("prices")), clock=options.get("clock"),
+        return cls(node_types, clock=options.get("clock"),
                    launch_timeout_s=float(options.get("launch_timeout_s", 900.0)))
 
     # ---------------------------------------------------------------- catalog

@@ -10,8 +10,10 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from controlplane.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
@@ -41,11 +43,28 @@ class Settings(BaseSettings):
     log_level: str = Field(default="WARNING")
 
 
+#: What each setting must hold, for the fix of a message about a bad environment variable.
+SETTING_HINTS = {"data_dir": "a directory path", "state_dir": "a directory path",
+                 "port": "a whole number in 1..65535", "log_level": "DEBUG, INFO, WARNING or ERROR"}
+
+
+def load_settings() -> Settings:
+    """The settings, or ConfigError (exit 2) naming the ``SPOTPLANE_*`` variable and what it must hold."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        name = f"SPOTPLANE_{field.upper()}"
+        raise ConfigError(f"{name}: {first.get('input')!r} is not valid ({first['msg']})",
+                          fix=f"set {name} to {SETTING_HINTS.get(field, 'a valid value')}, or unset it") from None
+
+
 def resolve_data_dir(flag: str | Path | None = None) -> tuple[Path, DataDirSource]:
     """The data directory and where it came from (flag, env, shared beside the repo, cache)."""
     if flag is not None:
         return Path(flag).expanduser(), DataDirSource.FLAG
-    env = Settings().data_dir
+    env = load_settings().data_dir
     if env is not None:
         return Path(env).expanduser(), DataDirSource.ENV
     if SHARED_DATA_DIR.is_dir():

@@ -18,6 +18,17 @@ class SpotplaneError(Exception):
         self.fix = fix
         super().__init__(message if fix is None else f"{message} — {fix}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle by state, so an error raised in a worker process reaches the parent intact."""
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[SpotplaneError], args: tuple[object, ...], state: dict[str, object]) -> SpotplaneError:
+    err = cls.__new__(cls, *args)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
 
 class InvalidInput(SpotplaneError, ValueError):
     """The caller passed something that cannot be right (a negative duration, R < C, ...)."""
@@ -40,6 +51,24 @@ class DataNotFound(SpotplaneError, FileNotFoundError):
 
 class DataCorrupt(SpotplaneError):
     """A file exists but does not hold what its format promises (bad checksum, bad column)."""
+
+
+class BadDataFile(InvalidInput, DataCorrupt):
+    """An input file a loader cannot use: names the file, the line or column, and the fix."""
+
+    def __init__(self, path: object, message: str, *, line: int | None = None, column: str | None = None,
+                 fix: str | None = None, flag: str | None = None) -> None:
+        self.path = str(path)
+        self.line = line
+        self.column = column
+        self.detail = message
+        where = (f"{flag} " if flag else "") + self.path + (f", line {line}" if line is not None else "") + (
+            f", column {column!r}" if column is not None else "")
+        super().__init__(where, message, fix=fix)
+
+    def given_as(self, flag: str) -> BadDataFile:
+        """The same error naming the command-line flag that gave the file (``--pods FILE: ...``)."""
+        return BadDataFile(self.path, self.detail, line=self.line, column=self.column, fix=self.fix, flag=flag)
 
 
 class ConfigError(SpotplaneError):

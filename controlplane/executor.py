@@ -788,9 +788,9 @@ def runtime_executor(
         )
     uri = options.pop("artifact_uri", None)
     if not uri:
-        from controlplane.config import Settings
+        from controlplane.config import load_settings
 
-        uri = str(Settings().state_dir / "artifacts")
+        uri = str(load_settings().state_dir / "artifacts")
     speed = float(getattr(clock, "speed", 0.0) or 0.0)
     scale = float(options.pop("hours_per_second", speed / HOUR if speed > 0 else 1 / HOUR))
     return RayJobExecutor(

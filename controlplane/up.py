@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
-from controlplane.config import Settings
+from controlplane.config import load_settings
 from controlplane.errors import CloudError, ConfigError, InvalidInput
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def choose_port(requested: int | None, host: str) -> int:
             raise ConfigError(f"port: {requested} is already in use on {host}",
                               fix="pick another --port, or stop what listens there")
         return requested
-    default = Settings().port
+    default = load_settings().port
     return default if port_is_free(default, host) else free_port(host)
 
 
@@ -174,7 +174,7 @@ def supervise(cmd: list[str], env: dict[str, str]) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    state_dir = Path(args.state_dir).expanduser() if args.state_dir else Settings().state_dir.expanduser()
+    state_dir = Path(args.state_dir).expanduser() if args.state_dir else load_settings().state_dir.expanduser()
     state_dir.mkdir(parents=True, exist_ok=True)
     check_not_running(state_dir)
     check_fleet(args.fleet)

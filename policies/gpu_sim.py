@@ -55,6 +55,12 @@ ARRIVE, FINISH, TICK = 0, 1, 2
 Shape = tuple[str, float, int, tuple[str, ...] | None]
 
 
+def shape_key(shape: Shape) -> tuple[str, float, int, bool, tuple[str, ...]]:
+    """A total order on shapes: "any GPU model" (None) sorts before any list of models."""
+    prio, g, w, models = shape
+    return (prio, g, w, models is not None, models or ())
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Simulator knobs (seconds unless named otherwise)."""
@@ -364,11 +370,11 @@ class GpuSimulator:
     def _drain(self) -> None:
         for prio in ("hp", "spot"):
             q = self.queues[prio]
-            live = [(self._order_key(sh, d), sh) for sh, d in q.items() if d and sh not in self.failed]
+            live = [(self._order_key(sh, d), shape_key(sh), sh) for sh, d in q.items() if d and sh not in self.failed]
             if not live:
                 continue
             if self.s.queue.order != "fcfs" and not self.s.queue.strict:
-                for _, sh in sorted(live):
+                for _, _, sh in sorted(live):
                     while q[sh] and sh not in self.failed:
                         if not self._cheap_ok(sh) or not self._attempt(sh, q):
                             self.failed.add(sh)
@@ -376,10 +382,10 @@ class GpuSimulator:
             heap = list(live)
             heapq.heapify(heap)
             while heap:
-                _, sh = heapq.heappop(heap)
+                _, _, sh = heapq.heappop(heap)
                 if self._cheap_ok(sh) and self._attempt(sh, q):
                     if q[sh]:
-                        heapq.heappush(heap, (self._order_key(sh, q[sh]), sh))
+                        heapq.heappush(heap, (self._order_key(sh, q[sh]), shape_key(sh), sh))
                 else:
                     self.failed.add(sh)
                     if self.s.queue.strict:

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from controlplane.client import ServerUnreachable, SpotplaneClient, read_endpoint
-from controlplane.config import Settings
+from controlplane.config import load_settings
 from controlplane.errors import ConfigError, InvalidInput, NotFound
+from controlplane.models import BagSpec, JobSpec
 
 HOUR = 3600.0
 
@@ -105,7 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 # --------------------------------------------------------------------------------------------
 def state_dir_of(flag: str | None) -> Path:
     """The state directory: ``--state-dir``, ``$SPOTPLANE_STATE_DIR``, or the default."""
-    return Path(flag).expanduser() if flag else Settings().state_dir.expanduser()
+    return Path(flag).expanduser() if flag else load_settings().state_dir.expanduser()
 
 
 def client_of(args: argparse.Namespace) -> SpotplaneClient:
@@ -132,26 +134,76 @@ def _table(rows: list[list[str]], header: list[str]) -> None:
 # --------------------------------------------------------------------------------------------
 # Client commands
 # --------------------------------------------------------------------------------------------
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (YAML keeps the last silently)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)  # type: ignore[arg-type]
+
+
 def load_submission(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """Jobs and/or a bag from a YAML file: one job mapping, ``jobs: [...]``, or ``bag: {...}``."""
+    """Jobs and/or a bag from a YAML file: one job mapping, ``jobs: [...]``, or ``bag: {...}``.
+
+    Every job and the bag are validated here, before anything is submitted, so a bad second job
+    never leaves the first one submitted alone.
+    """
     p = Path(path)
     if not p.is_file():
         raise NotFound(f"{p}: no such file", fix="give the path of a YAML job file")
     try:
-        doc = yaml.safe_load(p.read_text())
+        doc = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except UnicodeDecodeError as exc:
+        raise InvalidInput("file", f"{p} is not UTF-8 text", fix="save the job file as UTF-8 YAML") from exc
     except yaml.YAMLError as exc:
-        raise InvalidInput("file", f"{p} is not valid YAML ({exc})", fix="fix the YAML syntax") from exc
+        raise InvalidInput("file", f"{p} is not valid YAML ({_yaml_problem(exc)})", fix="fix the YAML syntax") from exc
     if not isinstance(doc, dict):
         raise InvalidInput("file", f"{p} must hold a mapping", fix="write `name: ...` or `jobs: [...]` or `bag: {...}`")
     if "bag" in doc or "jobs" in doc:
+        extra = sorted(set(doc) - {"bag", "jobs"})
+        if extra:
+            raise InvalidInput(extra[0], f"unknown top-level key in {p}", fix="a file holds `jobs: [...]` and/or `bag: {...}`")
         jobs = doc.get("jobs") or []
         if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
             raise InvalidInput("jobs", "must be a list of job mappings", fix="write `jobs: [{name: ..., ...}]`")
         bag = doc.get("bag")
         if bag is not None and not isinstance(bag, dict):
             raise InvalidInput("bag", "must be a mapping", fix="write `bag: {name, template, params}`")
+        for i, job in enumerate(jobs):
+            _validate(JobSpec, job, f"jobs[{i}]", p)
+        if bag is not None:
+            _validate(BagSpec, bag, "bag", p)
         return list(jobs), bag
+    _validate(JobSpec, doc, "job", p)
     return [doc], None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line: where in the file and what is wrong (PyYAML's own text spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
+def _validate(model: type[JobSpec] | type[BagSpec], spec: dict[str, Any], where: str, path: Path) -> None:
+    """Refuse a job or bag the API would refuse, naming the entry and field of the file."""
+    try:
+        model.model_validate(spec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise InvalidInput(f"{where}.{loc}" if loc else where, f"{msg} (in {path})",
+                           fix="see the job fields in docs/controlplane.md") from None
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from controlplane.config import resolve_data_dir
+
+if TYPE_CHECKING:
+    from clusters.traces import DatasetInfo
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -33,7 +37,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     root, source = resolve_data_dir(args.data_dir)
     catalog = DataCatalog(root)
     infos = catalog.datasets()
-    traces = catalog.all_spot_traces if infos[0].present or infos[1].present else []
+    traces = catalog.readable_spot_traces()
     if args.json:
         print(
             json.dumps(
@@ -41,7 +45,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                     "data_dir": str(root),
                     "source": source.value,
                     "datasets": [
-                        {"name": i.name, "present": i.present, "path": str(i.path), "summary": i.summary}
+                        {"name": i.name, "present": i.present, "path": str(i.path), "summary": i.summary,
+                         "damaged": i.damaged}
                         for i in infos
                     ],
                     "traces": [
@@ -59,11 +64,12 @@ def cmd_list(args: argparse.Namespace) -> int:
                 }
             )
         )
-        return 0
+        return _exit_code(infos)
     print(f"data directory: {root}  ({source.value})\n")
     print(f"{'dataset':<18} {'status':<8} summary")
     for i in infos:
-        print(f"{i.name:<18} {'ok' if i.present else 'MISSING':<8} {i.summary}")
+        status = "MISSING" if not i.present else "DAMAGED" if i.damaged else "ok"
+        print(f"{i.name:<18} {status:<8} {i.damaged or i.summary}")
     if traces:
         print(f"\n{'trace':<62} {'kind':<12} {'nodes':>5} {'ticks':>6} {'gap s':>6} {'avail':>6}")
         for t in traces:
@@ -75,7 +81,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     missing = [i.name for i in infos if not i.present]
     if missing:
         print(f"\nmissing: {', '.join(missing)} — run `spotplane data fetch` to download them")
-    return 0
+    damaged = [i.name for i in infos if i.damaged]
+    if damaged:
+        print(f"\ndamaged: {', '.join(damaged)} — re-run `spotplane data fetch` to replace them")
+    return _exit_code(infos)
+
+
+def _exit_code(infos: list[DatasetInfo]) -> int:
+    """2 when a dataset is damaged (bad input for every command that reads it), else 0."""
+    return 2 if any(i.damaged for i in infos) else 0
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,26 @@ def test_multiregion_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     for row in out["policies"].values():
         assert set(row) >= {"cost", "missed", "changeovers"} and row["missed"] == 0
         assert row["cost"] >= omni - 1e-6
+
+
+def test_a_truncated_trace_file_exits_2_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "t.json"
+    bad.write_text('{"name": "x", "available": [1, 0')
+    rc = bench.main(["window", "--trace", str(bad), "--start-tick", "0", "--compute-hours", "1",
+                     "--deadline-hours", "2", "--overhead-hours", "0.1", "--policy", "greedy", "--json"])
+    assert rc == 2
+    assert capsys.readouterr().err == (f"python -m benchmarks.deadline: error: --trace {bad}, line 1: not valid JSON "
+                                       "(Expecting ',' delimiter) — re-run `spotplane data fetch`, or see the spot "
+                                       "trace format in shared/data/README.md\n")
+
+
+def test_zero_windows_is_an_error_not_an_empty_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["table3", "--windows", "0", "--workers", "1", "--json"]) == 2
+    assert "--windows: must be >= 1, got 0: no window would be replayed" in capsys.readouterr().err
+
+
+def test_multiregion_zero_windows_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert multiregion.main(["--windows", "0", "--json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ("python -m benchmarks.multiregion: error: --windows: must be >= 1, got 0: "
+                                         "no window would be replayed — e.g. --windows 100\n")

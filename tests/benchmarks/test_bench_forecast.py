@@ -32,3 +32,15 @@ def test_forecast_benchmark_json_on_twelve_real_tenants(
     assert res["models"]["last_week_peak"]["coverage_0.95"] > 0.9
     assert res["models"]["orglinear"]["mae"] < res["models"]["last_week_peak"]["mae"]
     assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(("args", "err"), [
+    (["--models", "nope"], "--models: unknown model(s) nope — use some of orglinear, "),
+    (["--stride", "0"], "--stride: must be >= 1, got 0 — see --help"),
+    (["--horizon", "241"], "--horizon: the demand has 744 h: no 241-hour forecast fits after the 504 training hours"),
+])
+def test_arguments_that_forecast_nothing_exit_2(args: list[str], err: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--json", *args]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith(f"python -m benchmarks.forecast: error: {err}")
+    assert out.err.count("\n") == 1

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from benchmarks import scheduler as bench
+from controlplane.errors import InvalidInput
+from policies.gpu_sim import simulate
+from policies.placement import TaskRequest
+from policies.schedulers import make_scheduler
+from policies.workloads import NodeSpec, SimTask, Workload
 
 KEYS = {"hp_jct", "hp_jct_p99", "hp_jqt", "spot_jct", "spot_jqt", "eviction_rate", "allocation_rate"}
 
@@ -33,11 +41,41 @@ def test_targets_logic() -> None:
     assert not bench.targets(res)["allocation rate >= YARN-CS"]
 
 
-def test_bad_scheduler_name_is_refused() -> None:
-    from controlplane.errors import InvalidInput
+def test_bad_scheduler_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--workload", "gfs-a100-low", "--schedulers", "nope", "--json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith("python -m benchmarks.scheduler: error: scheduler")
+    assert len(out.err.splitlines()) == 1
 
-    with pytest.raises(InvalidInput, match="scheduler"):
-        bench.main(["--workload", "gfs-a100-low", "--schedulers", "nope", "--json"])
+
+def test_a_static_snapshot_pod_list_exits_2_with_one_line(data_root: Path) -> None:
+    pods = data_root / "alibaba-openb" / "openb_pod_list_multigpu20.csv"
+    run = subprocess.run([sys.executable, "-m", "benchmarks.scheduler", "--workload", "openb", "--pods", str(pods),
+                          "--json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == (f"python -m benchmarks.scheduler: error: --pods {pods}: no creation_time, deletion_time, "
+                          "scheduled_time, qos columns — this pod list is a static snapshot and cannot be replayed; "
+                          "use openb_pod_list_default.csv or gpushare40.csv\n")
+
+
+def test_a_pod_list_with_nothing_to_replay_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pods = tmp_path / "pods.csv"  # valid, but no pod asks for a GPU
+    pods.write_text("name,num_gpu,gpu_milli,qos,creation_time,deletion_time,scheduled_time\n"
+                    "p0,0,0,LS,0,100,0\np1,0,0,BE,5,50,6\n")
+    assert bench.main(["--pods", str(pods), "--schedulers", "gfs", "--json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err == (f"python -m benchmarks.scheduler: error: --pods {pods}: no pod with GPUs and a known run time, "
+                       "so there is nothing to replay — use openb_pod_list_default.csv or gpushare40.csv, "
+                       "or more --days\n")
+
+
+def test_a_run_in_which_no_task_finished_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # the simulator runs every task that fits to completion: nothing finishes when no task fits a node
+    tasks = [SimTask(TaskRequest("big", "hp", 8, 1, None, "t"), 0.0, 60.0)]  # type: ignore[arg-type]
+    w = Workload("tiny", NodeSpec.uniform(1, 4), tasks, ("t",))
+    with pytest.raises(InvalidInput, match="none of 1 tasks finished under gfs"):
+        bench.check_did_work("tiny", "gfs", w, simulate(w, make_scheduler("gfs")))
 
 
 def test_plot_uses_a_log_scale_when_times_span_orders_of_magnitude(tmp_path) -> None:  # type: ignore[no-untyped-def]

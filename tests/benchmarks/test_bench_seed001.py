@@ -44,3 +44,10 @@ def test_checkpoint_json(capsys: pytest.CaptureFixture[str], tmp_path) -> None: 
     assert {"start_hours", "job_hours", "dp_increase_pct"} <= set(res["by_start_age"][0])
     assert res["schedule_5h_minutes"] and {"5h", "24h"} <= set(res["seconds"])
     assert all(r["dp_increase_pct"] <= r["young_daly_increase_pct"] + 1e-9 for r in res["fresh_vm"])
+
+
+def test_preemption_with_no_group_to_fit_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert preemption.main(["--max-groups", "0", "--json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ("python -m benchmarks.preemption: error: --max-groups: no (machine type, zone) "
+                                         "group of >= 40 VMs to fit — leave --max-groups out, or give 1 or more\n")

@@ -134,6 +134,31 @@ def test_config_without_market_resource_is_rejected() -> None:
         node_types_from_config(config)
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("available_node_types: {head: {resources: {CPU: 1}}\n", "is not valid YAML (line 2, column 1: expected ',' or '}'"),
+    ("- a\n- b\n", "must hold a mapping"),
+    ("head_node_type: head\navailable_node_types: {head: {resources: {CPU: 1}}}\n",
+     "the cluster config has no worker node types"),
+    ("available_node_types: {w: {resources: {spot: 1, GPU: many}}}\n",
+     "node type 'w': resources.GPU is 'many', not a number >= 0"),
+    ("available_node_types: {w: {resources: {spot: 1}, max_workers: -2}}\n",
+     "node type 'w': max_workers is -2, not a number >= 0"),
+    ("available_node_types: {w: {resources: {spot: 1}, max_workers: 1.5}}\n",
+     "node type 'w': max_workers 1.5 is not a whole number"),
+    ("available_node_types: [w]\n", "available_node_types must map each node type name to a mapping"),
+])
+def test_a_bad_cluster_yaml_is_one_config_error(tmp_path: Path, text: str, message: str) -> None:
+    from clusters.rayfleet import load_cluster_config
+
+    f = tmp_path / "cluster.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        node_types_from_config(load_cluster_config(f))
+    assert message in str(err.value) and "\n" not in str(err.value) and ConfigError.exit_code == 2
+    with pytest.raises(ConfigError, match="ray fleet: "):  # refused before any Ray is started
+        RayAutoscalerFleet.from_options(config=str(f), address="127.0.0.1:9")
+
+
 def test_first_available_walks_node_types_by_zone() -> None:
     state, clock = FakeState(), SimClock()
     fleet = logic_fleet(clock, state)

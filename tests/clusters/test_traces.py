@@ -9,7 +9,7 @@ import pytest
 
 from clusters.traces import DATASETS, DataCatalog, load_spot_trace
 from controlplane.config import DataDirSource, resolve_data_dir
-from controlplane.errors import DataNotFound, InvalidInput
+from controlplane.errors import BadDataFile, DataNotFound, InvalidInput
 
 
 def test_every_dataset_is_listed_present(catalog: DataCatalog) -> None:
@@ -64,7 +64,12 @@ def test_alibaba_tables(catalog: DataCatalog) -> None:
     assert len(openb) == 1213
     pods = catalog.openb_pods()
     assert len(pods) == 8152 and int((~pods.high_priority).sum()) == 3398
-    assert len(catalog.openb_pods("multigpu20")) > 0 and len(catalog.openb_pods("gpushare40")) > 0
+    assert len(catalog.openb_pods("gpushare40")) == 8152
+    snapshot = catalog.openb_pods("multigpu20", replay=False)
+    assert len(snapshot) > 0 and np.isnan(snapshot.creation_time).all() and set(snapshot.qos) == {""}
+    with pytest.raises(BadDataFile, match="no creation_time, deletion_time, scheduled_time, qos columns — this "
+                       "pod list is a static snapshot and cannot be replayed; use openb_pod_list_default.csv"):
+        catalog.openb_pods("multigpu20")
 
 
 def test_dlrm_demand_is_156_tenants_by_744_hours(catalog: DataCatalog) -> None:
@@ -94,8 +99,10 @@ def test_window_past_the_end_is_refused(catalog: DataCatalog) -> None:
 def test_corrupt_trace_is_reported(tmp_path: Path) -> None:
     bad = tmp_path / "x.json"
     bad.write_text('{"name": "x"}')
-    with pytest.raises(Exception, match="not a normalised spot trace"):
+    with pytest.raises(BadDataFile) as err:
         load_spot_trace(bad)
+    assert str(err.value) == f"{bad}, column 'gap_seconds': missing — re-run `spotplane data fetch`, or see the " \
+        "spot trace format in shared/data/README.md"
 
 
 def test_data_dir_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,49 @@ def test_yaml_errors_name_the_field(tmp_path: Path) -> None:
         load_submission(tmp_path / "missing.yaml")
 
 
+@pytest.mark.parametrize(("text", "field", "message"), [
+    ("name: a\ncompute_hours: 1\nname: b\n", "file", "is not valid YAML (line 3, column 1: key 'name' appears twice)"),
+    ("name: [unclosed\n", "file", "is not valid YAML (line 2, column 1: expected ',' or ']', but got '<stream end>')"),
+    ("", "file", "must hold a mapping"),
+    ("name: a\n", "job.compute_hours", "Field required"),
+    ("name: a\ncompute_hours: nan\n", "job.compute_hours", "Input should be less than or equal to 10000"),
+    ("name: a\ncompute_hours: -1\n", "job.compute_hours", "Input should be greater than 0"),
+    ("name: a\ncompute_hours: 1\ngpus: 2\n", "job.gpus", "Extra inputs are not permitted"),
+    ("jobs:\n  - {name: a, compute_hours: 1}\n  - {name: b, compute_hours: ten}\n", "jobs[1].compute_hours",
+     "Input should be a valid number, unable to parse string as a number"),
+    ("jobs: []\nbag: {name: s, template: {name: s, compute_hours: 1}, params: []}\n", "bag.params",
+     "List should have at least 1 item after validation, not 0"),
+    ("jobs: []\ndefaults: {kind: hp}\n", "defaults", "unknown top-level key"),
+    ("name: a\nkind: deadline\ncompute_hours: 10\n", "job",
+     "deadline_hours: a deadline job needs deadline_hours (or deadline)"),
+])
+def test_a_bad_job_file_is_one_line_naming_the_entry_and_field(tmp_path: Path, text: str, field: str,
+                                                               message: str) -> None:
+    f = tmp_path / "jobs.yaml"
+    f.write_text(text)
+    with pytest.raises(InvalidInput) as err:
+        load_submission(f)
+    assert err.value.field == field and message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_bad_second_job_submits_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "jobs.yaml"
+    f.write_text("jobs:\n  - {name: a, compute_hours: 1}\n  - {name: b, kind: deadline, compute_hours: 9, "
+                 "deadline_hours: 5}\n")
+    # no server listens on port 9: exit 2 before any request is tried proves nothing was sent
+    assert main(["submit", str(f), "--url", "http://127.0.0.1:9", "--token", "t"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spotplane: error: jobs[1]: deadline_hours: 5.0 h is less than compute_hours + "
+                          "overhead_hours = 9.05 h") and err.count("\n") == 1
+
+
+def test_a_job_file_that_is_not_text_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "jobs.yaml"
+    f.write_bytes(b"\xff\xfe\x00\x01")
+    with pytest.raises(InvalidInput, match=r"^file: .* is not UTF-8 text — save the job file as UTF-8 YAML$"):
+        load_submission(f)
+
+
 def test_submit_of_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["submit", str(tmp_path / "nope.yaml"), "--url", "http://127.0.0.1:9", "--token", "t"])
     assert rc == 2

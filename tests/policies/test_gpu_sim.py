@@ -131,3 +131,16 @@ def test_gfs_queue_sorts_by_gpus_per_pod_then_pods_then_submission() -> None:
     r = simulate(wl(tasks), make_scheduler("gfs"))
     assert r.records["gang"].jqt_s == pytest.approx(0.9 * H)
     assert r.records["two"].jqt_s == pytest.approx(1.8 * H)
+
+
+@pytest.mark.parametrize("scheduler", ["gfs", "lyra"])  # the sorted drain and the heap drain
+def test_queued_shapes_that_differ_only_by_gpu_model_none_are_ordered(scheduler: str) -> None:
+    # "any" and "A100" 8-GPU tasks queue at the same instant behind a blocker: their order keys tie,
+    # so the drain falls back on the shapes, one of whose GPU models is None
+    blocker = task("blocker", "hp", 8, 0, 2)
+    anyone = SimTask(TaskRequest("any", "hp", 8, 1, None, "t"), 1 * H, 1 * H)  # type: ignore[arg-type]
+    a100 = SimTask(TaskRequest("a100", "hp", 8, 1, ("A100",), "t"), 1 * H, 1 * H)  # type: ignore[arg-type]
+    r = simulate(wl([blocker, anyone, a100]), make_scheduler(scheduler), SimConfig(check_invariants=True))
+    assert r.hp.finished == 3
+    assert r.records["any"].finish_s == pytest.approx(3 * H)  # None sorts first: runs 2 h-3 h
+    assert r.records["a100"].finish_s == pytest.approx(4 * H)
