@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from fastapi import Body, FastAPI, Header, HTTPException, Query, Request, Security
+from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
@@ -82,7 +82,33 @@ log = logging.getLogger(__name__)
 APP_NAME = "spotplane"
 API = "/v1"
 
+def _query_names(route: Any) -> frozenset[str]:
+    """The query parameters a route declares (its own and its dependencies')."""
+    names: set[str] = set()
+    stack = [route.dependant]
+    while stack:
+        dependant = stack.pop()
+        names.update(p.alias for p in dependant.query_params)
+        stack.extend(dependant.dependencies)
+    return frozenset(names)
+
+
+def refuse_unknown_query(request: Request) -> None:
+    """Strict query strings: a parameter the route does not take is a 422, not silently ignored
+    (``?stat=RUNNING`` would otherwise list every job)."""
+    route = request.scope.get("route")
+    if route is None or not request.query_params:
+        return
+    known = _query_names(route)
+    unknown = [k for k in request.query_params if k not in known]
+    if unknown:
+        raise RequestValidationError([
+            {"type": "extra_forbidden", "loc": ("query", k), "msg": "unknown query parameter"}
+            for k in unknown])
+
+
 app = FastAPI(
+    dependencies=[Depends(refuse_unknown_query)],
     title="spotplane",
     version=__version__,
     description=(
@@ -198,6 +224,10 @@ _HTTP_FIX = {
 @app.exception_handler(StarletteHTTPException)
 async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     """Starlette's and FastAPI's own errors (unknown route, wrong method, too large)."""
+    if exc.status_code == 400:  # a body FastAPI could not decode (not UTF-8 JSON): bad input
+        err = FieldError(field="body", message=f"cannot be read: {exc.detail}",
+                         fix="send a UTF-8 JSON object with the fields listed at /docs")
+        return _unprocessable(request, [err])
     headers = dict(exc.headers or {})
     return error_response(request.app, exc.status_code, str(exc.detail),
                           _HTTP_FIX.get(exc.status_code), headers=headers or None)
@@ -223,8 +253,9 @@ def _declared(*codes: int) -> dict[int | str, dict[str, Any]]:
         429: "too many requests or too many unfinished jobs; see Retry-After",
         500: "internal error",
     }
-    out: dict[int | str, dict[str, Any]] = {
-        c: {"model": ErrorBody, "description": text[c]} for c in codes}
+    json_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    out: dict[int | str, dict[str, Any]] = {  # JSON even where the route answers text (/metrics)
+        c: {"model": ErrorBody, "description": text[c], "content": json_body} for c in codes}
     if 429 in out:
         out[429]["headers"] = {"Retry-After": {"description": "seconds to wait",
                                                "schema": {"type": "integer"}}}
