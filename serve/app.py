@@ -82,18 +82,25 @@ log = logging.getLogger(__name__)
 APP_NAME = "spotplane"
 API = "/v1"
 
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
 def _query_names(route: Any) -> frozenset[str]:
-    """The query parameters a route declares (its own and its dependencies')."""
+    """The query parameters a route declares (its own and its dependencies'), cached per route."""
+    known = _QUERY_NAMES.get(id(route))
+    if known is not None:
+        return known
     names: set[str] = set()
     stack = [route.dependant]
     while stack:
         dependant = stack.pop()
         names.update(p.alias for p in dependant.query_params)
         stack.extend(dependant.dependencies)
-    return frozenset(names)
+    known = _QUERY_NAMES[id(route)] = frozenset(names)
+    return known
 
 
-def refuse_unknown_query(request: Request) -> None:
+async def refuse_unknown_query(request: Request) -> None:
     """Strict query strings: a parameter the route does not take is a 422, not silently ignored
     (``?stat=RUNNING`` would otherwise list every job)."""
     route = request.scope.get("route")
