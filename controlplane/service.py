@@ -258,6 +258,7 @@ class ControlPlaneService:
         tenant_id: str | None = None,
         limit: int = 1000,
         offset: int = 0,
+        max_bytes: int | None = None,
     ) -> list[Job]:
         scope = principal.scope
         if principal.is_admin:
@@ -266,7 +267,8 @@ class ControlPlaneService:
             return []  # another tenant's jobs do not exist for this caller
         states = list(state) if state else None
         return self.store.list_jobs(
-            scope, state=states, kind=kind, bag_id=bag_id, limit=limit, offset=offset
+            scope, state=states, kind=kind, bag_id=bag_id, limit=limit, offset=offset,
+            max_bytes=max_bytes,
         )
 
     def get_job(self, principal: Principal, job_id: str) -> Job:

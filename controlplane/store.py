@@ -353,8 +353,9 @@ class Store:
     def list_jobs(self, tenant_id: str | None = None, *,
                   state: JobState | str | Iterable[JobState | str] | None = None,
                   kind: JobKind | str | None = None, bag_id: str | None = None,
-                  limit: int = 1000, offset: int = 0) -> list[Job]:
-        """Jobs, oldest first; ``tenant_id=None`` means every tenant (admin views)."""
+                  limit: int = 1000, offset: int = 0, max_bytes: int | None = None) -> list[Job]:
+        """Jobs, oldest first; ``tenant_id=None`` means every tenant (admin views); with
+        ``max_bytes`` reading stops after the stored bodies pass it."""
         where, args = [], []  # type: ignore[var-annotated]
         if tenant_id is not None:
             where.append("tenant_id = ?")
@@ -373,7 +374,22 @@ class Store:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq LIMIT ? OFFSET ?"
+        if max_bytes is not None:
+            return [self._job(b, c) for b, c in self._q_bytes(sql, [*args, limit, offset], max_bytes)]
         return [self._job(b, c) for b, c in self._q(sql, [*args, limit, offset])]
+
+    def _q_bytes(self, sql: str, args: Sequence[Any], max_bytes: int) -> list[tuple[Any, ...]]:
+        """Rows of ``sql`` (body first) until their bodies pass ``max_bytes``: the row that
+        passes it is the last one read, so a caller capping its answer knows it was cut."""
+        out: list[tuple[Any, ...]] = []
+        size = 0
+        with self._lock:
+            for row in self._db.execute(sql, args):
+                out.append(row)
+                size += len(row[0])
+                if size > max_bytes:
+                    break
+        return out
 
     def get_job(self, job_id: str, tenant_id: str | None = None) -> Job:
         """One job; NotFound when it does not exist *or* belongs to another tenant."""

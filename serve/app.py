@@ -555,7 +555,7 @@ class SpotplaneAPI:
         at most the list byte cap (then ``X-Spotplane-Next-Offset`` says where to go on)."""
         jobs = self.service.list_jobs(
             self._who(creds), state=state, kind=kind, bag_id=bag_id, tenant_id=tenant_id,
-            limit=limit, offset=offset,
+            limit=limit, offset=offset, max_bytes=self.limits.max_list_bytes,
         )
         return self._list([JobView.of(j) for j in jobs], offset)
 
