@@ -26,6 +26,7 @@ import hashlib
 import heapq
 import json
 import logging
+import os
 import sqlite3
 import threading
 import zlib
@@ -201,7 +202,9 @@ class SimulatedFleet:
 
     # -- persistence (the cloud's own database) ------------------------------------------------
     def _open(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))  # owner only; -wal/-shm follow
+        path.chmod(0o600)
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
                                    timeout=60)
         self._db.execute("PRAGMA journal_mode = WAL")

@@ -9,15 +9,80 @@ says ``_hours``.
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
+import unicodedata
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
 
 from controlplane.errors import Conflict
 
 HOUR = 3600.0
+
+# Input limits of a job's free-form parts (the API's body-size cap bounds the rest).
+MAX_ENV_VARS = 64
+MAX_ENV_VALUE = 4096
+MAX_PARAMS_DEPTH = 8
+MAX_DEADLINE_S = 1e12  # absolute deadlines: ~31,700 years of control-plane seconds
+
+# Strict scalars: a JSON string is not an int, a boolean is not a number.
+StrictInt = Annotated[int, Strict()]
+StrictFloat = Annotated[float, Strict()]
+StrictBool = Annotated[bool, Strict()]
+
+# Unicode categories never allowed in a name or key: controls (NUL, CR, LF...), format characters
+# (bidi overrides such as U+202E, zero-width joiners), line/paragraph separators, unassigned.
+_UNPRINTABLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def unprintable(text: str, *, allow: str = "") -> str | None:
+    """The first character of ``text`` that may not appear in a name (as ``U+XXXX``), else None."""
+    for ch in text:
+        if ch not in allow and unicodedata.category(ch) in _UNPRINTABLE:
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+def _printable(text: str) -> str:
+    bad = unprintable(text)
+    if bad is not None:
+        raise ValueError(f"contains the control or format character {bad}; "
+                         "use printable characters only")
+    return text
+
+
+def _printable_command(text: str) -> str:
+    bad = unprintable(text, allow="\t\n")
+    if bad is not None:
+        raise ValueError(f"contains the control or format character {bad}; "
+                         "use printable characters (tabs and newlines allowed)")
+    return text
+
+
+def _finite_tree(value: Any, path: str, depth: int = 0) -> None:
+    """Refuse non-finite numbers, unprintable keys and deep nesting anywhere in a JSON value."""
+    if depth > MAX_PARAMS_DEPTH:
+        raise ValueError(f"{path}: nested deeper than {MAX_PARAMS_DEPTH} levels; flatten it")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{path}: {value} is not a finite number; send a finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            bad = unprintable(str(k))
+            if bad is not None:
+                raise ValueError(f"{path}: key {str(k)!r} contains the control or format "
+                                 f"character {bad}; use printable characters only")
+            _finite_tree(v, f"{path}.{k}", depth + 1)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _finite_tree(v, f"{path}[{i}]", depth + 1)
+
+
+Name = Annotated[str, AfterValidator(_printable)]
+Command = Annotated[str, AfterValidator(_printable_command)]
+EnvKey = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvValue = Annotated[str, Field(max_length=MAX_ENV_VALUE), AfterValidator(_printable_command)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,11 +191,11 @@ def new_id(prefix: str) -> str:
 class TenantSpec(BaseModel):
     """What an admin gives to create a tenant."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                       description="Unique tenant name (letters, digits, _ . -).")
-    max_gpus: int = Field(default=64, ge=1, le=100_000, description="GPU limit across all jobs.")
+    max_gpus: StrictInt = Field(default=64, ge=1, le=100_000, description="GPU limit across all jobs.")
 
 
 class Tenant(BaseModel):
@@ -147,33 +212,36 @@ class Tenant(BaseModel):
 class JobSpec(BaseModel):
     """A job as submitted: validated here, so nothing invalid reaches the store."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, max_length=128, description="Free-form job name.")
+    name: Name = Field(min_length=1, max_length=128, description="Free-form job name (printable).")
     kind: JobKind = Field(default=JobKind.SPOT, description="hp | spot | deadline")
-    gpus_per_worker: int = Field(default=1, ge=1, le=64)
-    workers: int = Field(default=1, ge=1, le=256, description="Gang size: all workers or none.")
-    accelerator: str | None = Field(default=None, max_length=32,
+    gpus_per_worker: StrictInt = Field(default=1, ge=1, le=64)
+    workers: StrictInt = Field(default=1, ge=1, le=256, description="Gang size: all workers or none.")
+    accelerator: str | None = Field(default=None, max_length=32, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
                                     description="GPU model (V100, H100); null = any.")
-    compute_hours: float = Field(gt=0, le=10_000, description="Estimated compute hours C.")
-    deadline_hours: float | None = Field(
+    compute_hours: StrictFloat = Field(gt=0, le=10_000, description="Estimated compute hours C.")
+    deadline_hours: StrictFloat | None = Field(
         default=None, gt=0, le=100_000,
         description="Deadline relative to submission (deadline jobs; or give `deadline`).")
-    deadline: float | None = Field(default=None, ge=0,
-                                   description="Absolute deadline, control-plane seconds.")
-    overhead_hours: float = Field(default=0.05, ge=0, le=24, description="Changeover overhead d.")
-    checkpoint_hours: float = Field(default=0.005, ge=0, le=24,
-                                    description="Time to write one checkpoint (delta).")
-    entrypoint: str | None = Field(default=None, max_length=4096,
-                                   description="Command to run; null = simulated workload.")
+    deadline: StrictFloat | None = Field(default=None, ge=0, le=MAX_DEADLINE_S,
+                                         description="Absolute deadline, control-plane seconds.")
+    overhead_hours: StrictFloat = Field(default=0.05, ge=0, le=24, description="Changeover overhead d.")
+    checkpoint_hours: StrictFloat = Field(default=0.005, ge=0, le=24,
+                                          description="Time to write one checkpoint (delta).")
+    entrypoint: Command | None = Field(default=None, max_length=4096,
+                                       description="Command to run; null = simulated workload.")
     workload: Literal["simulated"] | None = None
     params: dict[str, Any] = Field(default_factory=dict, description="Parameters (bags).")
-    env: dict[str, str] = Field(default_factory=dict)
-    replicas: int = Field(default=1, ge=1, le=64, description="Executor replicas (issue 7).")
-    bag_id: str | None = None
+    env: dict[EnvKey, EnvValue] = Field(
+        default_factory=dict, max_length=MAX_ENV_VARS,
+        description=f"Environment variables (at most {MAX_ENV_VARS}, values up to {MAX_ENV_VALUE} characters).")
+    replicas: StrictInt = Field(default=1, ge=1, le=64, description="Executor replicas (issue 7).")
+    bag_id: str | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
+        _finite_tree(self.params, "params")
         if self.kind is JobKind.DEADLINE:
             if self.deadline_hours is None and self.deadline is None:
                 raise ValueError("deadline_hours: a deadline job needs deadline_hours (or deadline); "
@@ -202,6 +270,8 @@ class JobSpec(BaseModel):
 
 class Job(BaseModel):
     """A stored job with its state, progress and cost."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # a non-finite number is never stored
 
     id: str
     tenant_id: str
@@ -264,17 +334,19 @@ class Job(BaseModel):
 class BagSpec(BaseModel):
     """One submission of many parameter sets of one entrypoint (or simulated workload)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, max_length=128)
+    name: Name = Field(min_length=1, max_length=120,
+                       description="Bag name; its jobs are named NAME-0, NAME-1, ...")
     template: JobSpec = Field(description="Every field of each job except its params.")
     params: list[dict[str, Any]] = Field(min_length=1, max_length=10_000,
                                          description="One parameter set per job.")
-    compute_hours: list[float] | None = Field(
+    compute_hours: list[Annotated[StrictFloat, Field(gt=0, le=10_000)]] | None = Field(
         default=None, description="Per-job compute hours (simulated bags); default: template's.")
 
     @model_validator(mode="after")
     def _check(self) -> BagSpec:
+        _finite_tree(self.params, "params")
         if self.compute_hours is not None:
             if len(self.compute_hours) != len(self.params):
                 raise ValueError(f"compute_hours: {len(self.compute_hours)} values for "
@@ -285,6 +357,8 @@ class BagSpec(BaseModel):
 
 
 class Bag(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
+
     id: str
     tenant_id: str
     name: str

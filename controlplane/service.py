@@ -9,11 +9,13 @@ views raise :class:`Forbidden`.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from controlplane.models import (
     ZoneInfo,
     hash_token,
 )
-from controlplane.store import Store
+from controlplane.store import IdempotentCall, Store, StoredAnswer
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,34 @@ class Forbidden(SpotplaneError):
     """An admin-only action called with a tenant's token."""
 
     exit_code = 2
+
+
+class RateLimited(SpotplaneError):
+    """Too many requests, or too much work in flight: retry after ``retry_after_s`` seconds."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, retry_after_s: float, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """Per-tenant caps on submissions (the API's limits; generous by default)."""
+
+    max_jobs_in_flight: int = 10_000
+    max_bag_jobs: int = 1000
+    in_flight_retry_s: float = 60.0
+
+
+Render = Callable[[Bag | None, Sequence[Job]], str]
+
+
+def fingerprint(route: str, tenant_id: str, body: dict[str, Any]) -> str:
+    """A digest of one submission, to tell a retry from another request under the same key."""
+    text = json.dumps({"route": route, "tenant": tenant_id, "body": body}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def db_path(state_dir: str | Path) -> Path:
@@ -81,17 +111,18 @@ class Principal:
 class ControlPlaneService:
     """Every operation of the API, checked and scoped to a principal."""
 
-    def __init__(self, store: Store, admin_token_hash: str) -> None:
+    def __init__(self, store: Store, admin_token_hash: str, caps: Caps | None = None) -> None:
         self.store = store
+        self.caps = caps or Caps()
         self._admin_hash = admin_token_hash
         self._tokens: dict[str, Tenant] = {}  # token hash -> tenant (tokens never change)
         self._lock = threading.Lock()
         self._accelerators: tuple[float, set[str]] = (0.0, set())
 
     @classmethod
-    def open(cls, path: str | Path, admin_token_hash: str) -> ControlPlaneService:
+    def open(cls, path: str | Path, admin_token_hash: str, caps: Caps | None = None) -> ControlPlaneService:
         """A service on its own connection to the store at ``path``."""
-        return cls(Store(path), admin_token_hash)
+        return cls(Store(path), admin_token_hash, caps)
 
     # -- authentication ------------------------------------------------------------------------
     def authenticate(self, token: str | None) -> Principal:
@@ -178,7 +209,44 @@ class ControlPlaneService:
         self._check_spec(tenant, spec)
         if spec.bag_id is not None:
             self.store.get_bag(spec.bag_id, tenant.id)
+        self._check_in_flight(tenant, 1)
         return self.store.submit_job(tenant.id, spec)
+
+    def submit_job_once(self, principal: Principal, spec: JobSpec, key: str, render: Render,
+                        tenant_id: str | None = None) -> StoredAnswer:
+        """Submit under an Idempotency-Key: the first call creates the job, a retry gets its answer."""
+        tenant = self._submitter(principal, tenant_id)
+        call = IdempotentCall(key, fingerprint("jobs", tenant.id, spec.model_dump(mode="json")), render)
+        earlier = self._replay(tenant.id, call)
+        if earlier is not None:
+            return earlier
+        self._check_spec(tenant, spec)
+        if spec.bag_id is not None:
+            self.store.get_bag(spec.bag_id, tenant.id)
+        self._check_in_flight(tenant, 1)
+        return self._same_request(self.store.submit_jobs_once(tenant.id, [spec], call), call)
+
+    def _replay(self, tenant_id: str, call: IdempotentCall) -> StoredAnswer | None:
+        earlier = self.store.idempotent_answer(tenant_id, call.key)
+        return None if earlier is None else self._same_request(earlier, call)
+
+    @staticmethod
+    def _same_request(answer: StoredAnswer, call: IdempotentCall) -> StoredAnswer:
+        if answer.fingerprint != call.fingerprint:
+            raise InvalidInput(
+                "Idempotency-Key", f"key {call.key!r} was already used for a different request",
+                fix="send a new key for a new request; reuse a key only to retry the same body")
+        return answer
+
+    def _check_in_flight(self, tenant: Tenant, adding: int) -> None:
+        """Refuse (429) a submission that would leave more than the cap of unfinished jobs."""
+        cap = self.caps.max_jobs_in_flight
+        in_flight = self.store.jobs_in_flight(tenant.id)
+        if in_flight + adding > cap:
+            raise RateLimited(
+                f"tenant {tenant.name} has {in_flight} unfinished jobs; {adding} more would pass "
+                f"the cap of {cap}", retry_after_s=self.caps.in_flight_retry_s,
+                fix="wait for jobs to finish (or cancel some), then retry")
 
     def list_jobs(
         self,
@@ -190,6 +258,7 @@ class ControlPlaneService:
         tenant_id: str | None = None,
         limit: int = 1000,
         offset: int = 0,
+        max_bytes: int | None = None,
     ) -> list[Job]:
         scope = principal.scope
         if principal.is_admin:
@@ -198,7 +267,8 @@ class ControlPlaneService:
             return []  # another tenant's jobs do not exist for this caller
         states = list(state) if state else None
         return self.store.list_jobs(
-            scope, state=states, kind=kind, bag_id=bag_id, limit=limit, offset=offset
+            scope, state=states, kind=kind, bag_id=bag_id, limit=limit, offset=offset,
+            max_bytes=max_bytes,
         )
 
     def get_job(self, principal: Principal, job_id: str) -> Job:
@@ -218,8 +288,27 @@ class ControlPlaneService:
         self, principal: Principal, spec: BagSpec, tenant_id: str | None = None
     ) -> tuple[Bag, list[Job]]:
         tenant = self._submitter(principal, tenant_id)
-        self._check_spec(tenant, spec.template, "template.")
+        self._check_bag(tenant, spec)
         return self.store.create_bag(tenant.id, spec)
+
+    def submit_bag_once(self, principal: Principal, spec: BagSpec, key: str, render: Render,
+                        tenant_id: str | None = None) -> StoredAnswer:
+        """:meth:`submit_bag` under an Idempotency-Key (see :meth:`submit_job_once`)."""
+        tenant = self._submitter(principal, tenant_id)
+        call = IdempotentCall(key, fingerprint("bags", tenant.id, spec.model_dump(mode="json")), render)
+        earlier = self._replay(tenant.id, call)
+        if earlier is not None:
+            return earlier
+        self._check_bag(tenant, spec)
+        return self._same_request(self.store.create_bag_once(tenant.id, spec, call), call)
+
+    def _check_bag(self, tenant: Tenant, spec: BagSpec) -> None:
+        if len(spec.params) > self.caps.max_bag_jobs:
+            raise InvalidInput(
+                "params", f"{len(spec.params)} parameter sets is more than the bag cap of "
+                f"{self.caps.max_bag_jobs}", fix="split the sweep into several bags")
+        self._check_spec(tenant, spec.template, "template.")
+        self._check_in_flight(tenant, len(spec.params))
 
     def list_bags(self, principal: Principal) -> list[Bag]:
         return self.store.list_bags(principal.scope)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +100,41 @@ CREATE TABLE IF NOT EXISTS quotas (
 CREATE TABLE IF NOT EXISTS forecasts (tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS idempotency (
+  tenant_id TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
+  response TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tenant_id, key));
 """
 
 INTENT_PENDING = "pending"
 INTENT_DONE = "done"
 INTENT_FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class IdempotentCall:
+    """A submission carrying an Idempotency-Key: the key, a digest of the request, and how to
+    render the answer (status 201) that a retry with the same key gets back verbatim."""
+
+    key: str
+    fingerprint: str
+    render: Callable[[Bag | None, Sequence[Job]], str]
+
+
+@dataclass(frozen=True)
+class StoredAnswer:
+    """The answer recorded for an Idempotency-Key; ``replayed`` when it was not created now."""
+
+    fingerprint: str
+    status: int
+    body: str
+    replayed: bool
+
+
+def private_file(path: Path) -> None:
+    """Create ``path`` (if missing) readable and writable by its owner only, or make it so."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    os.close(fd)
+    os.chmod(path, 0o600)
 
 
 class Intent(BaseModel):
@@ -130,7 +162,8 @@ class Store:
     def __init__(self, path: str | Path, *, timeout_s: float = 60.0) -> None:
         self.path = Path(path)
         if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_file(self.path)  # SQLite gives its -wal and -shm files the same mode
         self._lock = threading.RLock()
         self._db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None,
                                    check_same_thread=False)
@@ -252,6 +285,44 @@ class Store:
             self._insert_jobs(db, jobs)
         return jobs
 
+    def submit_jobs_once(self, tenant_id: str, specs: Sequence[JobSpec], call: IdempotentCall, *,
+                         now: float | None = None) -> StoredAnswer:
+        """:meth:`submit_jobs` at most once per (tenant, key): the jobs and the key's answer are
+        written in one transaction; a later call with the key returns that answer, creating nothing."""
+        self.get_tenant(tenant_id)
+        t = self.control_time() if now is None else now
+        jobs = [self._new_job(tenant_id, s, t) for s in specs]
+        return self._once(tenant_id, call, None, jobs, t)
+
+    def idempotent_answer(self, tenant_id: str, key: str) -> StoredAnswer | None:
+        """The answer recorded for ``key`` of ``tenant_id``, if any."""
+        rows = self._q("SELECT fingerprint, status, response FROM idempotency "
+                       "WHERE tenant_id = ? AND key = ?", (tenant_id, key))
+        return StoredAnswer(rows[0][0], rows[0][1], rows[0][2], True) if rows else None
+
+    def _once(self, tenant_id: str, call: IdempotentCall, bag: Bag | None, jobs: Sequence[Job],
+              now: float) -> StoredAnswer:
+        body = call.render(bag, jobs)
+        with self._tx() as db:
+            row = db.execute("SELECT fingerprint, status, response FROM idempotency "
+                             "WHERE tenant_id = ? AND key = ?", (tenant_id, call.key)).fetchone()
+            if row is not None:
+                return StoredAnswer(row[0], row[1], row[2], True)
+            if bag is not None:
+                db.execute("INSERT INTO bags VALUES (?, ?, ?, ?)",
+                           (bag.id, tenant_id, now, bag.model_dump_json()))
+            self._insert_jobs(db, jobs)
+            db.execute("INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
+                       (tenant_id, call.key, call.fingerprint, 201, body, now))
+        return StoredAnswer(call.fingerprint, 201, body, False)
+
+    def jobs_in_flight(self, tenant_id: str) -> int:
+        """How many of the tenant's jobs are not finished yet."""
+        states = [s.value for s in ACTIVE_STATES]
+        rows = self._q(f"SELECT COUNT(*) FROM jobs WHERE tenant_id = ? AND state IN "
+                       f"({','.join('?' * len(states))})", [tenant_id, *states])
+        return int(rows[0][0])
+
     def _new_job(self, tenant_id: str, spec: JobSpec, now: float) -> Job:
         if not isinstance(spec, JobSpec):
             raise InvalidInput("spec", "must be a validated JobSpec", fix="JobSpec(**body)")
@@ -282,8 +353,9 @@ class Store:
     def list_jobs(self, tenant_id: str | None = None, *,
                   state: JobState | str | Iterable[JobState | str] | None = None,
                   kind: JobKind | str | None = None, bag_id: str | None = None,
-                  limit: int = 1000, offset: int = 0) -> list[Job]:
-        """Jobs, oldest first; ``tenant_id=None`` means every tenant (admin views)."""
+                  limit: int = 1000, offset: int = 0, max_bytes: int | None = None) -> list[Job]:
+        """Jobs, oldest first; ``tenant_id=None`` means every tenant (admin views); with
+        ``max_bytes`` reading stops after the stored bodies pass it."""
         where, args = [], []  # type: ignore[var-annotated]
         if tenant_id is not None:
             where.append("tenant_id = ?")
@@ -302,7 +374,22 @@ class Store:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq LIMIT ? OFFSET ?"
+        if max_bytes is not None:
+            return [self._job(b, c) for b, c in self._q_bytes(sql, [*args, limit, offset], max_bytes)]
         return [self._job(b, c) for b, c in self._q(sql, [*args, limit, offset])]
+
+    def _q_bytes(self, sql: str, args: Sequence[Any], max_bytes: int) -> list[tuple[Any, ...]]:
+        """Rows of ``sql`` (body first) until their bodies pass ``max_bytes``: the row that
+        passes it is the last one read, so a caller capping its answer knows it was cut."""
+        out: list[tuple[Any, ...]] = []
+        size = 0
+        with self._lock:
+            for row in self._db.execute(sql, args):
+                out.append(row)
+                size += len(row[0])
+                if size > max_bytes:
+                    break
+        return out
 
     def get_job(self, job_id: str, tenant_id: str | None = None) -> Job:
         """One job; NotFound when it does not exist *or* belongs to another tenant."""
@@ -358,6 +445,22 @@ class Store:
         """Store a bag and one PENDING job per parameter set (one transaction)."""
         self.get_tenant(tenant_id)
         t = self.control_time() if now is None else now
+        bag, jobs = self._new_bag(tenant_id, spec, t)
+        with self._tx() as db:
+            db.execute("INSERT INTO bags VALUES (?, ?, ?, ?)",
+                       (bag.id, tenant_id, t, bag.model_dump_json()))
+            self._insert_jobs(db, jobs)
+        return bag, jobs
+
+    def create_bag_once(self, tenant_id: str, spec: BagSpec, call: IdempotentCall, *,
+                        now: float | None = None) -> StoredAnswer:
+        """:meth:`create_bag` at most once per (tenant, key), like :meth:`submit_jobs_once`."""
+        self.get_tenant(tenant_id)
+        t = self.control_time() if now is None else now
+        bag, jobs = self._new_bag(tenant_id, spec, t)
+        return self._once(tenant_id, call, bag, jobs, t)
+
+    def _new_bag(self, tenant_id: str, spec: BagSpec, now: float) -> tuple[Bag, list[Job]]:
         bag_id = new_id("bag")
         jobs = []
         for i, params in enumerate(spec.params):
@@ -365,13 +468,9 @@ class Store:
             js = spec.template.model_copy(update={
                 "name": f"{spec.name}-{i}", "params": params, "bag_id": bag_id,
                 "compute_hours": hours})
-            jobs.append(self._new_job(tenant_id, JobSpec.model_validate(js.model_dump()), t))
-        bag = Bag(id=bag_id, tenant_id=tenant_id, name=spec.name, created_at=t, jobs=len(jobs),
+            jobs.append(self._new_job(tenant_id, JobSpec.model_validate(js.model_dump()), now))
+        bag = Bag(id=bag_id, tenant_id=tenant_id, name=spec.name, created_at=now, jobs=len(jobs),
                   estimate_hours=spec.template.compute_hours, job_ids=[j.id for j in jobs])
-        with self._tx() as db:
-            db.execute("INSERT INTO bags VALUES (?, ?, ?, ?)",
-                       (bag.id, tenant_id, t, bag.model_dump_json()))
-            self._insert_jobs(db, jobs)
         return bag, jobs
 
     def get_bag(self, bag_id: str, tenant_id: str | None = None) -> Bag:

@@ -91,6 +91,13 @@ def check_not_running(state_dir: Path) -> None:
                       fix="stop it with `spotplane down`, or use another --state-dir")
 
 
+def private_dir(state_dir: Path) -> None:
+    """The state directory, created if missing, readable by its owner only (0700): it holds the
+    store (job env, token hashes), the fleet's database and the endpoint file."""
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    state_dir.chmod(0o700)
+
+
 def move_aside(state_dir: Path) -> None:
     """``--fresh``: keep the old databases under a timestamped name instead of deleting them."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -175,7 +182,7 @@ def supervise(cmd: list[str], env: dict[str, str]) -> int:
 
 def run_up(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else load_settings().state_dir.expanduser()
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(state_dir)
     check_not_running(state_dir)
     check_fleet(args.fleet)
     executor_options(args, state_dir)  # a bad --artifacts fails here, before Ray starts

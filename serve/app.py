@@ -4,23 +4,33 @@
 :class:`SpotplaneAPI`; every handler authenticates the bearer token, then calls the
 :class:`~controlplane.service.ControlPlaneService` (never SQLite directly). Errors map to HTTP:
 InvalidInput 422 (field and fix), Unauthorized 401, Forbidden 403, NotFound 404 (also for other
-tenants' things), Conflict 409.
+tenants' things), Conflict 409, body too large 413, RateLimited 429 (with Retry-After); every
+one of them, FastAPI's and Starlette's included, has the one :class:`ErrorBody`.
+
+:class:`Gate`, an ASGI middleware, runs before any body is read: it checks the token (401),
+the tenant's request rate (429) and the declared body size (413), and caps a chunked body as it
+streams in, so an unauthenticated or oversized post costs nothing.
 """
 
 
+import hmac
 import logging
 import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
-from fastapi import Body, FastAPI, Query, Request, Security
+from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import BaseModel, ValidationError
 from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controlplane import __version__
 from controlplane.errors import (
@@ -37,6 +47,7 @@ from controlplane.models import (
     Decision,
     Event,
     ForecastRow,
+    Job,
     JobKind,
     JobSpec,
     JobState,
@@ -46,8 +57,10 @@ from controlplane.models import (
     TenantSpec,
     ZoneInfo,
 )
-from controlplane.service import ControlPlaneService, Forbidden, Principal
+from controlplane.service import Caps, ControlPlaneService, Forbidden, Principal, RateLimited
+from controlplane.store import StoredAnswer
 from serve.auth import bearer_scheme, bearer_token, hash_token
+from serve.limits import ApiLimits, TokenBuckets, retry_after_header
 from serve.schemas import (
     AvailabilityRow,
     BagCreated,
@@ -69,7 +82,40 @@ log = logging.getLogger(__name__)
 APP_NAME = "spotplane"
 API = "/v1"
 
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+def _query_names(route: Any) -> frozenset[str]:
+    """The query parameters a route declares (its own and its dependencies'), cached per route."""
+    known = _QUERY_NAMES.get(id(route))
+    if known is not None:
+        return known
+    names: set[str] = set()
+    stack = [route.dependant]
+    while stack:
+        dependant = stack.pop()
+        names.update(p.alias for p in dependant.query_params)
+        stack.extend(dependant.dependencies)
+    known = _QUERY_NAMES[id(route)] = frozenset(names)
+    return known
+
+
+async def refuse_unknown_query(request: Request) -> None:
+    """Strict query strings: a parameter the route does not take is a 422, not silently ignored
+    (``?stat=RUNNING`` would otherwise list every job)."""
+    route = request.scope.get("route")
+    if route is None or not request.query_params:
+        return
+    known = _query_names(route)
+    unknown = [k for k in request.query_params if k not in known]
+    if unknown:
+        raise RequestValidationError([
+            {"type": "extra_forbidden", "loc": ("query", k), "msg": "unknown query parameter"}
+            for k in unknown])
+
+
 app = FastAPI(
+    dependencies=[Depends(refuse_unknown_query)],
     title="spotplane",
     version=__version__,
     description=(
@@ -100,17 +146,50 @@ def _count(request: Request, name: str, by: int = 1) -> None:
         _api_counts(request)[name] += by
 
 
+MAX_LIST_LIMIT = 10_000  # the largest `limit` of GET /v1/jobs (the byte cap binds first)
+MAX_OFFSET = 10**12  # beyond any store; SQLite's integers end at 2**63 - 1
+TRUNCATED_HEADER = "X-Spotplane-Truncated"
+NEXT_OFFSET_HEADER = "X-Spotplane-Next-Offset"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+
+
 # --------------------------------------------------------------------------------------------
-# Errors -> HTTP
+# Errors -> HTTP: one body for every 4xx/5xx
 # --------------------------------------------------------------------------------------------
+def _count_app(asgi_app: Any, name: str, by: int = 1) -> None:
+    """Count on the app that answered (the middleware has no Request, only its scope's app)."""
+    state = getattr(asgi_app, "state", None)
+    if state is None:
+        return
+    with _api_lock:
+        if not hasattr(state, "api_counts"):
+            state.api_counts = Counter()
+        state.api_counts[name] += by
+
+
+def error_response(asgi_app: Any, status: int, message: str, fix: str | None = None,
+                   errors: Sequence[FieldError] = (), headers: dict[str, str] | None = None) -> JSONResponse:
+    """The API's error body with ``status``, counted in ``api_errors_total``."""
+    _count_app(asgi_app, f'api_errors_total{{status="{status}"}}')
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
+    body = ErrorBody(message=message, fix=fix, errors=list(errors))
+    return JSONResponse(status_code=status, content=body.model_dump(), headers=headers)
+
+
 def _unprocessable(request: Request, errors: list[FieldError]) -> JSONResponse:
-    _count(request, 'api_errors_total{status="422"}')
-    body = ErrorBody(message=error_line(errors[0]), fix=errors[0].fix, errors=errors)
-    return JSONResponse(status_code=422, content=body.model_dump())
+    return error_response(request.app, 422, error_line(errors[0]), errors[0].fix, errors)
 
 
 @app.exception_handler(RequestValidationError)
 async def _on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return _unprocessable(request, field_errors(exc.errors()))
+
+
+@app.exception_handler(ValidationError)
+async def _on_model_error(request: Request, exc: ValidationError) -> JSONResponse:
+    """A domain model refusing a value past the door (defence in depth): still a 422."""
     return _unprocessable(request, field_errors(exc.errors()))
 
 
@@ -120,27 +199,228 @@ _STATUS: list[tuple[type[SpotplaneError], int]] = [
     (Forbidden, 403),
     (NotFound, 404),
     (Conflict, 409),
+    (RateLimited, 429),
 ]
+
+
+def spotplane_error_response(asgi_app: Any, exc: SpotplaneError) -> JSONResponse:
+    """The HTTP answer to one of spotplane's own errors."""
+    if isinstance(exc, InvalidInput):
+        message = exc.message.removeprefix(f"{exc.field}: ")
+        err = FieldError(field=exc.field, message=message, fix=exc.fix or "see /docs")
+        return error_response(asgi_app, 422, error_line(err), err.fix, [err])
+    status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
+    headers = None
+    if isinstance(exc, RateLimited):
+        headers = {"Retry-After": retry_after_header(exc.retry_after_s)}
+    return error_response(asgi_app, status, exc.message, exc.fix, headers=headers)
 
 
 @app.exception_handler(SpotplaneError)
 async def _on_spotplane_error(request: Request, exc: SpotplaneError) -> JSONResponse:
-    if isinstance(exc, InvalidInput):
-        message = exc.message.removeprefix(f"{exc.field}: ")
-        return _unprocessable(request, [FieldError(field=exc.field, message=message, fix=exc.fix or "see /docs")])
-    status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
-    _count(request, f'api_errors_total{{status="{status}"}}')
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    body = ErrorBody(message=exc.message, fix=exc.fix)
-    return JSONResponse(status_code=status, content=body.model_dump(), headers=headers)
+    return spotplane_error_response(request.app, exc)
+
+
+_HTTP_FIX = {
+    404: "see the routes at /docs",
+    405: "see the methods of this route at /docs",
+    413: "send a smaller body (split a bag into several)",
+}
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """Starlette's and FastAPI's own errors (unknown route, wrong method, too large)."""
+    if exc.status_code == 400:  # a body FastAPI could not decode (not UTF-8 JSON): bad input
+        err = FieldError(field="body", message=f"cannot be read: {exc.detail}",
+                         fix="send a UTF-8 JSON object with the fields listed at /docs")
+        return _unprocessable(request, [err])
+    headers = dict(exc.headers or {})
+    return error_response(request.app, exc.status_code, str(exc.detail),
+                          _HTTP_FIX.get(exc.status_code), headers=headers or None)
+
+
+@app.exception_handler(Exception)
+async def _on_crash(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(request.app, 500, "internal error", "retry; if it persists, report it")
 
 
 Auth = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorBody, "description": "missing or unknown token"},
-    404: {"model": ErrorBody, "description": "not found (or another tenant's)"},
-    422: {"model": ErrorBody, "description": "invalid input: names the field and the fix"},
+
+
+def _declared(*codes: int) -> dict[int | str, dict[str, Any]]:
+    text = {
+        401: "missing, malformed or unknown token",
+        403: "needs the admin token (or the metrics token)",
+        404: "not found (or another tenant's)",
+        409: "conflicts with the current state",
+        413: "request body larger than the API's cap",
+        422: "invalid input: names the field and the fix",
+        429: "too many requests or too many unfinished jobs; see Retry-After",
+        500: "internal error",
+    }
+    json_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    out: dict[int | str, dict[str, Any]] = {  # JSON even where the route answers text (/metrics)
+        c: {"model": ErrorBody, "description": text[c], "content": json_body} for c in codes}
+    if 429 in out:
+        out[429]["headers"] = {"Retry-After": {"description": "seconds to wait",
+                                               "schema": {"type": "integer"}}}
+    return out
+
+
+_ERRORS = _declared(401, 403, 404, 409, 413, 422, 429, 500)
+_LIST_HEADERS = {
+    TRUNCATED_HEADER: {"description": "present when the byte cap cut the list short",
+                       "schema": {"type": "string"}},
 }
+
+
+def bounded_list(items: Sequence[BaseModel], max_bytes: int, offset: int | None = None) -> Response:
+    """A JSON array of ``items``, cut before it passes ``max_bytes`` (at least one item kept);
+    a cut answer says so in its headers, with the offset to continue from when paged."""
+    parts: list[bytes] = []
+    size = 2
+    for item in items:
+        part = item.model_dump_json().encode()
+        if parts and size + len(part) + 1 > max_bytes:
+            break
+        parts.append(part)
+        size += len(part) + 1
+    headers: dict[str, str] = {}
+    if len(parts) < len(items):
+        headers[TRUNCATED_HEADER] = "true"
+        if offset is not None:
+            headers[NEXT_OFFSET_HEADER] = str(offset + len(parts))
+    return Response(b"[" + b",".join(parts) + b"]", media_type="application/json", headers=headers)
+
+
+# --------------------------------------------------------------------------------------------
+# The gate: token, rate and size, before any body is read
+# --------------------------------------------------------------------------------------------
+class _BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body is larger than {limit} bytes")
+
+
+class Gate:
+    """ASGI middleware: 401 / 429 / 413 before the body is read; caps a streamed body.
+
+    The replica installs its :class:`GateState` (service and limits) at start-up; the class
+    holds it because Serve ships the FastAPI app to the replica by value while importing this
+    module's classes by reference.
+    """
+
+    state: ClassVar["GateState | None"] = None
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        gate = Gate.state
+        answering = scope.get("app")
+        if gate is None:
+            await error_response(answering, 503, "the API is starting", "retry in a few seconds",
+                                 headers={"Retry-After": "1"})(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            gate.admit(scope["path"], bearer_token(headers.get("authorization")))
+            gate.check_length(headers.get("content-length"))
+        except SpotplaneError as exc:
+            await spotplane_error_response(answering, exc)(scope, receive, send)
+            return
+        except HTTPException as exc:
+            await error_response(answering, exc.status_code, str(exc.detail),
+                                 _HTTP_FIX.get(exc.status_code))(scope, receive, send)
+            return
+        await self.app(scope, gate.capped(receive), send)
+
+
+class GateState:
+    """What the gate checks against: the service (tokens), the limits, the rate buckets."""
+
+    def __init__(self, service: ControlPlaneService, limits: ApiLimits) -> None:
+        self.service = service
+        self.limits = limits
+        self.buckets = TokenBuckets(limits.rate_per_s, limits.burst)
+
+    def admit(self, path: str, token: str | None) -> None:
+        """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket."""
+        if path == "/metrics":
+            self._metrics_token(token)
+            return
+        principal = self.service.authenticate(token)
+        if principal.tenant_id is not None:
+            wait = self.buckets.take(principal.tenant_id)
+            if wait > 0:
+                raise RateLimited(
+                    f"more than {self.limits.rate_per_s:g} requests/s (burst {self.limits.burst})",
+                    retry_after_s=wait, fix="slow down and retry after the Retry-After seconds")
+
+    def _metrics_token(self, token: str | None) -> None:
+        expected = self.limits.metrics_token_hash
+        if token and expected and hmac_equal(hash_token(token), expected):
+            return
+        principal = self.service.authenticate(token)  # the admin may read metrics too
+        ControlPlaneService.require_admin(principal, "/metrics")
+
+    def check_length(self, content_length: str | None) -> None:
+        if content_length is None:
+            return
+        limit = self.limits.max_body_bytes
+        if not content_length.strip().isdigit() or int(content_length) > limit:
+            raise _BodyTooLarge(limit)
+
+    def capped(self, receive: Receive) -> Receive:
+        """``receive`` that raises 413 once the streamed body passes the cap."""
+        limit = self.limits.max_body_bytes
+        seen = 0
+
+        async def receive_capped() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _BodyTooLarge(limit)
+            return message
+
+        return receive_capped
+
+
+def hmac_equal(a: str, b: str) -> bool:
+    """Constant-time comparison of two token hashes."""
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+app.add_middleware(Gate)
+
+
+ADMIN_TENANT = "admin only: the tenant (id or name) to submit for; a tenant's token submits for itself"
+IdempotencyKey = Annotated[str | None, Header(
+    alias=IDEMPOTENCY_HEADER, min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+    description="a client-chosen key (printable ASCII): a retry with the same key and body "
+                "returns the first answer and creates nothing; another body -> 422")]
+
+
+def _render_job(bag: Bag | None, jobs: Sequence[Job]) -> str:
+    return JobView.of(jobs[0]).model_dump_json()
+
+
+def _render_bag(bag: Bag | None, jobs: Sequence[Job]) -> str:
+    assert bag is not None
+    return BagCreated(bag=bag, job_ids=[j.id for j in jobs]).model_dump_json()
+
+
+def _replayable(answer: StoredAnswer) -> Response:
+    """The stored answer of an Idempotency-Key, byte for byte (marked when replayed)."""
+    headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
+    return Response(answer.body, status_code=answer.status, media_type="application/json",
+                    headers=headers)
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,15 +457,21 @@ def prometheus_text(values: dict[str, float], prefix: str = "spotplane_") -> str
 )
 @serve.ingress(app)
 class SpotplaneAPI:
-    """The API's one replica: owns a store connection and the admin token's hash."""
+    """The API's one replica: owns a store connection, the admin token's hash and the limits."""
 
-    def __init__(self, db_path: str, admin_token_hash: str) -> None:
-        self.service = ControlPlaneService.open(db_path, admin_token_hash)
+    def __init__(self, db_path: str, admin_token_hash: str, limits: dict[str, Any] | None = None) -> None:
+        self.limits = ApiLimits.model_validate(limits or {})
+        caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs)
+        self.service = ControlPlaneService.open(db_path, admin_token_hash, caps)
+        Gate.state = GateState(self.service, self.limits)
         self._started = time.monotonic()
 
     def _who(self, creds: HTTPAuthorizationCredentials | None, header: str | None = None) -> Principal:
         token = creds.credentials if creds is not None else bearer_token(header)
         return self.service.authenticate(token)
+
+    def _list(self, items: Sequence[BaseModel], offset: int | None = None) -> Response:
+        return bounded_list(items, self.limits.max_list_bytes, offset)
 
     # -- health and metrics --------------------------------------------------------------------
     @app.get("/healthz", tags=["ops"])
@@ -195,33 +481,37 @@ class SpotplaneAPI:
         health["uptime_s"] = round(time.monotonic() - self._started, 3)
         return health
 
-    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
-    async def metrics(self, request: Request) -> PlainTextResponse:
-        """Counters and gauges in Prometheus text format; no token needed."""
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
+             responses=_declared(401, 403, 500))
+    async def metrics(self, request: Request, creds: Auth = None) -> PlainTextResponse:
+        """Counters and gauges in Prometheus text format; the admin token or the metrics token
+        (``SPOTPLANE_METRICS_TOKEN``) as a bearer token (Prometheus ``authorization``)."""
         values = self.service.metrics()
         with _api_lock:
             values.update({k: float(v) for k, v in _api_counts(request).items()})
         return PlainTextResponse(prometheus_text(values), media_type="text/plain; version=0.0.4")
 
-    @app.get(f"{API}/clock", tags=["ops"], response_model=ClockView)
-    async def clock(self) -> ClockView:
+    @app.get(f"{API}/clock", tags=["ops"], response_model=ClockView, responses=_ERRORS)
+    async def clock(self, creds: Auth = None) -> ClockView:
         """The control plane's time (simulated on the simulated fleet)."""
+        self._who(creds)
         return clock_view(self.service.control_time())
 
     # -- tenants -------------------------------------------------------------------------------
     @app.post(f"{API}/tenants", tags=["tenants"], status_code=201, response_model=TenantCreated, responses=_ERRORS)
     async def create_tenant(self, spec: TenantSpec, creds: Auth = None) -> TenantCreated:
-        """Admin: create a tenant; the answer holds its token, shown only this once."""
+        """Admin only: create a tenant; the answer holds its token, shown only this once."""
         tenant, token = self.service.create_tenant(self._who(creds), spec)
         return TenantCreated(tenant=tenant, token=token)
 
     @app.get(f"{API}/tenants", tags=["tenants"], response_model=list[Tenant], responses=_ERRORS)
-    async def list_tenants(self, creds: Auth = None) -> list[Tenant]:
+    async def list_tenants(self, creds: Auth = None) -> Response:
         """Every tenant (admin) or just the caller."""
-        return self.service.list_tenants(self._who(creds))
+        return self._list(self.service.list_tenants(self._who(creds)))
 
     @app.get(f"{API}/tenants/me", tags=["tenants"], response_model=Tenant, responses=_ERRORS)
     async def me(self, creds: Auth = None) -> Tenant:
+        """The calling tenant (422 for the admin token, which is no tenant)."""
         return self.service.me(self._who(creds))
 
     # -- jobs ----------------------------------------------------------------------------------
@@ -231,33 +521,47 @@ class SpotplaneAPI:
         request: Request,
         spec: Annotated[JobSpec, Body(openapi_examples={"deadline": {"value": job_spec_example()}})],
         creds: Auth = None,
-        tenant_id: Annotated[str | None, Query(description="admin only: submit for this tenant")] = None,
-    ) -> JobView:
-        """Submit one job; it is PENDING until the controller's next tick queues it."""
-        job = self.service.submit_job(self._who(creds), spec, tenant_id)
-        _count(request, "api_jobs_submitted_total")
-        return JobView.of(job)
+        tenant_id: Annotated[str | None, Query(max_length=128, description=ADMIN_TENANT)] = None,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Any:
+        """Submit one job; it is PENDING until the controller's next tick queues it.
 
-    @app.get(f"{API}/jobs", tags=["jobs"], response_model=list[JobView], responses=_ERRORS)
+        With an ``Idempotency-Key`` a retry returns the first answer and creates nothing."""
+        who = self._who(creds)
+        if idempotency_key is None:
+            job = self.service.submit_job(who, spec, tenant_id)
+            _count(request, "api_jobs_submitted_total")
+            return JobView.of(job)
+        answer = self.service.submit_job_once(who, spec, idempotency_key, _render_job, tenant_id)
+        if not answer.replayed:
+            _count(request, "api_jobs_submitted_total")
+        return _replayable(answer)
+
+    @app.get(f"{API}/jobs", tags=["jobs"], response_model=list[JobView], responses=_ERRORS | {
+        200: {"description": "the jobs, oldest first", "headers": {
+            **_LIST_HEADERS, NEXT_OFFSET_HEADER: {"description": "offset of the next page when cut",
+                                                  "schema": {"type": "string"}}}}})
     async def list_jobs(
         self,
         creds: Auth = None,
         state: Annotated[list[JobState] | None, Query(description="repeat for several")] = None,
         kind: JobKind | None = None,
-        bag_id: str | None = None,
-        tenant_id: Annotated[str | None, Query(description="admin only")] = None,
-        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-        offset: Annotated[int, Query(ge=0)] = 0,
-    ) -> list[JobView]:
-        """The caller's jobs (every tenant's for the admin), oldest first."""
+        bag_id: Annotated[str | None, Query(max_length=64)] = None,
+        tenant_id: Annotated[str | None, Query(max_length=128, description="admin only: one tenant's jobs")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1000,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    ) -> Response:
+        """The caller's jobs (every tenant's for the admin), oldest first; at most ``limit`` and
+        at most the list byte cap (then ``X-Spotplane-Next-Offset`` says where to go on)."""
         jobs = self.service.list_jobs(
             self._who(creds), state=state, kind=kind, bag_id=bag_id, tenant_id=tenant_id,
-            limit=limit, offset=offset,
+            limit=limit, offset=offset, max_bytes=self.limits.max_list_bytes,
         )
-        return [JobView.of(j) for j in jobs]
+        return self._list([JobView.of(j) for j in jobs], offset)
 
     @app.get(f"{API}/jobs/{{job_id}}", tags=["jobs"], response_model=JobView, responses=_ERRORS)
     async def get_job(self, job_id: str, creds: Auth = None) -> JobView:
+        """One job (404 when it is not the caller's)."""
         return JobView.of(self.service.get_job(self._who(creds), job_id))
 
     @app.post(f"{API}/jobs/{{job_id}}/cancel", tags=["jobs"], status_code=202, response_model=JobView, responses=_ERRORS)
@@ -266,14 +570,14 @@ class SpotplaneAPI:
         return JobView.of(self.service.cancel_job(self._who(creds), job_id))
 
     @app.get(f"{API}/jobs/{{job_id}}/events", tags=["jobs"], response_model=list[Event], responses=_ERRORS)
-    async def job_events(self, job_id: str, creds: Auth = None) -> list[Event]:
+    async def job_events(self, job_id: str, creds: Auth = None) -> Response:
         """Every transition of the job with its cause."""
-        return self.service.job_events(self._who(creds), job_id)
+        return self._list(self.service.job_events(self._who(creds), job_id))
 
     @app.get(f"{API}/jobs/{{job_id}}/decisions", tags=["jobs"], response_model=list[Decision], responses=_ERRORS)
-    async def job_decisions(self, job_id: str, creds: Auth = None) -> list[Decision]:
+    async def job_decisions(self, job_id: str, creds: Auth = None) -> Response:
         """The decision trace: each policy decision with the observation it was made on."""
-        return self.service.job_decisions(self._who(creds), job_id)
+        return self._list(self.service.job_decisions(self._who(creds), job_id))
 
     # -- bags ----------------------------------------------------------------------------------
     @app.post(f"{API}/bags", tags=["bags"], status_code=201, response_model=BagCreated, responses=_ERRORS)
@@ -282,59 +586,69 @@ class SpotplaneAPI:
         request: Request,
         spec: BagSpec,
         creds: Auth = None,
-        tenant_id: Annotated[str | None, Query(description="admin only: submit for this tenant")] = None,
-    ) -> BagCreated:
+        tenant_id: Annotated[str | None, Query(max_length=128, description=ADMIN_TENANT)] = None,
+        idempotency_key: IdempotencyKey = None,
+    ) -> Any:
         """Many parameter sets of one entrypoint: one job each, one runtime estimate learned."""
-        bag, jobs = self.service.submit_bag(self._who(creds), spec, tenant_id)
-        _count(request, "api_jobs_submitted_total", len(jobs))
-        return BagCreated(bag=bag, job_ids=[j.id for j in jobs])
+        who = self._who(creds)
+        if idempotency_key is None:
+            bag, jobs = self.service.submit_bag(who, spec, tenant_id)
+            _count(request, "api_jobs_submitted_total", len(jobs))
+            return BagCreated(bag=bag, job_ids=[j.id for j in jobs])
+        answer = self.service.submit_bag_once(who, spec, idempotency_key, _render_bag, tenant_id)
+        if not answer.replayed:
+            _count(request, "api_jobs_submitted_total", len(spec.params))
+        return _replayable(answer)
 
     @app.get(f"{API}/bags", tags=["bags"], response_model=list[Bag], responses=_ERRORS)
-    async def list_bags(self, creds: Auth = None) -> list[Bag]:
-        return self.service.list_bags(self._who(creds))
+    async def list_bags(self, creds: Auth = None) -> Response:
+        """The caller's bags (every tenant's for the admin)."""
+        return self._list(self.service.list_bags(self._who(creds)))
 
     @app.get(f"{API}/bags/{{bag_id}}", tags=["bags"], response_model=Bag, responses=_ERRORS)
     async def get_bag(self, bag_id: str, creds: Auth = None) -> Bag:
+        """One bag with its learned runtime estimate (404 when it is not the caller's)."""
         return self.service.get_bag(self._who(creds), bag_id)
 
     # -- fleet ---------------------------------------------------------------------------------
     @app.get(f"{API}/fleet/nodes", tags=["fleet"], response_model=list[Node], responses=_ERRORS)
-    async def nodes(self, creds: Auth = None, live: bool = False) -> list[Node]:
+    async def nodes(self, creds: Auth = None, live: bool = False) -> Response:
         """Every node (admin) or the nodes running the caller's jobs; ``live`` drops gone ones."""
-        return self.service.nodes(self._who(creds), live_only=live)
+        return self._list(self.service.nodes(self._who(creds), live_only=live))
 
     @app.get(f"{API}/fleet/zones", tags=["fleet"], response_model=list[ZoneInfo], responses=_ERRORS)
-    async def zones(self, creds: Auth = None) -> list[ZoneInfo]:
+    async def zones(self, creds: Auth = None) -> Response:
+        """The fleet's catalog: every (zone, instance type) with its prices and availability."""
         self._who(creds)
-        return self.service.zones()
+        return self._list(self.service.zones())
 
     @app.get(f"{API}/fleet/prices", tags=["fleet"], response_model=list[PriceRow], responses=_ERRORS)
-    async def prices(self, creds: Auth = None) -> list[PriceRow]:
+    async def prices(self, creds: Auth = None) -> Response:
         """Spot and on-demand price per hour of every (zone, instance type), and the discount."""
         self._who(creds)
-        return [PriceRow.of(z) for z in self.service.zones()]
+        return self._list([PriceRow.of(z) for z in self.service.zones()])
 
     @app.get(f"{API}/fleet/availability", tags=["fleet"], response_model=list[AvailabilityRow], responses=_ERRORS)
-    async def availability(self, creds: Auth = None) -> list[AvailabilityRow]:
+    async def availability(self, creds: Auth = None) -> Response:
         """Whether spot can be had in each zone now (as of the controller's last tick)."""
         self._who(creds)
-        return [
+        return self._list([
             AvailabilityRow(cloud=z.cloud, zone=z.zone, instance_type=z.instance_type,
                             spot_available=z.spot_available, updated_at=z.updated_at)
             for z in self.service.zones()
-        ]
+        ])
 
     # -- quotas, forecasts, cost ---------------------------------------------------------------
     @app.get(f"{API}/quotas", tags=["capacity"], response_model=list[Quota], responses=_ERRORS)
-    async def quotas(self, creds: Auth = None) -> list[Quota]:
+    async def quotas(self, creds: Auth = None) -> Response:
         """Spot quota per pool and GPU model (GFS spot quota allocator)."""
         self._who(creds)
-        return self.service.quotas()
+        return self._list(self.service.quotas())
 
     @app.get(f"{API}/forecasts", tags=["capacity"], response_model=list[ForecastRow], responses=_ERRORS)
-    async def forecasts(self, creds: Auth = None) -> list[ForecastRow]:
+    async def forecasts(self, creds: Auth = None) -> Response:
         """Demand forecasts per tenant (the caller's own; every tenant's for the admin)."""
-        return self.service.forecasts(self._who(creds))
+        return self._list(self.service.forecasts(self._who(creds)))
 
     @app.get(f"{API}/cost", tags=["cost"], response_model=CostReport, responses=_ERRORS)
     async def cost(self, creds: Auth = None) -> CostReport:
@@ -346,19 +660,22 @@ class SpotplaneAPI:
 # --------------------------------------------------------------------------------------------
 # Start / stop
 # --------------------------------------------------------------------------------------------
-def build_app(db_path: str | Path, admin_token: str) -> Any:
-    """The deployment graph, bound to the store at ``db_path`` and the admin token's hash."""
-    return SpotplaneAPI.bind(str(db_path), hash_token(admin_token))  # type: ignore[attr-defined]
+def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = None) -> Any:
+    """The deployment graph, bound to the store at ``db_path``, the admin token's hash and the
+    API's limits (``SPOTPLANE_API_*`` settings when not given)."""
+    resolved = limits or ApiLimits.from_settings()
+    return SpotplaneAPI.bind(str(db_path), hash_token(admin_token), resolved.model_dump())  # type: ignore[attr-defined]
 
 
-def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127.0.0.1") -> str:
+def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127.0.0.1",
+              limits: ApiLimits | None = None) -> str:
     """Start Serve's HTTP proxy on ``host:port`` and deploy the API; returns its base URL.
 
     Needs ``ray.init`` first. When Serve already runs in this Ray cluster its HTTP options stay
     as they were (Serve's rule), so the returned URL is read back from Serve itself.
     """
     serve.start(http_options={"host": host, "port": port})
-    serve.run(build_app(db_path, admin_token), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(build_app(db_path, admin_token, limits), name=APP_NAME, route_prefix="/", blocking=False)
     return f"http://{host}:{port}"
 
 
@@ -372,4 +689,5 @@ def stop_api(shutdown_serve: bool = True) -> None:
         serve.shutdown()
 
 
-__all__ = ["APP_NAME", "SpotplaneAPI", "app", "build_app", "prometheus_text", "start_api", "stop_api"]
+__all__ = ["APP_NAME", "ApiLimits", "Gate", "SpotplaneAPI", "app", "build_app", "prometheus_text",
+           "start_api", "stop_api"]

@@ -26,6 +26,7 @@ from controlplane.models import (
     Tenant,
     TenantSpec,
     ZoneInfo,
+    unprintable,
 )
 
 __all__ = [
@@ -172,9 +173,15 @@ _SOURCES = {"body", "query", "path", "header", "cookie"}
 _FIELD_PREFIX = re.compile(r"^(?P<field>[A-Za-z_][\w.\[\]]*): (?P<rest>.+)$", re.S)
 
 
+def _printable(part: str) -> str:
+    """A location part with control and format characters escaped (never echo them raw)."""
+    return part if unprintable(part) is None else part.encode("unicode_escape").decode("ascii")
+
+
 def _dotted(loc: Iterable[Any]) -> str:
     parts: list[str] = []
     for p in loc:
+        p = p if isinstance(p, int) else _printable(str(p))
         if isinstance(p, int):
             parts.append(f"[{p}]")
         elif parts:
@@ -215,8 +222,12 @@ def _builtin(kind: str, ctx: Mapping[str, Any], msg: str, field: str) -> tuple[s
         return "is not a field of this request", "remove it (the fields are listed at /docs)"
     if kind in ("enum", "literal_error"):
         return f"must be one of {ctx.get('expected', '')}", f"use one of {ctx.get('expected', '')}"
-    if kind in ("float_parsing", "float_type", "int_parsing", "int_type", "int_from_float"):
-        return msg.lower(), "send a number"
+    if kind == "finite_number":
+        return "must be a finite number (not NaN, Infinity or beyond 1.8e308)", "send a finite number"
+    if kind in ("float_parsing", "float_type"):
+        return "must be a JSON number, not a string or a boolean", "send a number"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "must be a JSON integer, not a string, a boolean or a fraction", "send an integer"
     if kind in ("bool_parsing", "bool_type"):
         return msg.lower(), "send true or false"
     if kind in ("json_invalid", "model_attributes_type", "dict_type"):
@@ -229,9 +240,17 @@ def field_errors(errors: Sequence[Mapping[str, Any]]) -> list[FieldError]:
     out: list[FieldError] = []
     for e in errors:
         loc = [p for p in e.get("loc", ()) if p not in _SOURCES]
+        key = None
+        if len(loc) >= 2 and loc[-1] == "[key]":  # a bad key of a mapping: name the mapping
+            key, loc = _printable(str(loc[-2])), loc[:-2]
         field = _dotted(loc)
         kind = str(e.get("type", ""))
         msg = str(e.get("msg", ""))
+        if key is not None:
+            message, fix = _builtin(kind, e.get("ctx") or {}, msg, field or "body")
+            out.append(FieldError(field=field, message=f"key '{key}' {message}",
+                                  fix="use letters, digits and '_', not starting with a digit"))
+            continue
         if kind == "value_error":  # raised by a model validator: "field: message; fix"
             text = msg.removeprefix("Value error, ")
             m = _FIELD_PREFIX.match(text)
@@ -239,8 +258,8 @@ def field_errors(errors: Sequence[Mapping[str, Any]]) -> list[FieldError]:
                 inner = m.group("field")
                 field = f"{field}.{inner}" if field else inner
                 text = m.group("rest")
-            message, fix = _split_fix(text)
-            out.append(FieldError(field=field or "body", message=message, fix=fix or "see /docs"))
+            message, maybe_fix = _split_fix(text)
+            out.append(FieldError(field=field or "body", message=message, fix=maybe_fix or "see /docs"))
             continue
         message, fix = _builtin(kind, e.get("ctx") or {}, msg, field or "body")
         out.append(FieldError(field=field or "body", message=message, fix=fix))

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from controlplane.errors import Conflict, NotFound
 from controlplane.models import BagSpec, Job, JobSpec, JobState, hash_token
-from controlplane.store import Store
+from controlplane.store import IdempotentCall, Store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,3 +108,27 @@ def test_concurrent_writers_in_processes_lose_nothing(tmp_path: Path) -> None:
         assert p.wait(60) == 0
     jobs = st.list_jobs(t.id)
     assert len(jobs) == 120 and len({j.id for j in jobs}) == 120
+
+
+def test_list_jobs_stops_reading_once_the_bodies_pass_max_bytes(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    tenant, _ = st.create_tenant("big")
+    jobs = st.submit_jobs(tenant.id, [JobSpec(name=f"b{i}", compute_hours=1.0, params={"pad": "p" * 1000})
+                                      for i in range(20)])
+    one = len(jobs[0].model_dump_json())
+    got = st.list_jobs(tenant.id, max_bytes=3 * one + 10)
+    assert [j.name for j in got] == ["b0", "b1", "b2", "b3"]  # the fourth passes the cap: read, last
+    assert [j.name for j in st.list_jobs(tenant.id, offset=18, max_bytes=10 * one)] == ["b18", "b19"]
+    assert len(st.list_jobs(tenant.id)) == 20
+
+
+def test_idempotent_submission_is_written_once_with_its_answer(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    tenant, _ = st.create_tenant("idem")
+    call = IdempotentCall("k1", "digest-1", lambda bag, jobs: f'{{"id":"{jobs[0].id}"}}')
+    first = st.submit_jobs_once(tenant.id, [JobSpec(name="a", compute_hours=1.0)], call)
+    again = st.submit_jobs_once(tenant.id, [JobSpec(name="a", compute_hours=1.0)], call)
+    assert not first.replayed and again.replayed and again.body == first.body and again.status == 201
+    assert [j.name for j in st.list_jobs(tenant.id)] == ["a"]
+    assert st.idempotent_answer(tenant.id, "k1") == again
+    assert st.idempotent_answer(tenant.id, "k2") is None

@@ -1,15 +1,30 @@
 """The HTTP API on a real Serve server (real local Ray, free port, httpx): auth isolation,
-422s that name the field, the submit/list/get/cancel round trip, /metrics, /docs."""
+422s that name the field, the submit/list/get/cancel round trip, /metrics, /docs; hostile input,
+401 before 422, 413, Idempotency-Key, the authorization matrix and schemathesis."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
 from prometheus_client.parser import text_string_to_metric_families
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from controlplane.models import JobState
 from controlplane.store import Store
@@ -238,8 +253,7 @@ def test_fleet_quota_cost_views(api: Api) -> None:
 def test_metrics_is_prometheus_text(api: Api) -> None:
     _submit(api.beta, name="counted")
     api.beta.get("/v1/jobs/job-nope")  # one 404
-    with api.client(None) as anon:
-        r = anon.get("/metrics")
+    r = api.admin.get("/metrics")  # the admin token (or SPOTPLANE_METRICS_TOKEN) reads metrics
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     fams = {f.name: f for f in text_string_to_metric_families(r.text)}
     stored = len(api.store.list_jobs(None, limit=100_000))
@@ -249,3 +263,312 @@ def test_metrics_is_prometheus_text(api: Api) -> None:
     assert sum(by_state.values()) == stored
     errors = {s.labels["status"]: s.value for s in fams["spotplane_api_errors"].samples}
     assert errors["404"] >= 1 and errors["422"] >= 1 and errors["401"] >= 1
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile input at the door: exact status, one error body, the field named, nothing stored
+# --------------------------------------------------------------------------------------------
+_JOB = '{"name":"p","kind":"spot","compute_hours":1'
+_BAG = '{"name":"b","template":{"name":"t","compute_hours":1},"params":[{},{}]'
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "field"),
+    [
+        ("/v1/jobs", '{"name":"p","kind":"deadline","compute_hours":1,"deadline":Infinity}', "deadline"),
+        ("/v1/jobs", '{"name":"p","kind":"deadline","compute_hours":1,"deadline_hours":NaN}', "deadline_hours"),
+        ("/v1/jobs", '{"name":"p","kind":"deadline","compute_hours":1,"deadline":1e309}', "deadline"),
+        ("/v1/jobs", '{"name":"p","compute_hours":-Infinity}', "compute_hours"),
+        ("/v1/jobs", '{"name":"p","compute_hours":1e309}', "compute_hours"),
+        ("/v1/jobs", _JOB + ',"workers":"1"}', "workers"),
+        ("/v1/jobs", _JOB + ',"workers":true}', "workers"),
+        ("/v1/jobs", '{"name":"p","compute_hours":true}', "compute_hours"),
+        ("/v1/jobs", '{"name":"p","compute_hours":"1"}', "compute_hours"),
+        ("/v1/jobs", _JOB + ',"params":{"lr":NaN}}', "params.lr"),
+        ("/v1/jobs", _JOB + ',"params":{"deep":[1,[2,Infinity]]}}', "params.deep[1][1]"),
+        ("/v1/jobs", '{"name":"a\\u0000b","compute_hours":1}', "name"),
+        ("/v1/jobs", '{"name":"a\\r\\nSet-Cookie: x","compute_hours":1}', "name"),
+        ("/v1/jobs", '{"name":"invoice\\u202ecod.exe","compute_hours":1}', "name"),
+        ("/v1/jobs", '{"name":"zero\\u200bwidth","compute_hours":1}', "name"),
+        ("/v1/jobs", _JOB + ',"env":{"A\\nB":"x"}}', "env"),
+        ("/v1/jobs", _JOB + ',"env":{"PATH\\u202e":"x"}}', "env"),
+        ("/v1/jobs", _JOB + ',"env":{"A":"x\\u0000y"}}', "env.A"),
+        ("/v1/jobs", _JOB + ',"env":{"BIG":"' + "x" * 5000 + '"}}', "env.BIG"),
+        ("/v1/jobs", _JOB + ',"accelerator":"H100\\n"}', "accelerator"),
+        ("/v1/jobs", _JOB + ',"entrypoint":"echo \\u202e"}', "entrypoint"),
+        ("/v1/bags", _BAG + ',"compute_hours":[1e308,1]}', "compute_hours[0]"),
+        ("/v1/bags", _BAG + ',"compute_hours":[1,1.44e16]}', "compute_hours[1]"),
+        ("/v1/bags", _BAG + ',"compute_hours":[NaN,1]}', "compute_hours[0]"),
+        ("/v1/bags", _BAG + ',"compute_hours":[1,Infinity]}', "compute_hours[1]"),
+        ("/v1/bags", _BAG + ',"compute_hours":[true,1]}', "compute_hours[0]"),
+        ("/v1/bags", '{"name":"' + "b" * 121 + '","template":{"name":"t","compute_hours":1},"params":[{}]}', "name"),
+        ("/v1/bags", '{"name":"b\\u202e","template":{"name":"t","compute_hours":1},"params":[{}]}', "name"),
+        ("/v1/bags", '{"name":"b","template":{"name":"t","compute_hours":1},"params":[{"x":NaN}]}', "params[0].x"),
+    ],
+)
+def test_hostile_body_is_a_422_naming_the_field_and_nothing_is_stored(api: Api, path: str, raw: str,
+                                                                      field: str) -> None:
+    before = len(api.store.list_jobs(None, limit=100_000))
+    r = api.acme.post(path, content=raw.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert set(body) == {"message", "fix", "errors"}
+    assert body["errors"][0]["field"] == field, body
+    assert body["message"].startswith(f"{field}: ")
+    assert "\x00" not in r.text and "\u202e" not in r.text  # never echoed back raw
+    assert len(api.store.list_jobs(None, limit=100_000)) == before
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [({"offset": "9223372036854775808"}, "offset"), ({"offset": "-1"}, "offset"),
+     ({"limit": "10001"}, "limit"), ({"limit": "1e3"}, "limit"), ({"state": "PENDING\x00"}, "state[0]"),
+     ({"stat": "RUNNING"}, "stat")],
+)
+def test_hostile_query_is_a_422_naming_the_parameter(api: Api, params: dict, field: str) -> None:
+    """Out-of-range, fractional, control characters, and parameters the route does not take."""
+    r = api.acme.get("/v1/jobs", params=params)
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == field
+
+
+def test_stored_jobs_hold_only_finite_numbers_and_strict_types(api: Api) -> None:
+    job = _submit(api.acme, name="finite", compute_hours=3, params={"lr": 1e-3, "big": 1.7e308})
+    stored = api.store.get_job(job["id"], api.acme_id)
+    assert stored.spec.compute_hours == 3.0 and stored.spec.params == {"lr": 1e-3, "big": 1.7e308}
+    assert stored.spec.workers == 1 and type(stored.spec.workers) is int
+
+
+def test_authentication_comes_before_validation_and_size(api: Api) -> None:
+    with api.client(None) as anon:
+        r = anon.post("/v1/jobs", json={"name": "x", "compute_hours": "lots"})
+        assert r.status_code == 401 and r.json()["message"] == "missing bearer token"
+        r = anon.post("/v1/jobs", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 401
+        r = anon.post("/v1/jobs", content=b"x" * (2 << 20))  # 2 MiB, no token: refused unread
+        assert r.status_code == 401
+    with api.client("sp_wrong") as wrong:
+        assert wrong.post("/v1/bags", json={"params": "nope"}).status_code == 401
+
+
+def test_body_larger_than_the_cap_is_a_413_declared_or_streamed(api: Api) -> None:
+    before = len(api.store.list_jobs(None, limit=100_000))
+    big = b'{"name":"x","compute_hours":1,"params":{"pad":"' + b"x" * (2 << 20) + b'"}}'
+    r = api.acme.post("/v1/jobs", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413, r.text
+    assert r.json() == {"message": "request body is larger than 1048576 bytes",
+                        "fix": "send a smaller body (split a bag into several)", "errors": []}
+
+    def chunks():  # no Content-Length: chunked transfer encoding, capped as it streams
+        yield b'{"name":"x","compute_hours":1,"params":{"pad":"'
+        for _ in range(40):
+            yield b"y" * 65536
+        yield b'"}}'
+
+    r = api.acme.post("/v1/jobs", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413, r.text
+    assert r.json()["message"] == "request body is larger than 1048576 bytes"
+    assert len(api.store.list_jobs(None, limit=100_000)) == before
+
+
+def test_every_error_has_the_api_error_body(api: Api) -> None:
+    for r, status in ((api.acme.get("/v1/nowhere"), 404), (api.acme.delete("/v1/jobs"), 405),
+                      (api.acme.post("/v1/jobs", content=b"[1,2", headers={"content-type": "application/json"}), 422),
+                      (api.acme.post("/v1/jobs", json=[1, 2]), 422)):
+        assert r.status_code == status, r.text
+        body = r.json()
+        assert "detail" not in body and set(body) == {"message", "fix", "errors"}, body
+        assert body["message"]
+
+
+# --------------------------------------------------------------------------------------------
+# Idempotency-Key
+# --------------------------------------------------------------------------------------------
+def _named(api: Api, name: str) -> list:
+    return [j for j in api.store.list_jobs(None, limit=100_000) if j.name == name]
+
+
+def test_idempotent_retry_returns_the_first_answer_and_creates_nothing(api: Api) -> None:
+    body = {"name": "idem-seq", "kind": "spot", "compute_hours": 2.0}
+    first = api.acme.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k-seq-1"})
+    assert first.status_code == 201
+    job = api.store.get_job(first.json()["id"])
+    job.state = JobState.QUEUED  # the job moves on; the retry still gets the first answer
+    api.store.commit(jobs=[job])
+    again = api.acme.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k-seq-1"})
+    assert again.status_code == 201 and again.content == first.content
+    assert again.headers["idempotent-replayed"] == "true" and "idempotent-replayed" not in first.headers
+    assert len(_named(api, "idem-seq")) == 1
+    # the same key with another body: refused, naming the header
+    other = api.acme.post("/v1/jobs", json={**body, "compute_hours": 3.0}, headers={"Idempotency-Key": "k-seq-1"})
+    assert other.status_code == 422
+    assert other.json()["errors"][0]["field"] == "Idempotency-Key"
+    assert "already used for a different request" in other.json()["message"]
+    # keys are per tenant: beta's same key is beta's own submission
+    theirs = api.beta.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k-seq-1"})
+    assert theirs.status_code == 201 and theirs.json()["tenant_id"] == api.beta_id
+    assert len(_named(api, "idem-seq")) == 2
+    # no key: every post is a new job
+    _submit(api.acme, name="idem-seq")
+    assert len(_named(api, "idem-seq")) == 3
+
+
+def test_concurrent_duplicates_with_one_key_create_exactly_one_job(api: Api) -> None:
+    body = {"name": "idem-conc", "kind": "spot", "compute_hours": 1.5}
+    n = 12
+    barrier = threading.Barrier(n)
+
+    def post(_: int) -> httpx.Response:
+        with api.client(api.acme.headers["authorization"].split()[1]) as c:
+            barrier.wait(timeout=30)
+            return c.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k-conc"})
+
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(post, range(n)))
+    assert [r.status_code for r in answers] == [201] * n
+    assert len({r.content for r in answers}) == 1
+    assert sum(r.headers.get("idempotent-replayed") == "true" for r in answers) == n - 1
+    assert len(_named(api, "idem-conc")) == 1
+
+
+def test_idempotent_bag_is_created_once(api: Api) -> None:
+    bag = {"name": "idem-bag", "template": {"name": "t", "compute_hours": 1.0}, "params": [{"i": 1}, {"i": 2}]}
+    first = api.beta.post("/v1/bags", json=bag, headers={"Idempotency-Key": "bag-1"})
+    again = api.beta.post("/v1/bags", json=bag, headers={"Idempotency-Key": "bag-1"})
+    assert first.status_code == again.status_code == 201 and first.content == again.content
+    bags = [b for b in api.store.list_bags(api.beta_id) if b.name == "idem-bag"]
+    assert len(bags) == 1 and len(api.store.list_jobs(None, bag_id=bags[0].id)) == 2
+    r = api.beta.post("/v1/bags", json=bag, headers={"Idempotency-Key": "x" * 256})
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "Idempotency-Key"
+
+
+# --------------------------------------------------------------------------------------------
+# Authorization matrix: every route of the OpenAPI x every kind of caller
+# --------------------------------------------------------------------------------------------
+CALLERS = ("none", "malformed", "wrong", "owner", "other", "admin")
+PUBLIC = {"/healthz"}
+ADMIN_ONLY = {("POST", "/v1/tenants"), ("GET", "/metrics")}
+OWNED = {"{job_id}", "{bag_id}"}  # paths naming one tenant's thing: 404 for the others
+
+
+def _expected(method: str, path: str, caller: str) -> int:
+    """The status each caller must get; the success code comes from the OpenAPI."""
+    if path in PUBLIC:
+        return 200
+    if caller in ("none", "malformed", "wrong"):
+        return 401
+    if (method, path) in ADMIN_ONLY and caller != "admin":
+        return 403
+    if caller == "other" and any(p in path for p in OWNED):
+        return 404
+    if caller == "admin" and path == "/v1/tenants/me":
+        return 422  # the admin is not a tenant
+    return {"POST /v1/jobs": 201, "POST /v1/bags": 201, "POST /v1/tenants": 201,
+            "POST /v1/jobs/{job_id}/cancel": 202}.get(f"{method} {path}", 200)
+
+
+def test_authorization_matrix_from_the_openapi(api: Api) -> None:
+    spec = api.admin.get("/openapi.json").json()
+    job = _submit(api.acme, name="matrix")
+    bag = api.acme.post("/v1/bags", json={"name": "mb", "template": {"name": "t", "compute_hours": 1},
+                                          "params": [{}]}).json()["bag"]
+    acme_token = api.acme.headers["authorization"].split()[1]
+    beta_token = api.beta.headers["authorization"].split()[1]
+    headers = {"none": {}, "malformed": {"Authorization": f"Basic {acme_token}"},
+               "wrong": {"Authorization": "Bearer sp_not-a-real-token"},
+               "owner": {"Authorization": f"Bearer {acme_token}"},
+               "other": {"Authorization": f"Bearer {beta_token}"},
+               "admin": {"Authorization": f"Bearer {ADMIN}"}}
+    bodies = {"/v1/jobs": {"name": "m", "compute_hours": 1},
+              "/v1/bags": {"name": "m", "template": {"name": "t", "compute_hours": 1}, "params": [{}]}}
+    seen, wrong = 0, []
+    with api.client(None) as http:
+        for path, ops in spec["paths"].items():
+            for method in ops:
+                method = method.upper()
+                for caller in CALLERS:
+                    url = path.replace("{job_id}", job["id"]).replace("{bag_id}", bag["id"])
+                    submits = method == "POST" and path in bodies
+                    params = {"tenant_id": api.acme_id} if caller == "admin" and submits else {}
+                    body = bodies.get(path)
+                    if path == "/v1/tenants":
+                        body = {"name": f"matrix-{caller}"}
+                    r = http.request(method, url, headers=headers[caller], json=body, params=params)
+                    want = _expected(method, path, caller)
+                    seen += 1
+                    if r.status_code != want:
+                        wrong.append((method, path, caller, r.status_code, want, r.text[:120]))
+                    elif r.status_code >= 400:
+                        assert set(r.json()) == {"message", "fix", "errors"}
+                    if r.status_code == 401:
+                        assert r.headers["www-authenticate"] == "Bearer"
+    assert wrong == []
+    assert seen == len(CALLERS) * sum(len(ops) for ops in spec["paths"].values()) >= 6 * 20
+
+
+def test_openapi_declares_every_error_and_the_admin_only_parameters(api: Api) -> None:
+    spec = api.admin.get("/openapi.json").json()
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            if path in PUBLIC or path.startswith("/docs"):
+                continue
+            codes = set(op["responses"])
+            assert {"401", "500"} <= codes, (method, path)
+            if path != "/metrics":
+                assert {"401", "403", "404", "409", "413", "422", "429"} <= codes, (method, path)
+                assert op["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+                assert "Retry-After" in op["responses"]["429"]["headers"]
+    for path in ("/v1/jobs",):
+        for method in ("get", "post"):
+            params = {p["name"]: p for p in spec["paths"][path][method]["parameters"]}
+            assert "admin only" in params["tenant_id"]["description"]
+    post_params = {p["name"] for p in spec["paths"]["/v1/bags"]["post"]["parameters"]}
+    assert {"tenant_id", "Idempotency-Key"} <= post_params
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
+# --------------------------------------------------------------------------------------------
+# Schemathesis against the running API's OpenAPI (bounded example budget)
+# --------------------------------------------------------------------------------------------
+FUZZ_EXAMPLES = 10  # per operation and mode: ~20 operations x 2 modes, well under a minute here
+
+
+@pytest.fixture(scope="module")
+def fuzz_token(api: Api) -> str:
+    r = api.admin.post("/v1/tenants", json={"name": "fuzz", "max_gpus": 64})
+    assert r.status_code == 201, r.text
+    return str(r.json()["token"])
+
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_headers_conformance, response_schema_conformance, negative_data_rejection]
+
+
+def test_schemathesis_finds_no_server_error_and_no_undeclared_answer(api: Api, fuzz_token: str) -> None:
+    """Every operation, valid and invalid data: no 5xx, every status/header/body as declared.
+
+    (Operations are driven one by one through ``as_strategy``: schemathesis' pytest loader
+    relies on a pytest-internal attribute that pytest 9 no longer has.)"""
+    schema = schemathesis.openapi.from_url(f"{api.url}/openapi.json")
+    auth = {"Authorization": f"Bearer {fuzz_token}"}
+    failures: dict[str, str] = {}
+    operations = 0
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        operations += 1
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
+                      suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+            def run(case) -> None:  # type: ignore[no-untyped-def]
+                case.call_and_validate(headers=auth, timeout=30, checks=CHECKS)
+
+            try:
+                run()
+            except Unsatisfiable:
+                assert mode is GenerationMode.NEGATIVE  # nothing to break: no parameter, no body
+            except Exception as exc:  # noqa: BLE001 - collect every operation's failure
+                failures[f"{mode} {operation.label}"] = str(exc)[:2000]
+    assert operations >= 20
+    assert failures == {}
