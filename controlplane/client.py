@@ -26,6 +26,8 @@ from controlplane.errors import (
 log = logging.getLogger(__name__)
 
 API = "/v1"
+NEXT_OFFSET_HEADER = "X-Spotplane-Next-Offset"  # set by the API when a page stops at its byte cap
+DEFAULT_PAGE = 1000  # GET /v1/jobs without a limit
 ENDPOINT_FILE = "endpoint.json"
 
 
@@ -45,6 +47,12 @@ class ServerUnreachable(SpotplaneError):
             f"cannot reach the spotplane API at {url} ({reason})",
             fix="start it with `spotplane up`, or pass --url / set SPOTPLANE_URL",
         )
+
+
+def _decoded(response: httpx.Response) -> Any:
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return response.json()
+    return response.text
 
 
 def _error_from(response: httpx.Response) -> SpotplaneError:
@@ -104,6 +112,17 @@ class SpotplaneClient:
         params: Mapping[str, Any] | None = None,
     ) -> Any:
         """One call; returns the decoded JSON body (or text for non-JSON answers)."""
+        return _decoded(self.send(method, path, json_body=json_body, params=params))
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> httpx.Response:
+        """One call; returns the response (headers included), raising on any 4xx/5xx."""
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
             response = self._http.request(method, path, json=json_body, params=clean)
@@ -111,9 +130,7 @@ class SpotplaneClient:
             raise ServerUnreachable(self.base_url, type(exc).__name__) from exc
         if response.status_code >= 400:
             raise _error_from(response)
-        if response.headers.get("content-type", "").startswith("application/json"):
-            return response.json()
-        return response.text
+        return response
 
     # -- health --------------------------------------------------------------------------------
     def healthz(self) -> dict[str, Any]:
@@ -157,9 +174,19 @@ class SpotplaneClient:
         tenant_id: str | None = None,
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        params = {"state": state, "kind": kind, "bag_id": bag_id, "tenant_id": tenant_id, "limit": limit}
-        result: list[dict[str, Any]] = self.request("GET", f"{API}/jobs", params=params)
-        return result
+        """Jobs, oldest first: follows ``X-Spotplane-Next-Offset`` while the API cut a page short
+        at its byte cap, until ``limit`` jobs (the API's default page of 1,000 when None)."""
+        want = DEFAULT_PAGE if limit is None else limit
+        params: dict[str, Any] = {"state": state, "kind": kind, "bag_id": bag_id,
+                                  "tenant_id": tenant_id, "limit": limit}
+        out: list[dict[str, Any]] = []
+        while True:
+            response = self.send("GET", f"{API}/jobs", params=params)
+            out.extend(response.json())
+            next_offset = response.headers.get(NEXT_OFFSET_HEADER)
+            if next_offset is None or len(out) >= want:
+                return out
+            params = {**params, "offset": int(next_offset), "limit": want - len(out)}
 
     def job(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"{API}/jobs/{job_id}")

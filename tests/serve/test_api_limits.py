@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from controlplane.client import SpotplaneClient
 from controlplane.models import JobSpec
 from controlplane.store import Store
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
@@ -118,6 +119,9 @@ def test_body_cap_and_list_byte_cap(limited: Limited) -> None:
             assert r.headers["x-spotplane-truncated"] == "true"
             offset = int(r.headers["x-spotplane-next-offset"])
         assert seen == [f"l{i}" for i in range(40)] and pages >= 5
+    with SpotplaneClient(limited.url, ADMIN) as client:  # the CLI's client follows the pages
+        assert [j["name"] for j in client.jobs(tenant_id=limited.ids["lister"])] == seen
+        assert [j["name"] for j in client.jobs(tenant_id=limited.ids["lister"], limit=25)] == seen[:25]
 
 
 def test_token_bucket_refills_at_its_rate() -> None:
