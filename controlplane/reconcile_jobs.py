@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from clusters.fleet import Offer
-from controlplane import workload
+from controlplane import metrics, workload
 from controlplane.models import HOUR, Event, Job, JobKind, JobState, Market, Node, NodeState
 from controlplane.reconcile_base import UP_STATES, WITH_NODES, ReconcileState
 
@@ -222,6 +222,9 @@ class JobsMixin(ReconcileState):
     def _apply_report(self, job: Job, r: ExecutorReport, now: float) -> None:
         job.progress_hours = r.progress_hours
         job.checkpointed_hours = r.checkpointed_hours
+        if r.checkpoints > job.checkpoints:
+            metrics.count(self._w.counters, "checkpoint_writes_total",
+                          r.checkpoints - job.checkpoints, source="executor")
         job.checkpoints = max(job.checkpoints, r.checkpoints)
         job.accounted_at = now
         self._w.jobs[job.id] = job
@@ -241,6 +244,7 @@ class JobsMixin(ReconcileState):
             cause = (f"launch failed for {n.id} in {n.zone}" if n.state is NodeState.FAILED
                      else f"node {n.id} {n.state.value.lower()} in {n.zone}")
         was = job.state
+        where = metrics.job_where(job, self.nodes)
         hours = workload.roll_back(job)
         if self.executor is not None and job.spec.entrypoint is not None:
             self.executor.stop(job, cause)
@@ -250,6 +254,8 @@ class JobsMixin(ReconcileState):
             return
         job.preemptions += 1
         self._w.count("job_preemptions_total")
+        metrics.count(self._w.counters, "preemptions_total", cause=_preemption_cause(cause, lost),
+                      **where)
         if self._w.report is not None:
             self._w.report.preempted += 1
         self._move(job, JobState.PREEMPTED, f"{cause}; lost {hours:.3f} h since the last "
@@ -288,3 +294,14 @@ class JobsMixin(ReconcileState):
             del self.nodes[n.id]
             if n.instance_id:
                 self.by_instance.pop(n.instance_id, None)
+
+
+def _preemption_cause(cause: str, lost: Sequence[Node]) -> str:
+    """A bounded label for why a job was preempted."""
+    if cause.startswith("launch refused"):
+        return "launch_refused"
+    if cause.startswith("preempted by"):
+        return "eviction"
+    if lost:
+        return lost[0].state.value.lower()
+    return "gang_incomplete"

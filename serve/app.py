@@ -9,16 +9,15 @@ tenants' things), Conflict 409.
 
 
 import logging
-import re
 import threading
 import time
-from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Body, FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from ray import serve
 
@@ -30,6 +29,7 @@ from controlplane.errors import (
     SpotplaneError,
     Unauthorized,
 )
+from controlplane.metrics import CONTENT_TYPE, ApiMetrics
 from controlplane.models import (
     Bag,
     BagSpec,
@@ -80,31 +80,42 @@ app = FastAPI(
 )
 
 _api_lock = threading.Lock()
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
 
-def _api_counts(request: Request) -> Counter[str]:
-    """Per-replica API counters, exported at /metrics beside the store's gauges.
+def _api_metrics(request: Request) -> ApiMetrics:
+    """This replica's request metrics, exported at /metrics beside the store's families.
 
     Kept on ``app.state`` (not a module global): Serve ships the app to the replica by value,
     so the request's app is the one object every handler there shares.
     """
     state = request.app.state
-    if not hasattr(state, "api_counts"):
-        state.api_counts = Counter()
-    counts: Counter[str] = state.api_counts
-    return counts
-
-
-def _count(request: Request, name: str, by: int = 1) -> None:
     with _api_lock:
-        _api_counts(request)[name] += by
+        if not hasattr(state, "api_metrics"):
+            state.api_metrics = ApiMetrics()
+    found: ApiMetrics = state.api_metrics
+    return found
+
+
+@app.middleware("http")
+async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    """Count every request by route template and status, and time it."""
+    t0 = time.perf_counter()
+    status = 500
+    try:
+        response = await call_next(request)
+        status = response.status_code
+        return response
+    finally:
+        route = getattr(request.scope.get("route"), "path", None) or "unmatched"
+        method = request.method if request.method in _METHODS else "other"
+        _api_metrics(request).record(route, method, status, time.perf_counter() - t0)
 
 
 # --------------------------------------------------------------------------------------------
 # Errors -> HTTP
 # --------------------------------------------------------------------------------------------
 def _unprocessable(request: Request, errors: list[FieldError]) -> JSONResponse:
-    _count(request, 'api_errors_total{status="422"}')
     body = ErrorBody(message=error_line(errors[0]), fix=errors[0].fix, errors=errors)
     return JSONResponse(status_code=422, content=body.model_dump())
 
@@ -129,7 +140,6 @@ async def _on_spotplane_error(request: Request, exc: SpotplaneError) -> JSONResp
         message = exc.message.removeprefix(f"{exc.field}: ")
         return _unprocessable(request, [FieldError(field=exc.field, message=message, fix=exc.fix or "see /docs")])
     status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
-    _count(request, f'api_errors_total{{status="{status}"}}')
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     body = ErrorBody(message=exc.message, fix=exc.fix)
     return JSONResponse(status_code=status, content=body.model_dump(), headers=headers)
@@ -141,29 +151,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "not found (or another tenant's)"},
     422: {"model": ErrorBody, "description": "invalid input: names the field and the fix"},
 }
-
-
-# --------------------------------------------------------------------------------------------
-# Prometheus text format
-# --------------------------------------------------------------------------------------------
-_NAME_OK = re.compile(r"[^a-zA-Z0-9_:]")
-
-
-def prometheus_text(values: dict[str, float], prefix: str = "spotplane_") -> str:
-    """Render ``{"name{label=\\"v\\"}": value}`` as Prometheus text exposition format 0.0.4."""
-    families: dict[str, list[tuple[str, float]]] = {}
-    for key, value in values.items():
-        name, brace, labels = key.partition("{")
-        name = prefix + _NAME_OK.sub("_", name)
-        families.setdefault(name, []).append((f"{{{labels}" if brace else "", value))
-    lines: list[str] = []
-    for name in sorted(families):
-        kind = "counter" if name.endswith("_total") else "gauge"
-        lines.append(f"# HELP {name} spotplane {name.removeprefix(prefix).replace('_', ' ')}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in sorted(families[name]):
-            lines.append(f"{name}{labels} {float(value)!r}")
-    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,13 +182,10 @@ class SpotplaneAPI:
         health["uptime_s"] = round(time.monotonic() - self._started, 3)
         return health
 
-    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse)
-    async def metrics(self, request: Request) -> PlainTextResponse:
-        """Counters and gauges in Prometheus text format; no token needed."""
-        values = self.service.metrics()
-        with _api_lock:
-            values.update({k: float(v) for k, v in _api_counts(request).items()})
-        return PlainTextResponse(prometheus_text(values), media_type="text/plain; version=0.0.4")
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    async def metrics(self, request: Request) -> Response:
+        """Every family in Prometheus text format (for the operator: spend by tenant)."""
+        return Response(self.service.metrics_text(_api_metrics(request)), media_type=CONTENT_TYPE)
 
     @app.get(f"{API}/clock", tags=["ops"], response_model=ClockView)
     async def clock(self) -> ClockView:
@@ -235,7 +219,6 @@ class SpotplaneAPI:
     ) -> JobView:
         """Submit one job; it is PENDING until the controller's next tick queues it."""
         job = self.service.submit_job(self._who(creds), spec, tenant_id)
-        _count(request, "api_jobs_submitted_total")
         return JobView.of(job)
 
     @app.get(f"{API}/jobs", tags=["jobs"], response_model=list[JobView], responses=_ERRORS)
@@ -286,7 +269,6 @@ class SpotplaneAPI:
     ) -> BagCreated:
         """Many parameter sets of one entrypoint: one job each, one runtime estimate learned."""
         bag, jobs = self.service.submit_bag(self._who(creds), spec, tenant_id)
-        _count(request, "api_jobs_submitted_total", len(jobs))
         return BagCreated(bag=bag, job_ids=[j.id for j in jobs])
 
     @app.get(f"{API}/bags", tags=["bags"], response_model=list[Bag], responses=_ERRORS)
@@ -372,4 +354,4 @@ def stop_api(shutdown_serve: bool = True) -> None:
         serve.shutdown()
 
 
-__all__ = ["APP_NAME", "SpotplaneAPI", "app", "build_app", "prometheus_text", "start_api", "stop_api"]
+__all__ = ["APP_NAME", "SpotplaneAPI", "app", "build_app", "start_api", "stop_api"]
