@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass
@@ -20,11 +21,12 @@ from actors.quota import QuotaAllocatorActor
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
 from controlplane.controller import Controller, ControllerSettings
-from controlplane.metrics import CONTROLLER, build_registry, exposition
+from controlplane.metrics import CONTROLLER, ApiMetrics, build_registry, exposition
 from controlplane.models import HOUR, ForecastRow, JobSpec, JobState
 from controlplane.store import Store
 
 POOLS = {"V100": 6, "H100": 2}
+DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "spotplane.json"
 
 
 @dataclass
@@ -95,6 +97,10 @@ def run(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Run:
                                               accelerator="V100"), now=clock.now())
         if not mid and _queue_view(store, db) and k > 1:
             mid = {"scrape": _scrape(store), "queue": _queue_view(store, db)}
+    QuotaAllocatorActor(str(tmp / "spotplane.db"), POOLS, {"V100": 1, "H100": 8}).update(
+        {"V100": ([[2.0]], [[0.5]])}, now=clock.now())
+    store.put_forecasts([ForecastRow(tenant_id=beta.id, at=clock.now() - 1800.0, horizon_hours=2,
+                                     mean=[4.0, 4.0], upper=[5.0, 5.0])])
     return Run(store, db, ticks + ctl.ticks, mid)
 
 
@@ -260,3 +266,25 @@ def test_pool_quota_eta_and_forecast_families(tmp_path: Path) -> None:
     assert _values(fams["spotplane_hp_demand_forecast_gpus"], "tenant") == {("acme",): 2.5}
     state = json.loads(store.get_meta("quota_allocators") or "{}")
     assert set(state) == {"V100", "H100"} and not math.isnan(state["V100"]["eta"])
+
+
+def test_the_dashboard_is_grafana_json_whose_queries_name_exported_families(run: Run) -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    assert dash["uid"] == "spotplane" and dash["schemaVersion"] >= 36
+    assert [v["type"] for v in dash["templating"]["list"]] == ["datasource"]
+    rows = [p for p in dash["panels"] if p["type"] == "row"]
+    panels = [p for p in dash["panels"] if p["type"] != "row"]
+    assert len(rows) == 9 and len(panels) >= 2 * len(rows)
+    assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
+    api = ApiMetrics()
+    api.record("/v1/jobs", "GET", 200, 0.01)
+    text = exposition(build_registry(run.store, api)).decode()
+    sampled = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    sampled |= {s.name for f in run.mid["scrape"].values() for s in f.samples}  # the queue
+    for p in panels:
+        assert p["type"] == "timeseries" and p["datasource"]["type"] == "prometheus", p["title"]
+        assert {"x", "y", "w", "h"} <= set(p["gridPos"]) and p["targets"], p["title"]
+        assert len({t["refId"] for t in p["targets"]}) == len(p["targets"])
+        for t in p["targets"]:
+            names = set(re.findall(r"spotplane_[a-z0-9_]+", t["expr"]))
+            assert names and names <= sampled, (p["title"], names - sampled)
