@@ -89,6 +89,8 @@ class ExecutorReport:
     checkpoints: int = 0
     finished: bool = False
     failed: str | None = None
+    checkpoint_bytes: int = 0  # the job's checkpoints so far, in bytes (cumulative)
+    restore_fallbacks: int = 0  # the job's restores that skipped a bad checkpoint (cumulative)
 
 
 class JobExecutor(Protocol):
@@ -236,9 +238,9 @@ class Controller(FleetMixin, JobsMixin, PoliciesMixin, PlacementMixin, PersistMi
         for key, value in self._metrics_carry.items():
             w.counters[key] = w.counters.get(key, 0.0) + value
         self._metrics_carry = {}
-        tx = self.store.tx_seconds
+        tx = self.store.tx_histogram()
         tx.since(self._tx_seen).record(w.counters, "store_transaction_seconds")
-        self._tx_seen = tx.copy()
+        self._tx_seen = tx
 
     # -- helpers that record -------------------------------------------------------------------
     def _move(self, job: Job, dst: JobState, cause: str, at: float) -> None:

@@ -102,8 +102,8 @@ CONTROLLER: dict[str, Family] = {
         "counter", "Checkpoints written, by source (simulated workload or executor).",
         ("source",)),
     "checkpoint_bytes_total": Family(
-        "counter", "Bytes of checkpoints written (executor jobs; the simulated workload has "
-        "none)."),
+        "counter", "Bytes of executor jobs' checkpoints in the artifact store (the simulated "
+        "workload writes none)."),
     "checkpoint_duration_seconds": Family(
         "histogram", "Control-plane seconds one checkpoint write took.", (), CHECKPOINT_BUCKETS),
     "checkpoint_restore_fallbacks_total": Family(
@@ -376,7 +376,7 @@ class ApiStoreCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        b = self.store.tx_seconds.copy()
+        b = self.store.tx_histogram()
         h = HistogramMetricFamily(f"{PREFIX}api_store_transaction_seconds",
                                   "Wall time of one store write transaction in the API process.")
         running, cumulative = 0.0, []

@@ -222,9 +222,7 @@ class JobsMixin(ReconcileState):
     def _apply_report(self, job: Job, r: ExecutorReport, now: float) -> None:
         job.progress_hours = r.progress_hours
         job.checkpointed_hours = r.checkpointed_hours
-        if r.checkpoints > job.checkpoints:
-            metrics.count(self._w.counters, "checkpoint_writes_total",
-                          r.checkpoints - job.checkpoints, source="executor")
+        self._count_checkpoint_io(job, r)
         job.checkpoints = max(job.checkpoints, r.checkpoints)
         job.accounted_at = now
         self._w.jobs[job.id] = job
@@ -234,6 +232,21 @@ class JobsMixin(ReconcileState):
         elif r.finished:
             job.finished_at = now
             self._move(job, JobState.SUCCEEDED, "executor: finished", now)
+
+    def _count_checkpoint_io(self, job: Job, r: ExecutorReport) -> None:
+        """New checkpoints, bytes and restore fallbacks since the job's last report (the
+        totals are kept on the job, so a restart counts nothing twice)."""
+        c = self._w.counters
+        if r.checkpoints > job.checkpoints:
+            metrics.count(c, "checkpoint_writes_total", r.checkpoints - job.checkpoints,
+                          source="executor")
+        if r.checkpoint_bytes > job.checkpoint_bytes:
+            metrics.count(c, "checkpoint_bytes_total", r.checkpoint_bytes - job.checkpoint_bytes)
+            job.checkpoint_bytes = r.checkpoint_bytes
+        if r.restore_fallbacks > job.restore_fallbacks:
+            metrics.count(c, "checkpoint_restore_fallbacks_total",
+                          r.restore_fallbacks - job.restore_fallbacks)
+            job.restore_fallbacks = r.restore_fallbacks
 
     def _preempt(self, job: Job, now: float, lost: Sequence[Node], cause: str = "") -> None:
         """The job lost a worker: back to its checkpoint, release the rest, queue again."""

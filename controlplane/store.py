@@ -487,6 +487,11 @@ class Store:
         out["control_time_seconds"] = self.control_time()
         return out
 
+    def tx_histogram(self) -> Buckets:
+        """A copy of this process's write-transaction latency histogram."""
+        with self._lock:
+            return self.tx_seconds.copy()
+
     def metrics_snapshot(self) -> dict[str, Any]:
         """Everything ``controlplane.metrics.StoreCollector`` exports, read at scrape time."""
         now = self.control_time()

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
@@ -15,6 +16,7 @@ from controlplane import sdk
 from controlplane.clock import SimClock, WallClock
 from controlplane.controller import Controller, ControllerSettings
 from controlplane.executor import RayJobExecutor, job_agent_ready
+from controlplane.metrics import build_registry, exposition
 from controlplane.models import JobSpec, JobState
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
@@ -109,3 +111,9 @@ def test_real_job_is_preempted_by_the_fleet_restores_elsewhere_and_finishes(
     ]
     assert resumed[0] == 0 and any(s > 0 for s in resumed[1:]), resumed
     assert j.checkpoints >= 1 and j.progress_hours == pytest.approx(steps * 0.04 * SPEED / 3600)
+    # the checkpoint bytes the executor read back from the artifact store reach /metrics
+    written = sum(r.size for r in artifacts.list(job.id))
+    assert j.checkpoint_bytes == written > 0
+    text = exposition(build_registry(store)).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fams["spotplane_checkpoint_bytes"].samples[0].value == written

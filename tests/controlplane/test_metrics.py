@@ -9,6 +9,7 @@ import math
 import re
 import sqlite3
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from actors.quota import QuotaAllocatorActor
+from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings
+from controlplane.controller import Controller, ControllerSettings, ExecutorReport
+from controlplane.executor import artifact_totals
 from controlplane.metrics import CONTROLLER, ApiMetrics, build_registry, exposition
-from controlplane.models import HOUR, ForecastRow, JobSpec, JobState
+from controlplane.models import HOUR, ForecastRow, Job, JobSpec, JobState, Node
 from controlplane.store import Store
 
 POOLS = {"V100": 6, "H100": 2}
@@ -288,3 +291,81 @@ def test_the_dashboard_is_grafana_json_whose_queries_name_exported_families(run:
         for t in p["targets"]:
             names = set(re.findall(r"spotplane_[a-z0-9_]+", t["expr"]))
             assert names and names <= sampled, (p["title"], names - sampled)
+
+
+class ArtifactExecutor:
+    """Runs entrypoint jobs as saves into a real artifact store: one checkpoint every poll
+    (``size`` bytes), and after ``corrupt_after`` saves the newest is damaged and a replica
+    restores past it. Reports what :func:`artifact_totals` reads back from the store."""
+
+    def __init__(self, artifacts: LocalArtifactStore, clock: SimClock, size: int,
+                 corrupt_after: int) -> None:
+        self.artifacts, self.clock, self.size = artifacts, clock, size
+        self.corrupt_after = corrupt_after
+
+    def start(self, job: Job, nodes: Sequence[Node]) -> None:
+        pass
+
+    def stop(self, job: Job, reason: str) -> None:
+        pass
+
+    def notice(self, job: Job, seconds_left: float) -> None:
+        pass
+
+    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
+        out = {}
+        for j in jobs:
+            n = len(self.artifacts.list(j.id))
+            ref = self.artifacts.put(j.id, "r0", bytes([n % 256]) * self.size,
+                                     progress=min(1.0, (n + 1) / 10), t=self.clock.now() + n)
+            if n + 1 == self.corrupt_after and not self.artifacts.events(j.id):
+                path = self.artifacts.path_of(ref.blob_key)
+                path.write_bytes(b"x" + path.read_bytes()[1:])
+                assert self.artifacts.restore_latest(j.id) is not None
+            saved = len(self.artifacts.list(j.id))
+            nbytes, fallbacks = artifact_totals(self.artifacts, j.id)
+            out[j.id] = ExecutorReport(saved / 10, saved / 10, checkpoints=saved,
+                                       finished=saved >= 10, checkpoint_bytes=nbytes,
+                                       restore_fallbacks=fallbacks)
+        return out
+
+
+def test_executor_checkpoint_bytes_and_fallbacks_count_once_across_a_restart(
+        tmp_path: Path, data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store = Store(tmp_path / "spotplane.db")
+    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=1, gcp=False,
+                                        state_path=tmp_path / "simfleet.db")
+    artifacts = LocalArtifactStore(tmp_path / "artifacts", clock=clock)
+    t, _ = store.create_tenant("t")
+    job = store.submit_job(t.id, JobSpec(name="real", kind="hp", compute_hours=1.0,
+                                         accelerator="V100", entrypoint="python train.py"),
+                           now=0.0)
+
+    def controller() -> Controller:
+        return Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 2}),
+                          executor=ArtifactExecutor(artifacts, clock, 1000, corrupt_after=4),
+                          epoch=store.take_controller_lease())
+
+    ctl = controller()
+    while store.get_job(job.id).restore_fallbacks == 0:
+        clock.advance(60.0)
+        ctl.tick()
+    before = store.get_job(job.id)
+    # the 4th save was found corrupt in the poll that wrote it: 3 valid ones, 1 fallback
+    assert before.state is JobState.RUNNING and before.checkpoint_bytes == 3000
+    assert _scrape(store)["spotplane_checkpoint_bytes"].samples[0].value == 3000
+    ctl = controller()  # a restart: the totals on the job keep it from counting them again
+    for _ in range(30):
+        clock.advance(60.0)
+        ctl.tick()
+    done = store.get_job(job.id)
+    assert done.state is JobState.SUCCEEDED
+    listed = artifacts.list(job.id)
+    assert len(listed) == 10 and [e.kind for e in artifacts.events(job.id)] == ["corrupt",
+                                                                               "fallback"]
+    fams = _scrape(store)
+    assert fams["spotplane_checkpoint_bytes"].samples[0].value == done.checkpoint_bytes == 10_000
+    assert fams["spotplane_checkpoint_restore_fallbacks"].samples[0].value == 1
+    assert _values(fams["spotplane_checkpoint_writes"], "source", suffix="_total") == {
+        ("executor",): 10.0}
