@@ -105,7 +105,8 @@ CONTROLLER: dict[str, Family] = {
         "counter", "Bytes of executor jobs' checkpoints in the artifact store (the simulated "
         "workload writes none)."),
     "checkpoint_duration_seconds": Family(
-        "histogram", "Control-plane seconds one checkpoint write took.", (), CHECKPOINT_BUCKETS),
+        "histogram", "Control-plane seconds one checkpoint write of the simulated workload "
+        "took.", (), CHECKPOINT_BUCKETS),
     "checkpoint_restore_fallbacks_total": Family(
         "counter", "Restores that skipped a corrupt or missing newer checkpoint (executor jobs)."),
     "store_transaction_seconds": Family(
