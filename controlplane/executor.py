@@ -228,7 +228,8 @@ class RayJobExecutor:
             if not finished and all(r.state is ReplicaState.FAILED for r in reps):
                 failed = f"replica {reps[-1].replica_id} failed: {self._tail(reps[-1])}"
             changed = (ckpts, len(self.replicas.get(job.id, [])),
-                       sum(int(s.get("plans", 0)) for s in statuses))
+                       sum(int(s.get("plans", 0)) for s in statuses),
+                       int(finished or failed is not None))  # the end: read the last save
             nbytes, fallbacks = self._artifact_io(job.id, changed)
             out[job.id] = ExecutorReport(
                 progress_hours=progress * job.spec.compute_hours,

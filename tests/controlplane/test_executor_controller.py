@@ -105,15 +105,15 @@ def test_real_job_is_preempted_by_the_fleet_restores_elsewhere_and_finishes(
     state, ref = sdk.loads(final.data), train_reference(steps, seed)
     for k in ("w1", "w2", "v1", "v2"):
         assert state[k].tobytes() == ref[k].tobytes()
-    logs = ex.logs(job.id)
-    resumed = [
-        int(line.split()[3]) for line in logs.splitlines() if line.startswith("starting at step")
-    ]
-    assert resumed[0] == 0 and any(s > 0 for s in resumed[1:]), resumed
-    assert j.checkpoints >= 1 and j.progress_hours == pytest.approx(steps * 0.04 * SPEED / 3600)
     # the checkpoint bytes the executor read back from the artifact store reach /metrics
     written = sum(r.size for r in artifacts.list(job.id))
     assert j.checkpoint_bytes == written > 0
     text = exposition(build_registry(store)).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     assert fams["spotplane_checkpoint_bytes"].samples[0].value == written
+    logs = ex.logs(job.id)
+    resumed = [
+        int(line.split()[3]) for line in logs.splitlines() if line.startswith("starting at step")
+    ]
+    assert resumed[0] == 0 and any(s > 0 for s in resumed[1:]), resumed
+    assert j.checkpoints >= 1 and j.progress_hours == pytest.approx(steps * 0.04 * SPEED / 3600)
