@@ -26,18 +26,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from clusters.fleet import FleetProvider, LaunchRequest, Offer
 from clusters.fleet import Market as FleetMarket
+from controlplane import metrics
 from controlplane.clock import Clock
 from controlplane.models import (
     HOUR,
     Decision,
     Event,
     Job,
+    JobKind,
     JobState,
     Node,
     Tenant,
@@ -86,6 +89,8 @@ class ExecutorReport:
     checkpoints: int = 0
     finished: bool = False
     failed: str | None = None
+    checkpoint_bytes: int = 0  # the job's checkpoints so far, in bytes (cumulative)
+    restore_fallbacks: int = 0  # the job's restores that skipped a bad checkpoint (cumulative)
 
 
 class JobExecutor(Protocol):
@@ -149,6 +154,8 @@ class Controller(FleetMixin, JobsMixin, PoliciesMixin, PlacementMixin, PersistMi
         self._w = TickWork()
         self.after_barrier: Callable[[int], None] | None = None  # fault injection (tests)
         self._external: dict[str, float] = {}  # instance id -> seconds left (node agents)
+        self._metrics_carry: dict[str, float] = {}  # phase timings, committed next tick
+        self._tx_seen: metrics.Buckets | None = None  # store latency already recorded
 
     # -- start / restart -----------------------------------------------------------------------
     def recover(self) -> None:
@@ -185,28 +192,60 @@ class Controller(FleetMixin, JobsMixin, PoliciesMixin, PlacementMixin, PersistMi
         t0 = time.perf_counter()
         now = self.clock.now()
         self._w = w = TickWork()
+        self._carry_metrics(w)
         w.report = TickReport(at=now, ms=0.0, jobs=0, nodes=0)
-        self._ingest(now)
-        self._sync_fleet(now)
-        self._advance_jobs(now)
-        self._ask_policies(now)
-        self._place(now)
-        self._reap_idle(now)
+        with self._phase("ingest"):
+            self._ingest(now)
+        with self._phase("sync_fleet"):
+            self._sync_fleet(now)
+        with self._phase("advance_jobs"):
+            self._advance_jobs(now)
+        with self._phase("policies"):
+            self._ask_policies(now)
+        with self._phase("place"):
+            self._place(now)
+        with self._phase("reap_idle"):
+            self._reap_idle(now)
         self._account_demand(now)
-        self._persist(now, barrier=True)  # every intent is durable before we act
+        with self._phase("persist_intents"):
+            self._persist(now, barrier=True)  # every intent is durable before we act
         if self.after_barrier is not None:
             self.after_barrier(len(w.launches))
-        self._act(now)
-        self._persist(now)
+        with self._phase("act"):
+            self._act(now)
+        with self._phase("persist"):
+            self._persist(now)
         self._forget_finished()
         self.ticks += 1
+        metrics.observe(self._metrics_carry, "reconcile_tick_duration_seconds",
+                        time.perf_counter() - t0, phase="total")
         w.report.ms = (time.perf_counter() - t0) * 1000
         w.report.jobs, w.report.nodes = len(self.jobs), len(self.nodes)
         return w.report
 
+    # -- metrics (committed with the next tick's work) ------------------------------------------
+    @contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            metrics.observe(self._metrics_carry, "reconcile_tick_duration_seconds",
+                            time.perf_counter() - t0, phase=name)
+
+    def _carry_metrics(self, w: TickWork) -> None:
+        """Last tick's phase timings and the store's transactions since, into this tick."""
+        for key, value in self._metrics_carry.items():
+            w.counters[key] = w.counters.get(key, 0.0) + value
+        self._metrics_carry = {}
+        tx = self.store.tx_histogram()
+        tx.since(self._tx_seen).record(w.counters, "store_transaction_seconds")
+        self._tx_seen = tx
+
     # -- helpers that record -------------------------------------------------------------------
     def _move(self, job: Job, dst: JobState, cause: str, at: float) -> None:
         check_transition(job.id, job.state, dst)
+        self._count_transition(job, dst, at)
         self._w.events.append(Event(at=at, tenant_id=job.tenant_id, job_id=job.id,
                                     kind="transition", src=job.state.value, dst=dst.value,
                                     cause=cause))
@@ -220,6 +259,19 @@ class Controller(FleetMixin, JobsMixin, PoliciesMixin, PlacementMixin, PersistMi
             self._w.count(f"jobs_{dst.value.lower()}_total")
             if self._w.report is not None:
                 self._w.report.finished += 1
+
+    def _count_transition(self, job: Job, dst: JobState, at: float) -> None:
+        c = self._w.counters
+        if job.state is JobState.CHECKPOINTING and dst is JobState.RUNNING:
+            metrics.count(c, "checkpoint_writes_total", source="simulated")
+            metrics.observe(c, "checkpoint_duration_seconds", job.spec.checkpoint_hours * HOUR)
+        if dst is JobState.SUCCEEDED and job.kind is JobKind.DEADLINE and job.deadline_at:
+            slack = job.deadline_at - (job.finished_at if job.finished_at is not None else at)
+            if slack >= 0:
+                metrics.observe(c, "deadline_slack_at_finish_seconds", slack)
+            else:
+                metrics.count(c, "deadline_misses_total")
+                metrics.observe(c, "deadline_lateness_seconds", -slack)
 
     def _node_event(self, node: Node, cause: str, at: float) -> None:
         self._w.events.append(Event(at=at, tenant_id=node.tenant_id, job_id=node.job_id,

@@ -176,6 +176,7 @@ class RayJobExecutor:
         self._slots: SlotMap | None = None
         self._attempts: dict[tuple[str, str], int] = {}
         self._handles: dict[str, Any] = {}
+        self._io: dict[str, tuple[tuple[int, ...], tuple[int, int]]] = {}  # see _artifact_io
 
     # -- the controller's JobExecutor protocol ---------------------------------------------------
     def start(self, job: Job, nodes: Sequence[Node]) -> None:
@@ -235,16 +236,36 @@ class RayJobExecutor:
             failed = None
             if not finished and all(r.state is ReplicaState.FAILED for r in reps):
                 failed = f"replica {reps[-1].replica_id} failed: {self._tail(reps[-1])}"
+            changed = (ckpts, len(self.replicas.get(job.id, [])),
+                       sum(int(s.get("plans", 0)) for s in statuses),
+                       int(finished or failed is not None))  # the end: read the last save
+            nbytes, fallbacks = self._artifact_io(job.id, changed)
             out[job.id] = ExecutorReport(
                 progress_hours=progress * job.spec.compute_hours,
                 checkpointed_hours=checkpointed * job.spec.compute_hours,
                 checkpoints=ckpts,
                 finished=finished,
                 failed=failed,
+                checkpoint_bytes=nbytes,
+                restore_fallbacks=fallbacks,
             )
             if finished or failed:
                 self._cleanup(job.id)
         return out
+
+    def _artifact_io(self, job_id: str, changed: tuple[int, ...]) -> tuple[int, int]:
+        """Bytes of the job's checkpoints and its restore fallbacks, from the artifact store;
+        listed again only when the job's checkpoints, replicas or restores changed."""
+        seen = self._io.get(job_id)
+        if seen is not None and seen[0] == changed:
+            return seen[1]
+        try:
+            totals = artifact_totals(self.store, job_id)
+        except Exception as e:  # noqa: BLE001 - a store hiccup: keep the last totals
+            log.debug("artifact totals of %s: %s", job_id, e)
+            return seen[1] if seen is not None else (0, 0)
+        self._io[job_id] = (changed, totals)
+        return totals
 
     # -- replication (seed 004): the hooks a controller calls per node ---------------------------
     def node_preempted(self, job: Job, node_id: str, reason: str = "node preempted") -> bool:
@@ -569,6 +590,12 @@ class RayJobExecutor:
             self._kill_actor(rep.actor_name)
             if self._slots is not None:
                 self._slots.release(rep.node_id)
+
+
+def artifact_totals(store: ArtifactStore, job_id: str) -> tuple[int, int]:
+    """(bytes of every checkpoint manifest the job has, restores that fell back past a bad one)."""
+    nbytes = sum(ref.size for ref in store.list(job_id))
+    return nbytes, sum(1 for e in store.events(job_id) if e.kind == "fallback")
 
 
 def _slot_index(name: str) -> int:

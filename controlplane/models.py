@@ -294,6 +294,8 @@ class Job(BaseModel):
     gpu_hours: float = 0.0  # GPU hours billed so far
     preemptions: int = 0
     checkpoints: int = 0
+    checkpoint_bytes: int = 0  # executor jobs: bytes of every checkpoint written (artifact store)
+    restore_fallbacks: int = 0  # executor jobs: restores that skipped a bad newer checkpoint
     attempts: int = 0
     market: Market | None = None
     zone: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from clusters.fleet import Instance, InstanceState
+from controlplane import metrics
 from controlplane.models import Node, NodeState, ZoneInfo
 from controlplane.reconcile_base import UP_STATES, ReconcileState
 
@@ -93,6 +94,8 @@ class FleetMixin(ReconcileState):
             node.notice_at = node.notice_at or when.get((iid, "preemption_notice"))
             self.zone_preemptions.setdefault(node.zone, []).append(node.ended_at)
             self._w.count("nodes_preempted_total")
+            metrics.count(self._w.counters, "node_preemptions_total", cloud=node.cloud,
+                          zone=node.zone, market=node.market.value)
         elif new is NodeState.TERMINATED:
             node.ended_at = node.ended_at or when.get((iid, "terminated"), now)
         self._node_event(node, f"fleet: instance {iid} is {inst.state.value}", at)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from clusters.fleet import Offer
-from controlplane import workload
+from controlplane import metrics, workload
 from controlplane.models import HOUR, Event, Job, JobKind, JobState, Market, Node, NodeState
 from controlplane.reconcile_base import UP_STATES, WITH_NODES, ReconcileState
 
@@ -222,6 +222,7 @@ class JobsMixin(ReconcileState):
     def _apply_report(self, job: Job, r: ExecutorReport, now: float) -> None:
         job.progress_hours = r.progress_hours
         job.checkpointed_hours = r.checkpointed_hours
+        self._count_checkpoint_io(job, r)
         job.checkpoints = max(job.checkpoints, r.checkpoints)
         job.accounted_at = now
         self._w.jobs[job.id] = job
@@ -232,6 +233,21 @@ class JobsMixin(ReconcileState):
             job.finished_at = now
             self._move(job, JobState.SUCCEEDED, "executor: finished", now)
 
+    def _count_checkpoint_io(self, job: Job, r: ExecutorReport) -> None:
+        """New checkpoints, bytes and restore fallbacks since the job's last report (the
+        totals are kept on the job, so a restart counts nothing twice)."""
+        c = self._w.counters
+        if r.checkpoints > job.checkpoints:
+            metrics.count(c, "checkpoint_writes_total", r.checkpoints - job.checkpoints,
+                          source="executor")
+        if r.checkpoint_bytes > job.checkpoint_bytes:
+            metrics.count(c, "checkpoint_bytes_total", r.checkpoint_bytes - job.checkpoint_bytes)
+            job.checkpoint_bytes = r.checkpoint_bytes
+        if r.restore_fallbacks > job.restore_fallbacks:
+            metrics.count(c, "checkpoint_restore_fallbacks_total",
+                          r.restore_fallbacks - job.restore_fallbacks)
+            job.restore_fallbacks = r.restore_fallbacks
+
     def _preempt(self, job: Job, now: float, lost: Sequence[Node], cause: str = "") -> None:
         """The job lost a worker: back to its checkpoint, release the rest, queue again."""
         if not cause and not lost:
@@ -241,6 +257,7 @@ class JobsMixin(ReconcileState):
             cause = (f"launch failed for {n.id} in {n.zone}" if n.state is NodeState.FAILED
                      else f"node {n.id} {n.state.value.lower()} in {n.zone}")
         was = job.state
+        where = metrics.job_where(job, self.nodes)
         hours = workload.roll_back(job)
         if self.executor is not None and job.spec.entrypoint is not None:
             self.executor.stop(job, cause)
@@ -250,6 +267,8 @@ class JobsMixin(ReconcileState):
             return
         job.preemptions += 1
         self._w.count("job_preemptions_total")
+        metrics.count(self._w.counters, "preemptions_total", cause=_preemption_cause(cause, lost),
+                      **where)
         if self._w.report is not None:
             self._w.report.preempted += 1
         self._move(job, JobState.PREEMPTED, f"{cause}; lost {hours:.3f} h since the last "
@@ -288,3 +307,14 @@ class JobsMixin(ReconcileState):
             del self.nodes[n.id]
             if n.instance_id:
                 self.by_instance.pop(n.instance_id, None)
+
+
+def _preemption_cause(cause: str, lost: Sequence[Node]) -> str:
+    """A bounded label for why a job was preempted."""
+    if cause.startswith("launch refused"):
+        return "launch_refused"
+    if cause.startswith("preempted by"):
+        return "eviction"
+    if lost:
+        return lost[0].state.value.lower()
+    return "gang_incomplete"

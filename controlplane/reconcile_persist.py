@@ -6,6 +6,7 @@ import logging
 import zlib
 
 from clusters.fleet import LaunchRequest
+from controlplane import metrics
 from controlplane.errors import CapacityUnavailable, CloudError
 from controlplane.models import JobState, NodeState
 from controlplane.reconcile_base import ReconcileState
@@ -67,6 +68,8 @@ class PersistMixin(ReconcileState):
             w.intents.append(intent)
             self.refused[req.zone] = now
             w.count("launches_refused_total")
+            metrics.count(w.counters, "launch_failures_total", provider=self.fleet.name,
+                          error=type(exc).__name__)
             for n in nodes:
                 n.state, n.ended_at = NodeState.FAILED, now
                 self._node_event(n, str(exc), now)
@@ -77,6 +80,10 @@ class PersistMixin(ReconcileState):
         intent.status, intent.done_at = INTENT_DONE, now
         w.intents.append(intent)
         w.count("nodes_launched_total", len(insts))
+        metrics.count(w.counters, "launches_total", provider=self.fleet.name,
+                      market=req.market.value)
+        metrics.count(w.counters, "launched_nodes_total", len(insts), provider=self.fleet.name,
+                      market=req.market.value)
         if w.report is not None:
             w.report.launched += len(insts)
         for n, inst in zip(nodes, insts, strict=False):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from clusters.fleet import LaunchRequest, Offer
 from clusters.fleet import Market as FleetMarket
+from controlplane import metrics
 from controlplane.models import HOUR, Job, JobKind, JobState, Market, Node, NodeState, new_id
 from controlplane.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile_base import WITH_NODES, ReconcileState
@@ -132,6 +133,8 @@ class PlacementMixin(ReconcileState):
                 continue
             cause = f"preempted by {job.kind.value} job {job.id} (placement {p.policy})"
             self._w.count("hp_evictions_total")
+            metrics.count(self._w.counters, "evictions_total", cause=f"{job.kind.value}_placement",
+                          **metrics.job_where(victim, self.nodes))
             self._decide(victim, p.policy, "preempt", cause, now)
             self._preempt(victim, now, [], cause)
         for node_id in p.replace:
@@ -146,6 +149,8 @@ class PlacementMixin(ReconcileState):
         job.node_ids = [n.id for n in reused] + [n.id for n in new]
         job.market, job.zone = market, (new[0].zone if new else reused[0].zone)
         job.attempts += 1
+        metrics.count(self._w.counters, "placements_total", kind=job.kind.value,
+                      **metrics.job_where(job, self.nodes))
         job.billed_at = job.accounted_at = now
         if job.kind is JobKind.SPOT:
             self._w.count("spot_placements_total")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controlplane import workload
+from controlplane import metrics, workload
 from controlplane.models import HOUR, Job, JobKind, JobState
 from controlplane.policyhost import PolicyRequest
 from controlplane.reconcile_base import WITH_NODES, ReconcileState
@@ -59,6 +59,8 @@ class PoliciesMixin(ReconcileState):
                           "state": o.state.value, "zone": o.zone,
                           "spot_available": o.spot_available})
             job.policy_action, job.policy_zone = kind, act.zone
+            metrics.count(self._w.counters, "deadline_decisions_total", policy=req.policy,
+                          action=kind)
             self._w.jobs[job.id] = job
         if job.state not in WITH_NODES:
             return
@@ -76,5 +78,7 @@ class PoliciesMixin(ReconcileState):
         if job.terminal:
             return
         workload.keep_progress(job)
+        metrics.count(self._w.counters, "evictions_total", cause="policy_switch",
+                      **metrics.job_where(job, self.nodes))
         self._release(job, now, switch, keep=True)
         self._move(job, JobState.QUEUED, switch, now)

@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from controlplane.errors import InvalidInput, SpotplaneError, Unauthorized
+from controlplane.metrics import ApiMetrics, build_registry, exposition
 from controlplane.models import (
     Bag,
     BagSpec,
@@ -118,6 +121,7 @@ class ControlPlaneService:
         self._tokens: dict[str, Tenant] = {}  # token hash -> tenant (tokens never change)
         self._lock = threading.Lock()
         self._accelerators: tuple[float, set[str]] = (0.0, set())
+        self._registry: CollectorRegistry | None = None  # built at the first scrape
 
     @classmethod
     def open(cls, path: str | Path, admin_token_hash: str, caps: Caps | None = None) -> ControlPlaneService:
@@ -343,6 +347,12 @@ class ControlPlaneService:
 
     def metrics(self) -> dict[str, float]:
         return self.store.metrics()
+
+    def metrics_text(self, api: ApiMetrics | None = None) -> bytes:
+        """Every family in Prometheus text format (operator-only: spend by tenant)."""
+        if self._registry is None:
+            self._registry = build_registry(self.store, api)
+        return exposition(self._registry)
 
     def health(self) -> dict[str, Any]:
         """Cheap liveness: the store answers and the controller's clock is known."""

@@ -18,6 +18,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from controlplane.errors import Conflict, InvalidInput, NotFound
+from controlplane.metrics import STORE_TX_BUCKETS, Buckets
 from controlplane.models import (
     ACTIVE_STATES,
     HOUR,
@@ -165,6 +167,7 @@ class Store:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             private_file(self.path)  # SQLite gives its -wal and -shm files the same mode
         self._lock = threading.RLock()
+        self.tx_seconds = Buckets(STORE_TX_BUCKETS)  # this process's write transactions
         self._db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None,
                                    check_same_thread=False)
         self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
@@ -181,6 +184,7 @@ class Store:
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            t0 = time.perf_counter()
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -188,6 +192,7 @@ class Store:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self.tx_seconds.add(time.perf_counter() - t0)
 
     def _q(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -580,6 +585,55 @@ class Store:
         out["on_demand_cost_dollars"] = float(od)
         out["control_time_seconds"] = self.control_time()
         return out
+
+    def tx_histogram(self) -> Buckets:
+        """A copy of this process's write-transaction latency histogram."""
+        with self._lock:
+            return self.tx_seconds.copy()
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """Everything ``controlplane.metrics.StoreCollector`` exports, read at scrape time."""
+        now = self.control_time()
+        names = dict(self._q("SELECT id, name FROM tenants"))
+        queue: dict[tuple[str, str, str], tuple[float, float]] = {}
+        for pool, kind, tenant, entered in self._q(
+                "SELECT COALESCE(json_extract(j.body, '$.spec.accelerator'), 'any'), j.kind, "
+                "j.tenant_id, COALESCE((SELECT MAX(e.at) FROM events e WHERE e.job_id = j.id "
+                "AND e.dst = 'QUEUED'), j.submitted_at) FROM jobs j WHERE j.state = 'QUEUED'"):
+            key = (pool, kind, names.get(tenant, tenant))
+            depth, oldest = queue.get(key, (0.0, 0.0))
+            queue[key] = (depth + 1, max(oldest, now - entered))
+        live = [s.value for s in NodeState if s not in (NodeState.TERMINATED,
+                                                        NodeState.PREEMPTED, NodeState.FAILED)]
+        nodes = [((c, z, m, a, st), n) for c, z, m, a, st, n in self._q(
+            "SELECT json_extract(body, '$.cloud'), json_extract(body, '$.zone'), "
+            "json_extract(body, '$.market'), json_extract(body, '$.accelerator'), state, "
+            f"COUNT(*) FROM nodes WHERE state IN ({','.join('?' * len(live))}) GROUP BY 1, 2, 3, "
+            "4, 5 ORDER BY 1, 2, 3, 4, 5", live)]
+        # the current hour so far; on an hour's boundary, the hour that just ended
+        hour, elapsed = int(now // HOUR), (now % HOUR) / HOUR
+        if elapsed == 0:
+            hour, elapsed = hour - 1, 1.0
+        forecast = {}
+        for f in self.forecasts():
+            i = hour - int(f.at // HOUR)
+            if 0 <= i < min(len(f.mean), len(f.upper)):
+                forecast[names.get(f.tenant_id, f.tenant_id)] = (f.mean[i], f.upper[i])
+        realised = {names.get(t, t): gh / elapsed for t, gh in self._q(
+            "SELECT tenant_id, hp_gpu_hours FROM demand WHERE hour = ?", (hour,))}
+        return {
+            "control_time": now,
+            "counters": {k: float(v) for k, v in self._q("SELECT name, value FROM counters")},
+            "jobs": self._q("SELECT state, kind, COUNT(*) FROM jobs GROUP BY 1, 2 ORDER BY 1, 2"),
+            "queue": queue,
+            "nodes": nodes,
+            "cost": [(c.tenant_name, c.cost, c.on_demand_cost, c.gpu_hours)
+                     for c in self.cost_by_tenant()],
+            "quotas": self.quotas(),
+            "allocators": json.loads(self.get_meta("quota_allocators", "{}") or "{}"),
+            "forecast": forecast,
+            "realised": realised,
+        }
 
     def max_spot_queue_seconds(self, now: float, window_seconds: float) -> float:
         """Longest time a spot job waited in QUEUED among waits that ended in the last

@@ -15,11 +15,9 @@ streams in, so an unauthenticated or oversized post costs nothing.
 
 import hmac
 import logging
-import re
 import threading
 import time
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -40,6 +38,7 @@ from controlplane.errors import (
     SpotplaneError,
     Unauthorized,
 )
+from controlplane.metrics import CONTENT_TYPE, ApiMetrics
 from controlplane.models import (
     Bag,
     BagSpec,
@@ -126,24 +125,35 @@ app = FastAPI(
 )
 
 _api_lock = threading.Lock()
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
 
-def _api_counts(request: Request) -> Counter[str]:
-    """Per-replica API counters, exported at /metrics beside the store's gauges.
+def _api_metrics(request: Request) -> ApiMetrics:
+    """This replica's request metrics, exported at /metrics beside the store's families.
 
     Kept on ``app.state`` (not a module global): Serve ships the app to the replica by value,
     so the request's app is the one object every handler there shares.
     """
     state = request.app.state
-    if not hasattr(state, "api_counts"):
-        state.api_counts = Counter()
-    counts: Counter[str] = state.api_counts
-    return counts
-
-
-def _count(request: Request, name: str, by: int = 1) -> None:
     with _api_lock:
-        _api_counts(request)[name] += by
+        if not hasattr(state, "api_metrics"):
+            state.api_metrics = ApiMetrics()
+    found: ApiMetrics = state.api_metrics
+    return found
+
+
+async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    """Count every request by route template and status, and time it."""
+    t0 = time.perf_counter()
+    status = 500
+    try:
+        response = await call_next(request)
+        status = response.status_code
+        return response
+    finally:
+        route = getattr(request.scope.get("route"), "path", None) or "unmatched"
+        method = request.method if request.method in _METHODS else "other"
+        _api_metrics(request).record(route, method, status, time.perf_counter() - t0)
 
 
 MAX_LIST_LIMIT = 10_000  # the largest `limit` of GET /v1/jobs (the byte cap binds first)
@@ -157,21 +167,9 @@ PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc"
 # --------------------------------------------------------------------------------------------
 # Errors -> HTTP: one body for every 4xx/5xx
 # --------------------------------------------------------------------------------------------
-def _count_app(asgi_app: Any, name: str, by: int = 1) -> None:
-    """Count on the app that answered (the middleware has no Request, only its scope's app)."""
-    state = getattr(asgi_app, "state", None)
-    if state is None:
-        return
-    with _api_lock:
-        if not hasattr(state, "api_counts"):
-            state.api_counts = Counter()
-        state.api_counts[name] += by
-
-
 def error_response(asgi_app: Any, status: int, message: str, fix: str | None = None,
                    errors: Sequence[FieldError] = (), headers: dict[str, str] | None = None) -> JSONResponse:
-    """The API's error body with ``status``, counted in ``api_errors_total``."""
-    _count_app(asgi_app, f'api_errors_total{{status="{status}"}}')
+    """The API's error body with ``status`` (counted by the request metrics' middleware)."""
     if status == 401:
         headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     body = ErrorBody(message=message, fix=fix, errors=list(errors))
@@ -398,6 +396,7 @@ def hmac_equal(a: str, b: str) -> bool:
 
 
 app.add_middleware(Gate)
+app.middleware("http")(_measure)  # added last, so outermost: the gate's 401/413/429 are counted too
 
 
 ADMIN_TENANT = "admin only: the tenant (id or name) to submit for; a tenant's token submits for itself"
@@ -421,29 +420,6 @@ def _replayable(answer: StoredAnswer) -> Response:
     headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
     return Response(answer.body, status_code=answer.status, media_type="application/json",
                     headers=headers)
-
-
-# --------------------------------------------------------------------------------------------
-# Prometheus text format
-# --------------------------------------------------------------------------------------------
-_NAME_OK = re.compile(r"[^a-zA-Z0-9_:]")
-
-
-def prometheus_text(values: dict[str, float], prefix: str = "spotplane_") -> str:
-    """Render ``{"name{label=\\"v\\"}": value}`` as Prometheus text exposition format 0.0.4."""
-    families: dict[str, list[tuple[str, float]]] = {}
-    for key, value in values.items():
-        name, brace, labels = key.partition("{")
-        name = prefix + _NAME_OK.sub("_", name)
-        families.setdefault(name, []).append((f"{{{labels}" if brace else "", value))
-    lines: list[str] = []
-    for name in sorted(families):
-        kind = "counter" if name.endswith("_total") else "gauge"
-        lines.append(f"# HELP {name} spotplane {name.removeprefix(prefix).replace('_', ' ')}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in sorted(families[name]):
-            lines.append(f"{name}{labels} {float(value)!r}")
-    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------------------------
@@ -483,13 +459,10 @@ class SpotplaneAPI:
 
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
              responses=_declared(401, 403, 500))
-    async def metrics(self, request: Request, creds: Auth = None) -> PlainTextResponse:
-        """Counters and gauges in Prometheus text format; the admin token or the metrics token
-        (``SPOTPLANE_METRICS_TOKEN``) as a bearer token (Prometheus ``authorization``)."""
-        values = self.service.metrics()
-        with _api_lock:
-            values.update({k: float(v) for k, v in _api_counts(request).items()})
-        return PlainTextResponse(prometheus_text(values), media_type="text/plain; version=0.0.4")
+    async def metrics(self, request: Request, creds: Auth = None) -> Response:
+        """Every family in Prometheus text format, for the operator (spend by tenant): the admin
+        token or the metrics token (``SPOTPLANE_METRICS_TOKEN``) as a bearer token."""
+        return Response(self.service.metrics_text(_api_metrics(request)), media_type=CONTENT_TYPE)
 
     @app.get(f"{API}/clock", tags=["ops"], response_model=ClockView, responses=_ERRORS)
     async def clock(self, creds: Auth = None) -> ClockView:
@@ -530,11 +503,8 @@ class SpotplaneAPI:
         who = self._who(creds)
         if idempotency_key is None:
             job = self.service.submit_job(who, spec, tenant_id)
-            _count(request, "api_jobs_submitted_total")
             return JobView.of(job)
         answer = self.service.submit_job_once(who, spec, idempotency_key, _render_job, tenant_id)
-        if not answer.replayed:
-            _count(request, "api_jobs_submitted_total")
         return _replayable(answer)
 
     @app.get(f"{API}/jobs", tags=["jobs"], response_model=list[JobView], responses=_ERRORS | {
@@ -593,11 +563,8 @@ class SpotplaneAPI:
         who = self._who(creds)
         if idempotency_key is None:
             bag, jobs = self.service.submit_bag(who, spec, tenant_id)
-            _count(request, "api_jobs_submitted_total", len(jobs))
             return BagCreated(bag=bag, job_ids=[j.id for j in jobs])
         answer = self.service.submit_bag_once(who, spec, idempotency_key, _render_bag, tenant_id)
-        if not answer.replayed:
-            _count(request, "api_jobs_submitted_total", len(spec.params))
         return _replayable(answer)
 
     @app.get(f"{API}/bags", tags=["bags"], response_model=list[Bag], responses=_ERRORS)
@@ -689,5 +656,5 @@ def stop_api(shutdown_serve: bool = True) -> None:
         serve.shutdown()
 
 
-__all__ = ["APP_NAME", "ApiLimits", "Gate", "SpotplaneAPI", "app", "build_app", "prometheus_text",
-           "start_api", "stop_api"]
+__all__ = ["APP_NAME", "ApiLimits", "Gate", "SpotplaneAPI", "app", "build_app", "start_api",
+           "stop_api"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
@@ -15,6 +16,7 @@ from controlplane import sdk
 from controlplane.clock import SimClock, WallClock
 from controlplane.controller import Controller, ControllerSettings
 from controlplane.executor import RayJobExecutor, job_agent_ready
+from controlplane.metrics import build_registry, exposition
 from controlplane.models import JobSpec, JobState
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
@@ -103,6 +105,12 @@ def test_real_job_is_preempted_by_the_fleet_restores_elsewhere_and_finishes(
     state, ref = sdk.loads(final.data), train_reference(steps, seed)
     for k in ("w1", "w2", "v1", "v2"):
         assert state[k].tobytes() == ref[k].tobytes()
+    # the checkpoint bytes the executor read back from the artifact store reach /metrics
+    written = sum(r.size for r in artifacts.list(job.id))
+    assert j.checkpoint_bytes == written > 0
+    text = exposition(build_registry(store)).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fams["spotplane_checkpoint_bytes"].samples[0].value == written
     logs = ex.logs(job.id)
     resumed = [
         int(line.split()[3]) for line in logs.splitlines() if line.startswith("starting at step")

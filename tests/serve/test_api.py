@@ -4,11 +4,14 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,13 +29,18 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from controlplane.models import JobState
+from actors.quota import QuotaAllocatorActor
+from clusters.simfleet import SimulatedFleet
+from controlplane.clock import SimClock
+from controlplane.controller import Controller, ControllerSettings
+from controlplane.models import ForecastRow, JobState
 from controlplane.store import Store
 from tests.support import free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ADMIN = "spa_test-admin-token"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -250,19 +258,70 @@ def test_fleet_quota_cost_views(api: Api) -> None:
     assert api.acme.get("/v1/clock").json()["now"] == api.store.control_time()
 
 
-def test_metrics_is_prometheus_text(api: Api) -> None:
-    _submit(api.beta, name="counted")
-    api.beta.get("/v1/jobs/job-nope")  # one 404
-    r = api.admin.get("/metrics")  # the admin token (or SPOTPLANE_METRICS_TOKEN) reads metrics
+def _families(text: str) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _requests(fams: dict[str, Any], route: str, status: str, kind: str = "_total") -> float:
+    name = "spotplane_api_requests" if kind == "_total" else "spotplane_api_request_duration_seconds"
+    return sum(s.value for s in fams[name].samples if s.name == name + kind
+               and s.labels["route"] == route and s.labels.get("status", status) == status)
+
+
+def test_metrics_scrape_counts_requests_and_has_every_dashboard_family(
+        api: Api, data_root: Path, tmp_path: Path) -> None:
+    """A real scrape after the controller ran the simulated fleet on the API's store: it parses,
+    counts this replica's requests exactly, and names every family the Grafana dashboard asks for."""
+    clock = SimClock(start=api.store.control_time())
+    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
+                                        state_path=tmp_path / "simfleet.db", spot_capacity=2)
+    ctl = Controller(api.store, fleet, clock, ControllerSettings(pool_nodes={"V100": 6, "H100": 2}),
+                     epoch=api.store.take_controller_lease())
+    ctl.tick()
+    for i in range(3):
+        _submit(api.beta, name=f"gang{i}", workers=2, accelerator="V100", compute_hours=3.0)
+    _submit(api.acme, name="dl", kind="deadline", compute_hours=1.0, deadline_hours=3.0)
+    for i in range(2):  # 16 GPUs each: beta's limit lets one run, the other waits in the queue
+        _submit(api.beta, name=f"big{i}", accelerator="H100", gpus_per_worker=8, workers=2,
+                compute_hours=50.0)
+    for k in range(10 * 60):
+        clock.advance(60.0)
+        ctl.tick()
+        if k == 60:
+            _submit(api.acme, name="urgent", kind="hp", workers=4, accelerator="V100",
+                    compute_hours=0.5)
+    QuotaAllocatorActor(str(api.store.path), {"V100": 6, "H100": 2}, {"V100": 1, "H100": 8}
+                        ).update({"V100": ([[2.0]], [[0.5]])}, now=clock.now())
+    api.store.put_forecasts([ForecastRow(tenant_id=api.acme_id, at=clock.now() - 1800.0,
+                                         horizon_hours=2, mean=[2.0, 2.0], upper=[3.0, 3.0])])
+    ctl.tick()
+    with api.client(None) as anon:  # operator only: the admin or the metrics token
+        assert anon.get("/metrics").status_code == 401
+    before = _families(api.admin.get("/metrics").text)
+    for _ in range(3):
+        assert api.beta.get("/v1/jobs/job-nope").status_code == 404
+    r = api.admin.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    fams = {f.name: f for f in text_string_to_metric_families(r.text)}
+    fams = _families(r.text)
+    route = "/v1/jobs/{job_id}"
+    assert _requests(fams, route, "404") - _requests(before, route, "404") == 3
+    assert _requests(fams, "/metrics", "200") - _requests(before, "/metrics", "200") == 1
+    assert (_requests(fams, route, "", "_count") - _requests(before, route, "", "_count")) == 3
     stored = len(api.store.list_jobs(None, limit=100_000))
-    assert fams["spotplane_jobs_submitted"].type == "counter"
     assert fams["spotplane_jobs_submitted"].samples[0].value == stored
-    by_state = {s.labels["state"]: s.value for s in fams["spotplane_jobs"].samples}
-    assert sum(by_state.values()) == stored
-    errors = {s.labels["status"]: s.value for s in fams["spotplane_api_errors"].samples}
-    assert errors["404"] >= 1 and errors["422"] >= 1 and errors["401"] >= 1
+    assert sum(s.value for s in fams["spotplane_jobs"].samples) == stored
+    queued = api.store.list_jobs(None, state=JobState.QUEUED, limit=100_000)
+    assert queued and sum(s.value for s in fams["spotplane_queue_depth"].samples) == len(queued)
+    # every family a dashboard query names has samples in this scrape
+    dash = json.loads((REPO / "docs/grafana/spotplane.json").read_text())
+    panels = [p for p in dash["panels"] if p["type"] != "row"]
+    assert [p["title"] for p in dash["panels"] if p["type"] == "row"] and panels
+    sampled = {s.name for f in fams.values() for s in f.samples}
+    for p in panels:
+        assert p["targets"] and p["datasource"]["type"] == "prometheus", p["title"]
+        for t in p["targets"]:
+            names = set(re.findall(r"spotplane_[a-z0-9_]+", t["expr"]))
+            assert names and names <= sampled, (p["title"], names - sampled)
 
 
 # --------------------------------------------------------------------------------------------

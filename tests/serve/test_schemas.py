@@ -1,13 +1,11 @@
-"""422 messages name the field and the fix; Prometheus text renders and parses (no Ray)."""
+"""422 messages name the field and the fix (no Ray)."""
 
 from __future__ import annotations
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from controlplane.models import BagSpec, JobSpec
-from serve.app import prometheus_text
 from serve.schemas import error_line, field_errors
 
 
@@ -50,20 +48,3 @@ def test_list_item_path() -> None:
     lines = _errors(BagSpec, body)
     assert lines[0].startswith("compute_hours[1]: ")
     assert lines[0].endswith("; send a number")
-
-
-def test_prometheus_text_parses_with_types_and_labels() -> None:
-    text = prometheus_text({
-        "jobs_submitted_total": 7.0,
-        'jobs{state="RUNNING"}': 3.0,
-        'jobs{state="QUEUED"}': 1.0,
-        "cost_dollars": 12.5,
-        'api_errors_total{status="422"}': 2.0,
-    })
-    fams = {f.name: f for f in text_string_to_metric_families(text)}
-    assert fams["spotplane_jobs_submitted"].type == "counter"
-    assert fams["spotplane_jobs_submitted"].samples[0].value == 7.0
-    running = [s for s in fams["spotplane_jobs"].samples if s.labels == {"state": "RUNNING"}]
-    assert fams["spotplane_jobs"].type == "gauge" and running[0].value == 3.0
-    assert fams["spotplane_api_errors"].samples[0].labels == {"status": "422"}
-    assert fams["spotplane_cost_dollars"].samples[0].value == 12.5

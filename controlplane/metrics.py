@@ -1,0 +1,409 @@
+"""The control plane's Prometheus families, exported through ``prometheus_client``.
+
+Where each number lives (the controller runs in a Ray actor, the API in a Serve replica):
+
+* **Scrape-time families** (jobs, queues, nodes, spend, quotas, forecasts) are read from the
+  durable store by :class:`StoreCollector` in the API process at each scrape: nothing to keep in
+  memory, always what the store says, right after any restart.
+* **Controller families** (tick phases, launches, placements, preemptions, evictions, deadline
+  decisions, checkpoints, store transaction latency) are known only inside the reconcile loop.
+  The controller adds them to its tick's ``counters`` (keys from :func:`counter_key` and
+  :func:`observe`), which the store commits in the same transaction as the tick's events, so a
+  count never disagrees with the events it counts and survives a controller restart. The
+  collector turns those rows back into counters and histograms.
+* **API families** (requests by route and status, their latency) are per replica: real
+  ``prometheus_client`` metrics in the replica's :class:`ApiMetrics`, like any HTTP server's.
+
+Every family lives in one :class:`~prometheus_client.CollectorRegistry` made by
+:func:`build_registry` (never the process-global default). ``/metrics`` is operator-only: it
+carries every tenant's spend by tenant name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from controlplane.models import Job, Node
+    from controlplane.store import Store
+
+PREFIX = "spotplane_"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+STORE_TX_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+CHECKPOINT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+SLACK_BUCKETS = (0.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One controller family: its type, help text, label names and (histograms) buckets."""
+
+    kind: str  # "counter" | "histogram"
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+
+# Controller families, by name without the prefix (counters keep their ``_total``).
+CONTROLLER: dict[str, Family] = {
+    "reconcile_tick_duration_seconds": Family(
+        "histogram", "Wall time of one reconcile tick, per phase (phase=total: the whole tick).",
+        ("phase",), TICK_BUCKETS),
+    "placements_total": Family(
+        "counter", "Jobs placed on nodes, by the zone's cloud, zone, market and job kind.",
+        ("cloud", "zone", "market", "kind")),
+    "evictions_total": Family(
+        "counter", "Running jobs the controller took nodes from, by where they ran and cause.",
+        ("cloud", "zone", "market", "cause")),
+    "preemptions_total": Family(
+        "counter", "Jobs that lost a worker and went back to the queue, by where they ran and "
+        "cause (preempted, failed, terminated, launch_refused, eviction, gang_incomplete).",
+        ("cloud", "zone", "market", "cause")),
+    "node_preemptions_total": Family(
+        "counter", "Nodes the cloud preempted, by cloud, zone and market.",
+        ("cloud", "zone", "market")),
+    "launches_total": Family(
+        "counter", "Launch requests the provider accepted, by provider and market.",
+        ("provider", "market")),
+    "launched_nodes_total": Family(
+        "counter", "Nodes the provider launched, by provider and market.",
+        ("provider", "market")),
+    "launch_failures_total": Family(
+        "counter", "Launch requests the provider refused, by provider and error kind.",
+        ("provider", "error")),
+    "deadline_decisions_total": Family(
+        "counter", "Deadline-policy decisions that changed a job's action, by policy and action.",
+        ("policy", "action")),
+    "deadline_slack_at_finish_seconds": Family(
+        "histogram", "Control-plane seconds left before the deadline when a deadline job "
+        "finished in time.", (), SLACK_BUCKETS),
+    "deadline_misses_total": Family(
+        "counter", "Deadline jobs that finished after their deadline."),
+    "deadline_lateness_seconds": Family(
+        "histogram", "Control-plane seconds past the deadline when a deadline job finished "
+        "late.", (), SLACK_BUCKETS),
+    "checkpoint_writes_total": Family(
+        "counter", "Checkpoints written, by source (simulated workload or executor).",
+        ("source",)),
+    "checkpoint_bytes_total": Family(
+        "counter", "Bytes of executor jobs' checkpoints in the artifact store (the simulated "
+        "workload writes none)."),
+    "checkpoint_duration_seconds": Family(
+        "histogram", "Control-plane seconds one checkpoint write of the simulated workload "
+        "took.", (), CHECKPOINT_BUCKETS),
+    "checkpoint_restore_fallbacks_total": Family(
+        "counter", "Restores that skipped a corrupt or missing newer checkpoint (executor jobs)."),
+    "store_transaction_seconds": Family(
+        "histogram", "Wall time of one store write transaction in the controller process.",
+        (), STORE_TX_BUCKETS),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# What the controller records: rows of the store's counters table
+# --------------------------------------------------------------------------------------------
+def counter_key(name: str, **labels: str) -> str:
+    """The counters-table key of one labelled sample: ``name{"label": "value", ...}``."""
+    return name + (json.dumps(labels, sort_keys=True) if labels else "")
+
+
+def parse_key(key: str) -> tuple[str, dict[str, str]]:
+    """Inverse of :func:`counter_key` (plain names have no labels)."""
+    name, brace, rest = key.partition("{")
+    return name, (json.loads(brace + rest) if brace else {})
+
+
+def count(counters: dict[str, float], name: str, by: float = 1.0, /, **labels: str) -> None:
+    """Add ``by`` to one labelled controller counter."""
+    key = counter_key(name, **labels)
+    counters[key] = counters.get(key, 0.0) + by
+
+
+def observe(counters: dict[str, float], name: str, value: float, **labels: str) -> None:
+    """One observation of a controller histogram: its bucket's count, the sum and the count."""
+    buckets = CONTROLLER[name].buckets
+    le = next((b for b in buckets if value <= b), math.inf)
+    count(counters, f"{name}:bucket", 1.0, le=_le(le), **labels)
+    count(counters, f"{name}:sum", value, **labels)
+    count(counters, f"{name}:count", 1.0, **labels)
+
+
+def job_where(job: Job, nodes: dict[str, Node]) -> dict[str, str]:
+    """Cloud, zone and market labels of where a job runs (its first node's)."""
+    node = next((nodes[i] for i in job.node_ids if i in nodes), None)
+    market = job.market.value if job.market is not None else (node.market.value if node else "")
+    return {"cloud": node.cloud if node else "", "zone": job.zone or (node.zone if node else ""),
+            "market": market}
+
+
+def _le(b: float) -> str:
+    return "+Inf" if math.isinf(b) else repr(float(b))
+
+
+@dataclass
+class Buckets:
+    """Cumulative histogram state kept in one process (a store's transaction latency)."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)  # per bucket, not cumulative; last: +Inf
+    total: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * (len(self.bounds) + 1)
+
+    def add(self, value: float) -> None:
+        i = next((i for i, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[i] += 1
+        self.total += value
+
+    def copy(self) -> Buckets:
+        return Buckets(self.bounds, list(self.counts), self.total)
+
+    def since(self, earlier: Buckets | None) -> Buckets:
+        """What was added after ``earlier`` (a copy taken before)."""
+        if earlier is None:
+            return self.copy()
+        return Buckets(self.bounds, [a - b for a, b in zip(self.counts, earlier.counts,
+                                                               strict=True)],
+                       self.total - earlier.total)
+
+    def record(self, counters: dict[str, float], name: str) -> None:
+        """Add these observations to a controller histogram's counter rows."""
+        for b, n in zip((*self.bounds, math.inf), self.counts, strict=True):
+            if n:
+                count(counters, f"{name}:bucket", float(n), le=_le(b))
+        if sum(self.counts):
+            count(counters, f"{name}:sum", self.total)
+            count(counters, f"{name}:count", float(sum(self.counts)))
+
+
+# --------------------------------------------------------------------------------------------
+# What a scrape reads: the store, at scrape time
+# --------------------------------------------------------------------------------------------
+class StoreCollector(Collector):
+    """Yields every store-derived and controller family from one store at each scrape."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def describe(self) -> list[Metric]:
+        return []  # no store query at registration
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.store.metrics_snapshot()
+        yield from _controller_families(snap["counters"])
+        yield from _job_families(snap)
+        yield from _node_families(snap["nodes"])
+        yield from _cost_families(snap["cost"])
+        yield from _pool_families(snap["quotas"], snap["allocators"])
+        yield from _forecast_families(snap)
+        t = GaugeMetricFamily(f"{PREFIX}control_time_seconds",
+                              "Control-plane time of the controller's last tick.")
+        t.add_metric([], snap["control_time"])
+        yield t
+
+
+def _controller_families(rows: dict[str, float]) -> Iterator[Metric]:
+    samples: dict[str, list[tuple[dict[str, str], str, float]]] = {}
+    legacy: dict[str, float] = {}
+    for key, value in rows.items():
+        name, labels = parse_key(key)
+        base, _, part = name.partition(":")
+        if base in CONTROLLER:
+            samples.setdefault(base, []).append((labels, part, value))
+        elif not labels and not part:
+            legacy[name] = value
+    for name, fam in CONTROLLER.items():
+        got = samples.get(name, [])
+        if fam.kind == "counter":
+            yield _counter(name, fam, got)
+        else:
+            yield _histogram(name, fam, got)
+    for name in sorted(legacy):
+        full = name if name.endswith("_total") else f"{name}_total"
+        c = CounterMetricFamily(f"{PREFIX}{full.removesuffix('_total')}",
+                                f"Controller event counter {name} (unlabelled).")
+        c.add_metric([], legacy[name])
+        yield c
+
+
+def _counter(name: str, fam: Family,
+             got: Sequence[tuple[dict[str, str], str, float]]) -> CounterMetricFamily:
+    c = CounterMetricFamily(f"{PREFIX}{name.removesuffix('_total')}", fam.help,
+                            labels=list(fam.labels))
+    if not fam.labels and not got:
+        c.add_metric([], 0.0)
+    for labels, _, value in sorted(got, key=lambda s: sorted(s[0].items())):
+        c.add_metric([labels.get(k, "") for k in fam.labels], value)
+    return c
+
+
+def _histogram(name: str, fam: Family,
+               got: Sequence[tuple[dict[str, str], str, float]]) -> HistogramMetricFamily:
+    h = HistogramMetricFamily(f"{PREFIX}{name}", fam.help, labels=list(fam.labels))
+    series: dict[tuple[str, ...], dict[str, Any]] = {}
+    for labels, part, value in got:
+        key = tuple(labels.get(k, "") for k in fam.labels)
+        s = series.setdefault(key, {"buckets": {}, "sum": 0.0})
+        if part == "bucket":
+            s["buckets"][labels["le"]] = s["buckets"].get(labels["le"], 0.0) + value
+        elif part == "sum":
+            s["sum"] += value
+    if not fam.labels and not series:
+        series[()] = {"buckets": {}, "sum": 0.0}
+    for key in sorted(series):
+        s = series[key]
+        running, cumulative = 0.0, []
+        for b in (*fam.buckets, math.inf):
+            running += s["buckets"].get(_le(b), 0.0)
+            cumulative.append((_le(b), running))
+        h.add_metric(list(key), cumulative, s["sum"])
+    return h
+
+
+def _gauge(name: str, help_text: str, labels: Sequence[str],
+           rows: Iterable[tuple[Sequence[str], float]]) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(f"{PREFIX}{name}", help_text, labels=list(labels))
+    for values, v in rows:
+        g.add_metric(list(values), float(v))
+    return g
+
+
+def _job_families(snap: dict[str, Any]) -> Iterator[Metric]:
+    yield _gauge("jobs", "Jobs by state and kind.", ("state", "kind"),
+                 (((s, k), n) for s, k, n in snap["jobs"]))
+    queue = snap["queue"]
+    yield _gauge("queue_depth", "QUEUED jobs by pool (accelerator asked for), kind and tenant.",
+                 ("pool", "kind", "tenant"), ((k, v[0]) for k, v in sorted(queue.items())))
+    yield _gauge("queue_oldest_wait_seconds",
+                 "Control-plane seconds the longest-waiting QUEUED job has waited since it "
+                 "last entered the queue, by pool, kind and tenant.",
+                 ("pool", "kind", "tenant"), ((k, v[1]) for k, v in sorted(queue.items())))
+
+
+def _node_families(rows: Sequence[tuple[tuple[str, ...], int]]) -> Iterator[Metric]:
+    yield _gauge("nodes", "Live nodes by cloud, zone, market, accelerator and state.",
+                 ("cloud", "zone", "market", "accelerator", "state"), rows)
+
+
+def _cost_families(rows: Sequence[tuple[str, float, float, float]]) -> Iterator[Metric]:
+    spend = CounterMetricFamily(f"{PREFIX}tenant_spend_dollars",
+                                "Dollars spent on each tenant's jobs (operator-only).",
+                                labels=["tenant"])
+    od = CounterMetricFamily(f"{PREFIX}tenant_on_demand_counterfactual_dollars",
+                             "What the same GPU hours would have cost on on-demand only, per "
+                             "tenant (operator-only).", labels=["tenant"])
+    gpu = CounterMetricFamily(f"{PREFIX}tenant_gpu_hours", "GPU hours billed per tenant.",
+                              labels=["tenant"])
+    for tenant, cost, on_demand, gpu_hours in rows:
+        spend.add_metric([tenant], cost)
+        od.add_metric([tenant], on_demand)
+        gpu.add_metric([tenant], gpu_hours)
+    yield from (spend, od, gpu)
+
+
+def _pool_families(quotas: Sequence[Any], allocators: dict[str, Any]) -> Iterator[Metric]:
+    pools = {q.accelerator: q.pool for q in quotas}
+    labels = ("pool", "accelerator")
+    yield _gauge("pool_capacity_gpus", "GPUs in each pool.", labels,
+                 (((q.pool, q.accelerator), q.capacity_gpus) for q in quotas))
+    yield _gauge("pool_spot_quota_gpus", "Spot quota of each pool in GPUs (GFS Eq. 10).", labels,
+                 (((q.pool, q.accelerator), q.spot_quota_gpus) for q in quotas))
+    rows = sorted(allocators.items())
+    yield _gauge("pool_guarantee_hours", "Hours a spot job admitted under the quota is "
+                 "guaranteed to run (GFS H).", labels,
+                 (((pools.get(a, "default"), a), s["params"]["horizon_hours"]) for a, s in rows))
+    yield _gauge("pool_guarantee_rate", "Probability the guarantee holds (GFS p).", labels,
+                 (((pools.get(a, "default"), a), s["params"]["p"]) for a, s in rows))
+    yield _gauge("pool_eta", "Quota scale eta of each pool (GFS Eq. 11).", labels,
+                 (((pools.get(a, "default"), a), s["eta"]) for a, s in rows))
+
+
+def _forecast_families(snap: dict[str, Any]) -> Iterator[Metric]:
+    yield _gauge("hp_demand_forecast_gpus", "Forecast mean HP GPUs for the current hour, per "
+                 "tenant (latest forecast).", ("tenant",),
+                 (((t,), m) for t, (m, _) in sorted(snap["forecast"].items())))
+    yield _gauge("hp_demand_forecast_upper_gpus", "Forecast 90% upper bound of HP GPUs for the "
+                 "current hour, per tenant.", ("tenant",),
+                 (((t,), u) for t, (_, u) in sorted(snap["forecast"].items())))
+    yield _gauge("hp_demand_realised_gpus", "Mean HP GPUs demanded so far in the current hour, "
+                 "per tenant.", ("tenant",),
+                 (((t,), v) for t, v in sorted(snap["realised"].items())))
+
+
+# --------------------------------------------------------------------------------------------
+# The API replica's own families
+# --------------------------------------------------------------------------------------------
+class ApiMetrics:
+    """Requests by route and status, and their latency, in one API replica."""
+
+    def __init__(self) -> None:
+        self.requests = Counter(f"{PREFIX}api_requests", "HTTP requests by route template, "
+                                "method and status.", ["route", "method", "status"],
+                                registry=None)
+        self.latency = Histogram(f"{PREFIX}api_request_duration_seconds", "HTTP request "
+                                 "latency by route template and method.", ["route", "method"],
+                                 buckets=API_BUCKETS, registry=None)
+
+    def record(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route, method).observe(seconds)
+
+
+class ApiStoreCollector(Collector):
+    """The API process's own store transaction latency (label process=api)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        b = self.store.tx_histogram()
+        h = HistogramMetricFamily(f"{PREFIX}api_store_transaction_seconds",
+                                  "Wall time of one store write transaction in the API process.")
+        running, cumulative = 0.0, []
+        for bound, n in zip((*b.bounds, math.inf), b.counts, strict=True):
+            running += n
+            cumulative.append((_le(bound), running))
+        h.add_metric([], cumulative, b.total)
+        yield h
+
+
+def build_registry(store: Store, api: ApiMetrics | None = None) -> CollectorRegistry:
+    """A dedicated registry with the store's families (and an API replica's, given ``api``)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store))
+    if api is not None:
+        registry.register(ApiStoreCollector(store))
+        registry.register(api.requests)
+        registry.register(api.latency)
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The registry in Prometheus text format 0.0.4."""
+    return generate_latest(registry)
+
+
+__all__ = ["CONTENT_TYPE", "CONTROLLER", "ApiMetrics", "Buckets", "StoreCollector",
+           "build_registry", "count", "counter_key", "exposition", "job_where", "observe",
+           "parse_key"]
