@@ -48,6 +48,7 @@ from controlplane.models import (
 )
 from controlplane.service import ControlPlaneService, Forbidden, Principal
 from serve.auth import bearer_scheme, bearer_token, hash_token
+from serve.dashboard import router as dashboard_router
 from serve.schemas import (
     AvailabilityRow,
     BagCreated,
@@ -341,6 +342,9 @@ class SpotplaneAPI:
         """Spend per tenant against the on-demand-only counterfactual (same GPU hours)."""
         rows: list[CostSummary] = self.service.cost(self._who(creds))
         return CostReport.of(rows)
+
+
+app.include_router(dashboard_router)  # the web dashboard at / and its read-only views
 
 
 # --------------------------------------------------------------------------------------------
