@@ -80,6 +80,8 @@ app = FastAPI(
     ),
 )
 
+app.include_router(dashboard_router)  # the web dashboard at /; before @serve.ingress copies the app
+
 _api_lock = threading.Lock()
 
 
@@ -342,9 +344,6 @@ class SpotplaneAPI:
         """Spend per tenant against the on-demand-only counterfactual (same GPU hours)."""
         rows: list[CostSummary] = self.service.cost(self._who(creds))
         return CostReport.of(rows)
-
-
-app.include_router(dashboard_router)  # the web dashboard at / and its read-only views
 
 
 # --------------------------------------------------------------------------------------------
