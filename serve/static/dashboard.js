@@ -251,7 +251,7 @@ async function jobPage(id) {
       api(`/v1/dashboard/jobs/${encodeURIComponent(id)}/timeline`), api("/v1/clock")]);
     const now = clock.now;
     const checkpoints = events.filter((e) => e.kind === "transition" && e.src === "CHECKPOINTING");
-    root.replaceChildren(
+    root.replaceChildren(h("div", {},  // h() flattens arrays and drops nulls; replaceChildren would print them
       h("h1", {}, job.name + " ", h("span", { class: "muted" }, job.id)),
       h("p", {}, h("span", { class: "state state-" + job.state, id: "job-state" }, job.state), ` · ${job.kind} · tenant ${tenantName(job.tenant_id)} · `
         + `${job.spec.workers}x${job.spec.gpus_per_worker} ${job.spec.accelerator || "any GPU"} · progress ${job.progress_hours.toFixed(2)}/${job.spec.compute_hours} h · `
@@ -263,7 +263,7 @@ async function jobPage(id) {
         : h("p", { class: "muted" }, job.checkpointed_hours ? `${job.checkpointed_hours.toFixed(2)} h checkpointed` : "none yet"),
       h("h2", {}, "Events"),
       table(["at", "kind", "from", "to", "node", "cause"], events.map((e) => [hours(e.at - job.submitted_at), e.kind, e.src || "", e.dst || "", e.node_id || "", e.cause]), { id: "events" }),
-      job.spec.entrypoint ? h("p", { class: "muted" }, "logs: `ray job logs` of this job's Ray job (entrypoint " + job.spec.entrypoint + ")") : null);
+      job.spec.entrypoint ? h("p", { class: "muted" }, "logs: `ray job logs` of this job's Ray job (entrypoint " + job.spec.entrypoint + ")") : null));
     if (job.state === "SUCCEEDED" || job.state === "FAILED" || job.state === "CANCELLED") stopRefresh();
   };
   await draw();
