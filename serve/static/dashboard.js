@@ -10,6 +10,7 @@ const STATE_COLORS = { PENDING: "#9ca3af", QUEUED: "#cbd5e1", STARTING: "#93c5fd
 const ACTION_COLORS = { spot: "#22c55e", on_demand: "#f59e0b", idle: "#9ca3af" };
 const STATES = Object.keys(STATE_COLORS);
 const REFRESH_MS = 2000;
+const TOP = 26; // charts' top margin: room for the y axis label
 
 let timer = null;
 const jobsView = { sort: "submitted", desc: false, offset: 0, limit: 50, state: "", kind: "", tenant: "", q: "" };
@@ -115,18 +116,18 @@ async function route() {
 // -- charts (inline SVG) ------------------------------------------------------------------------
 function axes(svg, w, ht, pad, xmax, ymax, xlabel, ylabel) {
   svg.append(s("line", { x1: pad, y1: ht - pad, x2: w - 10, y2: ht - pad, stroke: "#9ca3af" }),
-    s("line", { x1: pad, y1: 10, x2: pad, y2: ht - pad, stroke: "#9ca3af" }),
+    s("line", { x1: pad, y1: TOP, x2: pad, y2: ht - pad, stroke: "#9ca3af" }),
     s("text", { x: w - 10, y: ht - pad + 28, "text-anchor": "end" }, xlabel),
     s("text", { x: 4, y: 12 }, ylabel));
   for (let i = 0; i <= 4; i++) {
     const xv = (xmax * i) / 4, yv = (ymax * i) / 4;
     svg.append(s("text", { x: pad + ((w - pad - 10) * i) / 4, y: ht - pad + 14, "text-anchor": "middle" }, fmt(xv)),
-      s("text", { x: pad - 4, y: ht - pad - ((ht - pad - 10) * i) / 4 + 4, "text-anchor": "end" }, fmt(yv)));
+      s("text", { x: pad - 4, y: ht - pad - ((ht - pad - TOP) * i) / 4 + 4, "text-anchor": "end" }, fmt(yv)));
   }
 }
 function fmt(v) { return Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2); }
 function scaler(w, ht, pad, xmax, ymax) {
-  return [(x) => pad + ((w - pad - 10) * x) / (xmax || 1), (y) => ht - pad - ((ht - pad - 10) * y) / (ymax || 1)];
+  return [(x) => pad + ((w - pad - 10) * x) / (xmax || 1), (y) => ht - pad - ((ht - pad - TOP) * y) / (ymax || 1)];
 }
 function lineChart(series, xs, opts) {
   const w = opts.width || 520, ht = opts.height || 220, pad = 44;
@@ -295,8 +296,8 @@ function traceChart(job, decisions, now) {
   axes(svg, w, ht, pad, xmax, ymax, "elapsed hours", "progress (compute hours)");
   const [X, Y] = scaler(w, ht, pad, xmax, ymax);
   svg.append(s("path", { class: "uniform-progress", d: `M${X(0)},${Y(0)} L${X(R)},${Y(C)}`, stroke: "#9ca3af", "stroke-dasharray": "6 4", fill: "none" }),
-    s("line", { class: "deadline", x1: X(R), x2: X(R), y1: 10, y2: ht - pad, stroke: "#b00020", "stroke-dasharray": "3 3" }),
-    s("text", { x: X(R) - 4, y: 22, "text-anchor": "end", fill: "#b00020" }, "deadline"),
+    s("line", { class: "deadline", x1: X(R), x2: X(R), y1: TOP, y2: ht - pad, stroke: "#b00020", "stroke-dasharray": "3 3" }),
+    s("text", { x: X(R) - 4, y: TOP + 10, "text-anchor": "end", fill: "#b00020" }, "deadline"),
     s("line", { x1: pad, x2: w - 10, y1: Y(C), y2: Y(C), stroke: "#d1d5db" }));
   const d = pts.map((p, i) => (i ? "L" : "M") + X(p.x).toFixed(1) + "," + Y(p.y).toFixed(1)).join(" ");
   svg.append(s("path", { class: "trace", d, fill: "none", stroke: "#1d4ed8", "stroke-width": 2 }));
@@ -306,7 +307,7 @@ function traceChart(job, decisions, now) {
     svg.append(c);
   }
   return h("div", {}, svg, legend(["spot", "on_demand", "idle", "Uniform Progress (dashed)"], { ...ACTION_COLORS, "Uniform Progress (dashed)": "#9ca3af" }),
-    table(["elapsed", "progress", "action", "zone"], decisions.map((x) => [(x.observation.elapsed_hours ?? 0).toFixed(2) + " h", (x.observation.progress_hours ?? 0).toFixed(2) + " h", x.action, x.zone || ""]), { id: "decisions" }));
+    table(["elapsed", "progress", "action", "zone"], decisions.map((x) => [x.observation.elapsed_hours === undefined ? "" : x.observation.elapsed_hours.toFixed(2) + " h", x.observation.progress_hours === undefined ? "" : x.observation.progress_hours.toFixed(2) + " h", x.action, x.zone || ""]), { id: "decisions" }));
 }
 
 // -- Capacity -----------------------------------------------------------------------------------
