@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PACKAGES := controlplane actors policies serve clusters benchmarks
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck unit venv data clean
+.PHONY: run test lint typecheck unit venv data clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,11 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint typecheck unit
+# The dashboard's browser tests drive the distribution's chromium (root and apt, as in CI).
+browser:
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
+
+test: lint typecheck browser unit
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -275,6 +275,30 @@ class ControlPlaneService:
             max_bytes=max_bytes,
         )
 
+    def job_page(self, principal: Principal, *, states: list[JobState] | None = None,
+                 kind: JobKind | None = None, tenant_id: str | None = None, text: str | None = None,
+                 order_by: str = "seq", descending: bool = False, limit: int = 50,
+                 offset: int = 0) -> tuple[int, list[Job]]:
+        """One sorted, filtered page of the caller's jobs (any tenant's for the admin) and the total."""
+        if principal.is_admin:
+            scope = tenant_id
+        elif tenant_id is not None and tenant_id != principal.tenant_id:
+            return 0, []
+        else:
+            scope = principal.tenant_id
+        return self.store.job_page(scope, states=[s.value for s in states] if states else None,
+                                   kind=kind, text=text, order_by=order_by, descending=descending,
+                                   now=self.store.control_time(), limit=limit, offset=offset)
+
+    def job_counts(self, principal: Principal) -> dict[str, int]:
+        """The caller's jobs per state (every tenant's for the admin)."""
+        return self.store.job_counts(principal.scope)
+
+    def recent_preemptions(self, principal: Principal, limit: int = 50) -> list[Event]:
+        """The newest preemptions of the caller's jobs (every tenant's for the admin)."""
+        return self.store.recent_events(principal.scope, kind="transition",
+                                        dst=JobState.PREEMPTED.value, limit=limit)
+
     def get_job(self, principal: Principal, job_id: str) -> Job:
         return self.store.get_job(job_id, principal.scope)
 

@@ -107,6 +107,22 @@ CREATE TABLE IF NOT EXISTS idempotency (
   response TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tenant_id, key));
 """
 
+# The dashboard's sortable job columns as SQL over the jobs table (``?`` is the control time).
+JOB_ORDER: dict[str, str] = {
+    "submitted": "seq",
+    "seq": "seq",
+    "name": "json_extract(body, '$.name')",
+    "state": "state",
+    "kind": "kind",
+    "tenant": "tenant_id",
+    "cost": "cost",
+    "preemptions": "json_extract(body, '$.preemptions')",
+    "checkpoints": "json_extract(body, '$.checkpoints')",
+    "progress": "json_extract(body, '$.progress_hours') / json_extract(body, '$.spec.compute_hours')",
+    "slack": "((json_extract(body, '$.deadline_at') - ?) / 3600.0 - "
+             "(json_extract(body, '$.spec.compute_hours') - json_extract(body, '$.progress_hours')))",
+}
+
 INTENT_PENDING = "pending"
 INTENT_DONE = "done"
 INTENT_FAILED = "failed"
@@ -395,6 +411,55 @@ class Store:
                 if size > max_bytes:
                     break
         return out
+    def job_page(self, tenant_id: str | None = None, *, states: list[str] | None = None,
+                 kind: str | None = None, text: str | None = None, order_by: str = "seq",
+                 descending: bool = False, now: float = 0.0, limit: int = 50,
+                 offset: int = 0) -> tuple[int, list[Job]]:
+        """One sorted, filtered page of jobs and how many match; ``order_by`` is a key of
+        :data:`JOB_ORDER` (the dashboard's sortable columns), ``text`` matches id or name."""
+        where, args = [], []  # type: ignore[var-annotated]
+        if tenant_id is not None:
+            where.append("tenant_id = ?")
+            args.append(tenant_id)
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(states)
+        if kind is not None:
+            where.append("kind = ?")
+            args.append(JobKind(kind).value)
+        if text:
+            where.append("(id LIKE ? OR json_extract(body, '$.name') LIKE ?)")
+            args.extend([f"%{text}%"] * 2)
+        sql_where = (" WHERE " + " AND ".join(where)) if where else ""
+        total = int(self._q(f"SELECT COUNT(*) FROM jobs{sql_where}", args)[0][0])
+        order = JOB_ORDER[order_by]
+        direction = "DESC" if descending else "ASC"
+        order_args = [now] if "?" in order else []
+        rows = self._q(f"SELECT body, cancel_requested FROM jobs{sql_where} "
+                       f"ORDER BY {order} IS NULL, {order} {direction}, seq LIMIT ? OFFSET ?",
+                       [*args, *order_args, *order_args, limit, offset])
+        return total, [self._job(b, c) for b, c in rows]
+
+    def job_counts(self, tenant_id: str | None = None) -> dict[str, int]:
+        """Jobs per state (every state, zeros included) for one tenant or all."""
+        sql, args = "SELECT state, COUNT(*) FROM jobs", []
+        if tenant_id is not None:
+            sql, args = sql + " WHERE tenant_id = ?", [tenant_id]
+        counts = dict.fromkeys((s.value for s in JobState), 0)
+        counts.update({state: int(n) for state, n in self._q(sql + " GROUP BY state", args)})
+        return counts
+
+    def recent_events(self, tenant_id: str | None = None, *, kind: str, dst: str,
+                      limit: int = 50) -> list[Event]:
+        """The newest events of one kind into one state (e.g. transitions to PREEMPTED)."""
+        sql = ("SELECT id, at, tenant_id, job_id, node_id, kind, src, dst, cause FROM events "
+               "WHERE kind = ? AND dst = ?")
+        args: list[Any] = [kind, dst]
+        if tenant_id is not None:
+            sql += " AND tenant_id = ?"
+            args.append(tenant_id)
+        rows = self._q(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])
+        return [self._event(r) for r in rows]
 
     def get_job(self, job_id: str, tenant_id: str | None = None) -> Job:
         """One job; NotFound when it does not exist *or* belongs to another tenant."""

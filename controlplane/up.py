@@ -277,6 +277,7 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
         probe.healthz()
     print(f"spotplane is up in {time.monotonic() - t0:.0f} s\n"
           f"  API          {url}   (OpenAPI: {url}/docs)\n"
+          f"  dashboard    {url}/   (log in with the admin token below or a tenant's)\n"
           f"  admin token  {admin_token}\n"
           f"  state        {state_dir}\n"
           f"  try          spotplane jobs --state-dir {state_dir}   |   stop: Ctrl-C or `spotplane down`",

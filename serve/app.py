@@ -59,8 +59,10 @@ from controlplane.models import (
 from controlplane.service import Caps, ControlPlaneService, Forbidden, Principal, RateLimited
 from controlplane.store import StoredAnswer
 from serve.auth import bearer_scheme, bearer_token, hash_token
+from serve.dashboard import router as dashboard_router
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
 from serve.schemas import (
+    ERROR_CODES,
     AvailabilityRow,
     BagCreated,
     ClockView,
@@ -71,6 +73,7 @@ from serve.schemas import (
     PriceRow,
     TenantCreated,
     clock_view,
+    declared_errors,
     error_line,
     field_errors,
     job_spec_example,
@@ -124,6 +127,8 @@ app = FastAPI(
     ),
 )
 
+app.include_router(dashboard_router)  # the web dashboard at /; before @serve.ingress copies the app
+
 _api_lock = threading.Lock()
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
 
@@ -161,7 +166,9 @@ MAX_OFFSET = 10**12  # beyond any store; SQLite's integers end at 2**63 - 1
 TRUNCATED_HEADER = "X-Spotplane-Truncated"
 NEXT_OFFSET_HEADER = "X-Spotplane-Next-Offset"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json",
+                          "/"})  # "/" and /dashboard/* are the dashboard's page and assets
+PUBLIC_PREFIXES = ("/dashboard/",)
 
 
 # --------------------------------------------------------------------------------------------
@@ -247,27 +254,7 @@ async def _on_crash(request: Request, exc: Exception) -> JSONResponse:
 Auth = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
 
 
-def _declared(*codes: int) -> dict[int | str, dict[str, Any]]:
-    text = {
-        401: "missing, malformed or unknown token",
-        403: "needs the admin token (or the metrics token)",
-        404: "not found (or another tenant's)",
-        409: "conflicts with the current state",
-        413: "request body larger than the API's cap",
-        422: "invalid input: names the field and the fix",
-        429: "too many requests or too many unfinished jobs; see Retry-After",
-        500: "internal error",
-    }
-    json_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
-    out: dict[int | str, dict[str, Any]] = {  # JSON even where the route answers text (/metrics)
-        c: {"model": ErrorBody, "description": text[c], "content": json_body} for c in codes}
-    if 429 in out:
-        out[429]["headers"] = {"Retry-After": {"description": "seconds to wait",
-                                               "schema": {"type": "integer"}}}
-    return out
-
-
-_ERRORS = _declared(401, 403, 404, 409, 413, 422, 429, 500)
+_ERRORS = declared_errors(*ERROR_CODES)
 _LIST_HEADERS = {
     TRUNCATED_HEADER: {"description": "present when the byte cap cut the list short",
                        "schema": {"type": "string"}},
@@ -315,7 +302,8 @@ class Gate:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if (scope["type"] != "http" or scope["path"] in PUBLIC_PATHS
+                or scope["path"].startswith(PUBLIC_PREFIXES)):
             await self.app(scope, receive, send)
             return
         gate = Gate.state
@@ -458,7 +446,7 @@ class SpotplaneAPI:
         return health
 
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
-             responses=_declared(401, 403, 500))
+             responses=declared_errors(401, 403, 500))
     async def metrics(self, request: Request, creds: Auth = None) -> Response:
         """Every family in Prometheus text format, for the operator (spend by tenant): the admin
         token or the metrics token (``SPOTPLANE_METRICS_TOKEN``) as a bearer token."""

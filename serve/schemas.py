@@ -30,6 +30,8 @@ from controlplane.models import (
 )
 
 __all__ = [
+    "ERROR_CODES",
+    "declared_errors",
     "BagCreated",
     "BagSpec",
     "ClockView",
@@ -286,3 +288,27 @@ def job_spec_example() -> dict[str, Any]:
 
 JobSpecBody = JobSpec
 BagSpecBody = BagSpec
+
+
+ERROR_CODES = (401, 403, 404, 409, 413, 422, 429, 500)
+
+
+def declared_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these error statuses, each with the API's one error body."""
+    text = {
+        401: "missing, malformed or unknown token",
+        403: "needs the admin token (or the metrics token)",
+        404: "not found (or another tenant's)",
+        409: "conflicts with the current state",
+        413: "request body larger than the API's cap",
+        422: "invalid input: names the field and the fix",
+        429: "too many requests or too many unfinished jobs; see Retry-After",
+        500: "internal error",
+    }
+    json_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    out: dict[int | str, dict[str, Any]] = {  # JSON even where the route answers text (/metrics)
+        c: {"model": ErrorBody, "description": text[c], "content": json_body} for c in codes}
+    if 429 in out:
+        out[429]["headers"] = {"Retry-After": {"description": "seconds to wait",
+                                               "schema": {"type": "integer"}}}
+    return out
