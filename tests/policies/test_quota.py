@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy.stats import norm
@@ -99,3 +101,32 @@ def test_bad_inputs_name_the_field() -> None:
         QuotaParams(p=1.0)
     with pytest.raises(InvalidInput, match="horizon_hours"):
         QuotaParams(horizon_hours=0)
+
+
+def test_eq11_boundaries_are_the_floating_point_products() -> None:
+    eps = QuotaParams().tolerated_eviction_rate
+    assert eps == 0.1
+    high, low = 1.5 * eps, 0.5 * eps  # 0.15000000000000002 and 0.05
+    # exactly at 1.5 eps: not above, eta stays; one ulp above: eta * eps / e
+    assert SpotQuotaAllocator().update_eta(high, 0.0) == 1.0
+    above = math.nextafter(high, 1.0)
+    assert SpotQuotaAllocator().update_eta(above, 0.0) == eps / above
+    # exactly at 0.5 eps: not below, eta stays; one ulp below (and l > theta): 1.5 - e / eps
+    assert SpotQuotaAllocator().update_eta(low, 3601.0) == 1.0
+    below = math.nextafter(low, 0.0)
+    assert SpotQuotaAllocator().update_eta(below, 3601.0) == 1.5 - below / eps
+    # the queue threshold theta: exactly 3600 s is not above it, one ulp more is
+    assert SpotQuotaAllocator().update_eta(0.0, 3600.0) == 1.0
+    assert SpotQuotaAllocator().update_eta(0.0, math.nextafter(3600.0, 1e9)) == 1.5
+
+
+def test_default_eta_clamp_is_0_05_to_4() -> None:
+    p = QuotaParams()
+    assert (p.eta0, p.eta_min, p.eta_max) == (1.0, 0.05, 4.0)
+    grow = SpotQuotaAllocator()
+    etas = [grow.update_eta(0.0, 1e6) for _ in range(5)]  # x1.5 each: 1.5, 2.25, 3.375, 4, 4
+    assert etas == [1.5, 2.25, 3.375, 4.0, 4.0]
+    shrink = SpotQuotaAllocator()
+    etas = [shrink.update_eta(1.0, 0.0) for _ in range(3)]  # x0.1 each: 0.1, 0.05 (clamped)
+    assert etas == pytest.approx([0.1, 0.05, 0.05], rel=1e-12)
+    assert shrink.eta == 0.05
