@@ -130,3 +130,38 @@ def test_default_eta_clamp_is_0_05_to_4() -> None:
     etas = [shrink.update_eta(1.0, 0.0) for _ in range(3)]  # x0.1 each: 0.1, 0.05 (clamped)
     assert etas == pytest.approx([0.1, 0.05, 0.05], rel=1e-12)
     assert shrink.eta == 0.05
+
+
+def test_eq9_one_tenant_no_tenant_and_a_demand_below_one_gpu() -> None:
+    # one tenant whose p-bound is 0.3 GPUs (mean 0.3, no spread): demand 0.3, not rounded up
+    one = _forecast([[0.3, 0.1]], [[0.0, 0.0]])
+    assert aggregate_upper_demand(one, 0.9, 2) == pytest.approx(0.3)
+    assert SpotQuotaAllocator().inventory(10.0, one) == pytest.approx(9.7)
+    # a negative bound (mean -2) counts as no demand
+    assert aggregate_upper_demand(_forecast([[-2.0]], [[0.0]]), 0.9, 1) == 0.0
+    # no HP tenant at all: no demand, the whole pool is inventory
+    none = Forecast(np.zeros((0, 3)), np.zeros((0, 3)))
+    assert aggregate_upper_demand(none, 0.9, 1) == 0.0
+    assert SpotQuotaAllocator().inventory(10.0, none) == 10.0
+
+
+@pytest.mark.parametrize(("kwargs", "ok"), [
+    ({"p": 0.5}, True), ({"p": math.nextafter(0.5, 0.0)}, False),
+    ({"theta_seconds": 0.0}, True), ({"theta_seconds": -1e-9}, False),
+    ({"update_seconds": 1e-9}, True), ({"update_seconds": 0.0}, False),
+    ({"update_seconds": 0.5}, True),
+    ({"eta_min": 1.0}, True), ({"eta_max": 1.0}, True), ({"eta_min": 0.0}, False),
+    ({"eta_min": 1.5, "eta_max": 2.0}, False), ({"eta_max": 0.5}, False),
+])
+def test_params_accept_their_boundaries_and_refuse_beyond(kwargs: dict, ok: bool) -> None:
+    if ok:
+        QuotaParams(**kwargs)
+    else:
+        with pytest.raises(InvalidInput):
+            QuotaParams(**kwargs)
+
+
+def test_a_state_without_an_update_count_starts_counting_at_zero() -> None:
+    sqa = SpotQuotaAllocator()
+    sqa.load_state_dict({"params": QuotaParams().__dict__, "eta": 9.0})
+    assert (sqa.eta, sqa.updates) == (4.0, 0)  # eta clamped to eta_max on load
