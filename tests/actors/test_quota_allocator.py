@@ -61,14 +61,13 @@ def test_eta_falls_after_evictions_rises_after_a_quiet_spell_and_is_saved(tmp_pa
     t, _ = store.create_tenant("t")
     _queued_spot_job(store, t.id)
     actor = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
-    store.incr("spot_placements_total", 3)  # before the first update: only a baseline
-    store.incr("hp_evictions_total", 3)
-    actor.update(NO_HP, 300.0)
+    store.incr("hp_evictions_total", 3)  # before the first update: only a baseline (and no
+    actor.update(NO_HP, 300.0)           # spot placement counter yet: a baseline of 0)
     assert actor.eta() == {"V100": 1.0}
     store.incr("spot_placements_total", 4)
     store.incr("hp_evictions_total", 2)
     actor.update(NO_HP, 600.0)
-    # e = 2 / 4 = 0.5 > 1.5 eps = 0.15: eta = 1.0 * eps / e = 0.1 / 0.5 = 0.2
+    # e = (5 - 3) / (4 - 0) = 0.5 > 1.5 eps = 0.15: eta = 1.0 * eps / e = 0.1 / 0.5 = 0.2
     assert actor.eta()["V100"] == pytest.approx(0.2, rel=1e-12)
     assert [q.spot_quota_gpus for q in store.quotas()] == [2]  # min(10 * 0.2, 10)
     store.incr("hp_evictions_total", 5)  # more evictions than runs: e is capped at 1
@@ -98,3 +97,25 @@ def test_a_short_queue_leaves_eta_alone(tmp_path: Path) -> None:
     store.incr("spot_placements_total", 4)
     actor.update(NO_HP, 3600.0)  # queued exactly theta = 3600 s: not above it
     assert actor.eta() == {"V100": 1.0}
+
+
+def test_quota_uses_the_pools_hp_forecast_and_a_full_pool_has_no_idle_gpu(tmp_path: Path) -> None:
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    t, _ = store.create_tenant("t")
+    hp = store.submit_job(t.id, JobSpec(name="h", kind="hp", compute_hours=1), now=0.0)
+    # T4: 2 nodes, both held by the HP job; A100 is no pool of this allocator (a stray node);
+    # T4's GPUs per node are not given: 1
+    nodes = [_node(0, hp.id), _node(1, hp.id), _node(2, None)]
+    nodes[0].accelerator = nodes[1].accelerator = "T4"
+    nodes[2].accelerator = "A100"
+    store.commit(nodes=nodes)
+    actor = QuotaAllocatorActor(db, {"V100": 10, "T4": 2}, {"V100": 1})
+    assert actor.usage() == {"V100": (0.0, 0.0), "T4": (2.0, 0.0), "A100": (1.0, 0.0)}
+    assert actor.capacity_gpus("T4") == 2.0
+    forecasts = {"V100": ([[4.0, 9.0]], [[0.0, 0.0]])}  # V100's HP tenant: 4 GPUs next hour
+    quotas = {q.accelerator: q for q in actor.update(forecasts, 60.0)}
+    # V100: f = 10 - 4 = 6 (H = 1 h), min(6 * 1.0, S0 + Sa = 10 + 0) = 6
+    assert (quotas["V100"].pool, quotas["V100"].spot_quota_gpus) == ("default", 6)
+    # T4: no forecast (f = 2), but no idle GPU and no spot GPU: min(2, 0 + 0) = 0
+    assert quotas["T4"].spot_quota_gpus == 0

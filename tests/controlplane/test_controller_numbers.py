@@ -15,8 +15,8 @@ import pytest
 from clusters.simfleet import AWS_COLLECTION, AWS_P3_ON_DEMAND, AWS_P3_SPOT, SimulatedFleet
 from clusters.traces import DataCatalog
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings
-from controlplane.models import HOUR, JobSpec, JobState, Market, NodeState
+from controlplane.controller import Controller, ControllerSettings, ExecutorReport
+from controlplane.models import HOUR, Job, JobSpec, JobState, Market, Node, NodeState
 from controlplane.policyhost import PolicyRequest
 from controlplane.store import Store
 from policies.deadline import Action, Kind
@@ -228,3 +228,98 @@ def test_paging_through_1000_jobs_returns_each_exactly_once(tmp_path: Path) -> N
         seen += [j.id for j in page]
     assert seen == ids and len(set(seen)) == 1000
     assert store.list_jobs(a.id, limit=64, offset=1000) == []
+
+
+def test_notice_and_preemption_in_one_tick_keep_the_checkpoint_written_at_the_notice(
+        tmp_path: Path, data_root: Path, catalog: DataCatalog) -> None:
+    (trace,) = [t for t in catalog.spot_traces(AWS_COLLECTION) if t.zone == ZONE]
+    i, k, gap = 9, 13, trace.gap_seconds  # the stretch of the billing test above
+    assert bool(trace.available[i]) and not trace.available[k] and all(trace.available[i:k])
+    clock = SimClock(start=0.0)
+    store = Store(tmp_path / "spotplane.db")
+    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5, zones=[ZONE],
+                                        trace_offset_hours=(i + 0.5) * gap / HOUR,
+                                        state_path=tmp_path / "simfleet.db")
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 8}),
+                     policy_host=SpotUntilItIsGone(), epoch=store.take_controller_lease())
+    t, _ = store.create_tenant("t")
+    d, delta = 0.05, 0.02  # a checkpoint takes 72 s: it fits in AWS's 120 s notice
+    job = store.submit_job(t.id, JobSpec(
+        name="gang", kind="deadline", compute_hours=20, deadline_hours=40, workers=2,
+        accelerator="V100", overhead_hours=d, checkpoint_hours=delta), now=0.0)
+    preempt_at = (k - (i + 0.5)) * gap  # 682.5 s
+    notice_at = preempt_at - 120.0  # 562.5 s
+    # ticks every 180 s: 540 s, then 720 s, so the notice and the preemption fall in one tick
+    _run_until(ctl, clock, 540.0, dt=180.0)
+    j = ctl.jobs[job.id]
+    assert (j.state, j.checkpoints) == (JobState.RUNNING, 0)
+    up = max(ctl.nodes[n].ready_at or 0.0 for n in j.node_ids)
+    _run_until(ctl, clock, 720.0, dt=180.0)
+    j = ctl.jobs[job.id]
+    at_notice = (notice_at - up) / HOUR - d  # computed until the notice, then checkpointed
+    assert j.preemptions == 1 and j.checkpoints == 1
+    assert j.checkpointed_hours == pytest.approx(at_notice, rel=1e-9)
+    assert j.progress_hours == pytest.approx(at_notice, rel=1e-9)  # rolled back to it
+    (notice,) = [e for e in store.job_events(job.id) if e.kind == "notice"]
+    assert notice.at == pytest.approx(notice_at) and notice.cause.startswith(
+        "preemption notice: 120 s left on ")
+
+
+class ScriptedExecutor:
+    """Reports what a real executor would for entrypoint jobs: progress, then failed/finished."""
+
+    def __init__(self, clock: SimClock, outcome: dict[str, str | None]) -> None:
+        self.clock, self.outcome = clock, outcome
+        self.started: dict[str, float] = {}
+        self.stopped: list[str] = []
+
+    def start(self, job: Job, nodes: Sequence[Node]) -> None:
+        self.started[job.id] = self.clock.now()
+
+    def stop(self, job: Job, reason: str) -> None:
+        self.stopped.append(job.id)
+
+    def notice(self, job: Job, seconds_left: float) -> None:
+        pass
+
+    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
+        out = {}
+        for j in jobs:
+            if j.id not in self.started:
+                continue
+            done = (self.clock.now() - self.started[j.id]) / HOUR
+            end = done >= 0.5
+            out[j.id] = ExecutorReport(done, done / 2, checkpoints=3,
+                                       finished=end and self.outcome[j.name] is None,
+                                       failed=self.outcome[j.name] if end else None)
+        return out
+
+
+def test_executor_reports_finish_and_fail_jobs_and_release_their_nodes(
+        tmp_path: Path, data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store = Store(tmp_path / "spotplane.db")
+    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5, gcp=False,
+                                        state_path=tmp_path / "simfleet.db")
+    ex = ScriptedExecutor(clock, {"ok": None, "bad": "exit code 3"})
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
+                     executor=ex, epoch=store.take_controller_lease())
+    t, _ = store.create_tenant("t")
+    spec = {"kind": "hp", "accelerator": "V100", "compute_hours": 2, "entrypoint": "python x.py"}
+    ok = store.submit_job(t.id, JobSpec(name="ok", **spec), now=0.0)
+    bad = store.submit_job(t.id, JobSpec(name="bad", **spec), now=0.0)
+    _run_until(ctl, clock, HOUR)
+    good, failed = store.get_job(ok.id), store.get_job(bad.id)
+    started = ex.started[ok.id]
+    end = started + 0.5 * HOUR  # the first poll at or after half an hour of running
+    end = 60.0 * np.ceil(end / 60.0)
+    assert (good.state, good.message, good.finished_at) == (JobState.SUCCEEDED,
+                                                            "executor: finished", end)
+    assert good.checkpoints == 3 and good.progress_hours == pytest.approx((end - started) / HOUR)
+    assert (failed.state, failed.message) == (JobState.FAILED, "executor: exit code 3")
+    assert failed.node_ids == [] and good.node_ids == []
+    # the failed job's node is terminated at once (not kept for reuse)
+    nodes = {n.id: n for n in store.list_nodes()}
+    fail_nodes = {e.node_id for e in store.events() if e.kind == "node" and e.job_id == bad.id
+                  and e.node_id}
+    assert fail_nodes and {nodes[n].ended_at for n in fail_nodes} == {failed.finished_at}

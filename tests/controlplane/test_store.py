@@ -108,3 +108,33 @@ def test_concurrent_writers_in_processes_lose_nothing(tmp_path: Path) -> None:
         assert p.wait(60) == 0
     jobs = st.list_jobs(t.id)
     assert len(jobs) == 120 and len({j.id for j in jobs}) == 120
+
+
+def test_bag_counts_cost_views_and_counters_exactly(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    t, _ = st.create_tenant("b-bagger")
+    bag, jobs = st.create_bag(t.id, BagSpec(name="sweep", template=JobSpec(name="s", compute_hours=1),
+                                            params=[{"i": 0}, {"i": 1}, {"i": 2}],
+                                            compute_hours=[1.0, 2.0, 3.0]))
+    assert [j.spec.compute_hours for j in jobs] == [1.0, 2.0, 3.0]
+    assert st.get_bag(bag.id).job_ids == [j.id for j in jobs]
+    jobs[0].state = JobState.SUCCEEDED
+    st.commit(jobs=[jobs[0]])
+    assert st.get_bag(bag.id).finished == 1
+    # tenants by name; one whose on-demand counterfactual is below $1 (savings 50 %); one with
+    # no jobs at all (no counterfactual: 0 % savings, not a division by zero)
+    small, _ = st.create_tenant("a-small")
+    idle, _ = st.create_tenant("c-idle")
+    (j,) = st.submit_jobs(small.id, [JobSpec(name="x", compute_hours=1)])
+    j.cost, j.on_demand_cost = 0.25, 0.5
+    st.commit(jobs=[j])
+    rows = st.cost_by_tenant()
+    assert [r.tenant_name for r in rows] == ["a-small", "b-bagger", "c-idle"]
+    assert (rows[0].cost, rows[0].on_demand_cost, rows[0].savings_pct, rows[0].jobs) == (
+        0.25, 0.5, 50.0, 1)
+    assert (rows[2].cost, rows[2].on_demand_cost, rows[2].savings_pct, rows[2].jobs) == (
+        0.0, 0.0, 0.0, 0)
+    assert [r.tenant_name for r in st.cost_by_tenant(idle.id)] == ["c-idle"]
+    st.incr("probe_total")
+    st.incr("probe_total")
+    assert st.metrics()["probe_total"] == 2.0  # one per call by default
