@@ -158,6 +158,7 @@ def test_a_tenant_at_its_gpu_limit_waits_while_another_tenants_job_runs(
     _run_until(ctl, clock, 1.5 * HOUR)
     done = store.get_job(first.id)
     assert done.state is JobState.SUCCEEDED and ctl.jobs[second.id].state is JobState.RUNNING
+    assert store.metrics().get("spot_placements_total", 0.0) == 0.0  # HP placements only
     # a2 is placed on the tick that saw a1 finish (ticks every 60 s), not before
     placed = [x for x in store.job_decisions(second.id) if x.action == "place"]
     assert [x.at for x in placed] == [60.0 * np.ceil((done.finished_at or 0.0) / 60.0)]
@@ -183,6 +184,9 @@ def test_a_spot_job_held_by_the_spot_quota_runs_when_the_quota_rises(
     _run_until(ctl, clock, 30 * 60.0)  # the controller rereads the quotas every 10 ticks
     j = ctl.jobs[job.id]
     assert j.state in (JobState.STARTING, JobState.RUNNING) and len(j.node_ids) == 2
+    assert j.attempts == 1
+    # the spot placement is counted: the quota actor's eviction rate is evictions / this
+    assert store.metrics()["spot_placements_total"] == 1.0
 
 
 def test_cancel_while_checkpointing_keeps_the_checkpointed_progress(
