@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PACKAGES := controlplane actors policies serve clusters benchmarks
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck unit venv data clean browser
+.PHONY: run test lint typecheck unit venv data clean browser mutation
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,5 +37,15 @@ browser:
 
 test: lint typecheck browser unit
 
+# Mutation testing, a standing check but not part of `make test` (slow; docs/mutation.md).
+# Config in pyproject's [tool.mutmut]; results are cached in mutants/ (rm -rf it to start over).
+# MUTANTS selects mutants, e.g. MUTANTS='controlplane.reconcile_jobs*'; MUTATION_JOBS workers.
+MUTANTS ?=
+MUTATION_JOBS ?= 2
+mutation: $(STAMP)
+	SPOTPLANE_DATA_DIR=$${SPOTPLANE_DATA_DIR:-$$($(BIN)/python -c 'from controlplane.config import data_dir; print(data_dir())')} \
+	  nice -n 10 $(BIN)/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
+	$(BIN)/mutmut results
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache mutants

@@ -63,6 +63,8 @@ class ControllerActor:
         self._stop = threading.Event()
         self._paused = threading.Event()
         self.error: str | None = None
+        self.tick_failures = 0  # ticks of the loop that raised (logged, the loop goes on)
+        self.last_tick_failure: str | None = None
         self._thread = threading.Thread(target=self._loop, name="reconcile", daemon=True)
         if config.get("autostart", True):
             self._thread.start()
@@ -126,7 +128,8 @@ class ControllerActor:
                 return
             except Exception as exc:  # noqa: BLE001 - a bad tick must not kill the loop
                 log.exception("tick failed")
-                self.error = repr(exc)
+                self.error = self.last_tick_failure = repr(exc)
+                self.tick_failures += 1
             wait = max(tick_s / speed - (time.monotonic() - t0), min_wall)
             self._stop.wait(wait)
 
@@ -158,6 +161,7 @@ class ControllerActor:
         return {"ticks": self.controller.ticks, "now": self.clock.now(),
                 "jobs": len(self.controller.jobs), "nodes": len(self.controller.nodes),
                 "epoch": self.epoch, "error": self.error,
+                "tick_failures": self.tick_failures, "last_tick_failure": self.last_tick_failure,
                 "last": self.reports[-1] if self.reports else None}
 
     def notice(self, instance_id: str, seconds_left: float) -> None:

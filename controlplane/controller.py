@@ -298,9 +298,9 @@ class Controller(FleetMixin, JobsMixin, PoliciesMixin, PlacementMixin, PersistMi
                 continue
             job = found
             job.cancel_requested = True
-            self._bill(job, now)
             if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
                 self._progress(job, now)
+            self._bill(job, now)  # after the progress: the counterfactual counts the last interval
             self._release(job, now, "job cancelled", keep=False)
             job.finished_at = now
             self._move(job, JobState.CANCELLED, "cancelled by the tenant", now)

@@ -614,11 +614,19 @@ def _default_model(node: Node | None) -> Any:
         return None
 
 
-def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0) -> bool:
-    """Submit a no-op Ray job until the dashboard's job agent takes it (False: none in time).
+class JobAgentBroken(RuntimeError):
+    """The job agent took a job but did not run it to completion (a product failure)."""
 
-    Ray's job agent listens on the fixed port 52365; on a machine with several Rays only the
-    first one gets it, and the others answer "No available agent" to every submission.
+
+def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0,
+                    entrypoint: str = "true") -> bool:
+    """Run a no-op Ray job (``entrypoint``) through the dashboard's job agent.
+
+    True when the probe job SUCCEEDED. False only when no job agent took it in ``timeout_s``
+    (every submission answered "No available agent": none runs, or a Ray started without
+    :func:`~controlplane.raylocal.init_local_ray` found its fixed port 52365 taken by another
+    Ray). Raises :class:`JobAgentBroken` when the agent took the probe but it FAILED, was
+    STOPPED or did not finish within ``timeout_s`` + 60 s more.
     """
     import uuid
 
@@ -632,22 +640,29 @@ def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0) -> bool:
     while True:
         try:
             sid = client.submit_job(
-                entrypoint="true",
+                entrypoint=entrypoint,
                 submission_id=f"spotplane-probe-{uuid.uuid4().hex[:8]}",
                 entrypoint_num_cpus=0,
             )
             break
         except RuntimeError as e:
-            if "No available agent" not in str(e) or wall.now() > deadline:
-                if "No available agent" in str(e):
-                    return False
+            if "No available agent" not in str(e):
                 raise
+            if wall.now() > deadline:
+                return False
             wall.sleep(1.0)
-    while wall.now() < deadline + 60:
-        if str(client.get_job_status(sid).value) in ("SUCCEEDED", "FAILED", "STOPPED"):
+    status = "PENDING"
+    finish_by = wall.now() + timeout_s + 60.0
+    while wall.now() < finish_by:
+        status = str(client.get_job_status(sid).value)
+        if status == "SUCCEEDED":
             return True
+        if status in ("FAILED", "STOPPED"):
+            break
         wall.sleep(0.2)
-    return False
+    info = client.get_job_info(sid)
+    raise JobAgentBroken(f"the job agent at {dashboard_address} took probe job {sid} but it "
+                         f"ended {status} after up to {timeout_s + 60:.0f} s: {info.message or ''}")
 
 
 def job_logs(dashboard_address: str, job_id: str) -> str:

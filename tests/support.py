@@ -35,3 +35,33 @@ def train_reference(steps: int, seed: int) -> dict[str, Any]:
     for _ in range(steps):
         t.step(state, seed)
     return dict(state)
+
+
+def require_job_agent(ray_cluster: Any) -> str:
+    """The test Ray's dashboard address once its job agent ran a probe job to the end.
+
+    Skips only for a Ray started without a dashboard (no job agent by design). Everything else
+    fails: the probe job failing or hanging (``JobAgentBroken`` propagates) and no agent taking
+    it at all (``init_local_ray`` gives each Ray's agent its own free port, so no other Ray on
+    the machine can hold it: an agent that does not answer is broken).
+    """
+    import pytest
+
+    from controlplane.executor import job_agent_ready
+
+    url = str(ray_cluster.dashboard_url or "")
+    if not url:
+        pytest.skip("this Ray was started without a dashboard, so it has no job agent")
+    if not job_agent_ready(url):
+        pytest.fail(f"no job agent took a probe job at {url} within the probe's time")
+    return url
+
+
+def assert_no_tick_failed(controller: Any) -> None:
+    """The ControllerActor's loop ran every tick without an exception (it logs them and goes on)."""
+    import ray
+
+    status = ray.get(controller.status.remote())
+    assert status["tick_failures"] == 0, (
+        f"{status['tick_failures']} controller tick(s) raised; the last: "
+        f"{status['last_tick_failure']}")

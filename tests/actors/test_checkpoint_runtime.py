@@ -12,11 +12,11 @@ import pytest
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from clusters.artifacts import LocalArtifactStore
 from controlplane import sdk
-from controlplane.executor import job_agent_ready, job_logs
+from controlplane.executor import job_logs
 from controlplane.models import TERMINAL_STATES, JobSpec, JobState
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
-from tests.support import train_reference
+from tests.support import assert_no_tick_failed, require_job_agent, train_reference
 
 SPEED = 900.0
 
@@ -26,8 +26,7 @@ SPEED = 900.0
 def test_controller_actor_runs_a_real_job_through_its_executor(
     ray_cluster: Any, tmp_path: Path
 ) -> None:
-    if not job_agent_ready(ray_cluster.dashboard_url):
-        pytest.skip("Ray's job agent port 52365 is held by another Ray on this machine")
+    require_job_agent(ray_cluster)
     artifacts = tmp_path / "artifacts"
     settings = RuntimeSettings(
         state_dir=tmp_path,
@@ -71,5 +70,6 @@ def test_controller_actor_runs_a_real_job_through_its_executor(
             assert state[k].tobytes() == ref[k].tobytes()
         assert "starting at step 0 of 300" in logs
         assert j.progress_hours == pytest.approx(j.spec.compute_hours)
+        assert_no_tick_failed(handles.controller)
     finally:
         stop_control_plane(handles)

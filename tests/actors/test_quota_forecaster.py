@@ -13,9 +13,9 @@ import pytest
 import ray
 
 from actors.forecaster import RemoteForecasterActor
-from actors.quota import quota_actor
+from actors.quota import QuotaAllocatorActor, quota_actor
 from actors.tenant import tenant_actor
-from controlplane.models import JobSpec
+from controlplane.models import Event, JobSpec, JobState
 from controlplane.store import Store
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -63,3 +63,41 @@ def test_forecaster_pushes_quotas_every_300_s(ray_cluster: Any, tmp_path: Path) 
             with contextlib.suppress(ValueError):
                 ray.kill(ray.get_actor(name, namespace=ns))
         ray.kill(fc)
+
+
+def test_live_eta_falls_after_evictions_and_rises_after_a_quiet_spell(ray_cluster: Any,
+                                                                       tmp_path: Path) -> None:
+    ns = f"t-{uuid.uuid4().hex[:8]}"
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    t, _ = store.create_tenant("t")
+    job = store.submit_job(t.id, JobSpec(name="s", kind="spot", compute_hours=1,
+                                         accelerator="V100"), now=0.0)
+    job.state = JobState.QUEUED  # a spot job queued since 0 s (what the controller writes)
+    store.commit(jobs=[job], events=[Event(at=0.0, tenant_id=t.id, job_id=job.id,
+                                           kind="transition", src="PENDING", dst="QUEUED",
+                                           cause="accepted by the controller")], control_time=0.0)
+    quota = quota_actor(db, {"V100": 10}, {"V100": 1}, ns, detached=False)
+    no_hp = {"V100": ([[0.0]], [[0.0]])}  # no HP demand: Eq. 9's inventory f = C = 10 GPUs
+    try:
+        ray.get(quota.update.remote(no_hp, 300.0))  # the first update only reads the counters
+        assert ray.get(quota.eta.remote()) == {"V100": 1.0}
+        store.incr("spot_placements_total", 4)
+        store.incr("hp_evictions_total", 2)
+        ray.get(quota.update.remote(no_hp, 600.0))
+        # e = 2 / 4 = 0.5 > 1.5 eps = 0.15: eta = 1.0 * eps / e = 0.1 / 0.5 = 0.2
+        assert ray.get(quota.eta.remote())["V100"] == pytest.approx(0.2, rel=1e-12)
+        (q,) = store.quotas()  # Eq. 10: min(f * eta, S0 + Sa) = min(10 * 0.2, 10 + 0) = 2
+        assert q.spot_quota_gpus == 2
+        store.incr("spot_placements_total", 4)  # a quiet spell: runs, no eviction
+        ray.get(quota.update.remote(no_hp, 4000.0))
+        # e = 0 < 0.5 eps and the spot job has queued 4000 s > theta = 3600 s:
+        # eta = 0.2 * (1.5 - 0 / 0.1) = 0.3
+        assert ray.get(quota.eta.remote())["V100"] == pytest.approx(0.3, rel=1e-12)
+        (q,) = store.quotas()  # min(10 * 0.3, 10) = 3
+        assert q.spot_quota_gpus == 3
+        # eta is saved in the store: a restarted allocator resumes from it
+        assert QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1}).eta()["V100"] == pytest.approx(
+            0.3, rel=1e-12)
+    finally:
+        ray.kill(quota)

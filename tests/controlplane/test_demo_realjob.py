@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from controlplane.demo import Scenario, real_job
-from tests.support import free_port
+from tests.support import assert_no_tick_failed, free_port, require_job_agent
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -41,11 +41,9 @@ def realjob_scenario() -> Scenario:
 def control_plane(ray_cluster: Any, tmp_path: Path) -> Iterator[str]:
     from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
     from controlplane.controller import ControllerSettings
-    from controlplane.executor import job_agent_ready
     from serve.app import start_api, stop_api
 
-    if not job_agent_ready(ray_cluster.dashboard_url):
-        pytest.skip("the test Ray's job agent is not ready")
+    require_job_agent(ray_cluster)
     settings = RuntimeSettings(
         state_dir=tmp_path / "state", speed=3600.0, namespace="spotplane-demo-realjob",
         detached=False,
@@ -60,6 +58,7 @@ def control_plane(ray_cluster: Any, tmp_path: Path) -> Iterator[str]:
     handles = start_control_plane(settings)
     try:
         yield start_api(settings.db_path, ADMIN, free_port())
+        assert_no_tick_failed(handles.controller)
     finally:
         stop_api()
         stop_control_plane(handles)

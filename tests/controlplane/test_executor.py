@@ -15,6 +15,7 @@ from controlplane import sdk
 from controlplane.errors import InvalidInput
 from controlplane.executor import (
     RAY_STATUS,
+    JobAgentBroken,
     RayJobExecutor,
     ReplicaState,
     SlotMap,
@@ -22,7 +23,7 @@ from controlplane.executor import (
     slot_resources,
 )
 from controlplane.models import Job, JobSpec
-from tests.support import train_reference
+from tests.support import require_job_agent, train_reference
 
 
 def wait_for(
@@ -65,14 +66,17 @@ def test_slots_bind_nodes_and_come_back() -> None:
 
 @pytest.fixture(scope="module")
 def job_agent(ray_cluster: Any) -> str:
-    """The dashboard's job agent, or a skip when another Ray on this machine holds its port.
+    """The dashboard's job agent (``require_job_agent``: a probe job that fails, hangs or finds
+    no agent fails the tests; only a Ray without a dashboard skips)."""
+    return require_job_agent(ray_cluster)
 
-    Ray's dashboard agent always listens on port 52365 (``ray.init`` cannot change it); with
-    several Rays on one machine only the first gets it. CI runs one Ray: there it never skips.
-    """
-    if not job_agent_ready(ray_cluster.dashboard_url):
-        pytest.skip("Ray's job agent port 52365 is held by another Ray on this machine")
-    return str(ray_cluster.dashboard_url)
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_probe_job_that_fails_is_a_broken_agent_not_a_skip(job_agent: str) -> None:
+    with pytest.raises(JobAgentBroken, match=r"took probe job spotplane-probe-\w+ but it ended "
+                                             r"FAILED"):
+        job_agent_ready(job_agent, timeout_s=30.0, entrypoint="exit 3")
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ from clusters.simfleet import SimulatedFleet
 from controlplane import sdk
 from controlplane.clock import SimClock, WallClock
 from controlplane.controller import Controller, ControllerSettings
-from controlplane.executor import RayJobExecutor, job_agent_ready
+from controlplane.executor import RayJobExecutor
 from controlplane.metrics import build_registry, exposition
 from controlplane.models import JobSpec, JobState
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
-from tests.support import train_reference
+from tests.support import require_job_agent, train_reference
 
 SPEED = 900.0  # simulated seconds per wall second
 
@@ -29,8 +29,7 @@ SPEED = 900.0  # simulated seconds per wall second
 def world(
     ray_cluster: Any, tmp_path: Path, data_root: Path
 ) -> Iterator[tuple[Store, Controller, RayJobExecutor, SimClock]]:
-    if not job_agent_ready(ray_cluster.dashboard_url):
-        pytest.skip("Ray's job agent port 52365 is held by another Ray on this machine")
+    require_job_agent(ray_cluster)
     clock = SimClock(start=0.0)
     store = Store(tmp_path / "spotplane.db")
     # the simulated clock runs 900x wall time (a wall second is 0.25 h); spot VMs live ~2.5 h

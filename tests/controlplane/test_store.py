@@ -132,3 +132,40 @@ def test_idempotent_submission_is_written_once_with_its_answer(tmp_path: Path) -
     assert [j.name for j in st.list_jobs(tenant.id)] == ["a"]
     assert st.idempotent_answer(tenant.id, "k1") == again
     assert st.idempotent_answer(tenant.id, "k2") is None
+
+
+def test_bag_counts_cost_views_and_counters_exactly(tmp_path: Path) -> None:
+    st = _store(tmp_path)
+    t, _ = st.create_tenant("b-bagger")
+    bag, jobs = st.create_bag(t.id, BagSpec(name="sweep", template=JobSpec(name="s", compute_hours=1),
+                                            params=[{"i": 0}, {"i": 1}, {"i": 2}],
+                                            compute_hours=[1.0, 2.0, 3.0]), now=5.0)
+    assert bag.created_at == 5.0 and {j.submitted_at for j in jobs} == {5.0}
+    assert [j.spec.compute_hours for j in jobs] == [1.0, 2.0, 3.0]
+    assert st.get_bag(bag.id).job_ids == [j.id for j in jobs]
+    jobs[0].state = JobState.SUCCEEDED
+    st.commit(jobs=[jobs[0]])
+    assert st.get_bag(bag.id).finished == 1
+    # tenants by name; one whose on-demand counterfactual is below $1 (savings 50 %); one with
+    # no jobs at all (no counterfactual: 0 % savings, not a division by zero)
+    small, _ = st.create_tenant("a-small")
+    idle, _ = st.create_tenant("c-idle")
+    (j,) = st.submit_jobs(small.id, [JobSpec(name="x", compute_hours=1)])
+    j.cost, j.on_demand_cost = 0.25, 0.5
+    st.commit(jobs=[j])
+    rows = st.cost_by_tenant()
+    assert [r.tenant_name for r in rows] == ["a-small", "b-bagger", "c-idle"]
+    assert (rows[0].cost, rows[0].on_demand_cost, rows[0].savings_pct, rows[0].jobs) == (
+        0.25, 0.5, 50.0, 1)
+    assert (rows[2].cost, rows[2].on_demand_cost, rows[2].savings_pct, rows[2].jobs) == (
+        0.0, 0.0, 0.0, 0)
+    assert [r.tenant_name for r in st.cost_by_tenant(idle.id)] == ["c-idle"]
+    st.submit_jobs(small.id, [JobSpec(name="h", kind="hp", compute_hours=1)])
+    st.incr("probe_total")
+    st.incr("probe_total")
+    m = st.metrics()
+    assert m["probe_total"] == 2.0  # one per call by default
+    # per state over every kind (2 spot bag jobs + 1 spot + 1 hp pending), and per kind
+    assert (m['jobs{state="PENDING"}'], m['jobs{state="SUCCEEDED"}']) == (4.0, 1.0)
+    assert m['jobs_by_kind{kind="spot",state="PENDING"}'] == 3.0
+    assert m['jobs_by_kind{kind="hp",state="PENDING"}'] == 1.0

@@ -138,7 +138,14 @@ def test_start_age_and_schedule_helpers() -> None:
     s = OptimalCheckpointPlanner(m).plan(4.0, start_age_hours=10.0)
     assert s.start_age_hours == 10.0
     assert sum(s.intervals_hours) == pytest.approx(4.0)
-    assert s.next_checkpoint_after(0.0) == s.checkpoints[0] if s.checkpoints else True
+    assert len(s.checkpoints) >= 1 and s.checkpoints == tuple(sorted(s.checkpoints))
+    first = s.checkpoints[0]
+    assert s.checkpoints[-1] < 4.0 and sum(s.intervals_hours[: len(s.checkpoints)]) == pytest.approx(
+        s.checkpoints[-1])
+    assert s.next_checkpoint_after(0.0) == first
+    assert s.next_checkpoint_after(first - 1e-6) == first
+    # "strictly after": at the first checkpoint the next one (or none) comes
+    assert s.next_checkpoint_after(first) == (s.checkpoints[1] if len(s.checkpoints) > 1 else None)
     assert s.next_checkpoint_after(4.0) is None
 
 

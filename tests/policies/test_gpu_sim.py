@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -92,10 +94,39 @@ def test_contended_run_evicts_and_quota_restrains_spot() -> None:
     assert gfs.quota_loop is not None and len(gfs.quota_loop.hours) >= 47  # hourly demand history
     assert gfs.quota_loop.forecast is None  # OrgLinear needs 192 h: no quota yet
     assert rg.hp.finished == yarn.hp.finished
-    e = GpuSimulator(w, make_scheduler("gfs_e"))
+    e = QuotaWatch(w, make_scheduler("gfs_e"))
     e.run()
     assert e.quota_loop is not None and e.quota_loop.forecast is not None and e.quota_loop.quota is not None
     assert e.quota_loop.allocator.updates > 500  # Eq. 11 every 300 s
+    # the quota restrains spot: no spot start ever takes the pool's spot GPUs over the quota
+    # in force, and it binds (spot tasks that fit the free GPUs were held back by it)
+    assert len(e.spot_starts) > 50
+    assert max(alloc - quota for alloc, quota in e.spot_starts) <= 1e-6
+    assert e.held_by_quota > 0
+
+
+class QuotaWatch(GpuSimulator):
+    """The simulator, recording each spot start against the quota and each quota refusal."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spot_starts: list[tuple[float, float]] = []  # (spot GPUs after the start, quota)
+        self.held_by_quota = 0
+
+    def _start(self, rec: Any, p: Any) -> None:
+        super()._start(rec, p)
+        ql = self.quota_loop
+        if not rec.task.request.is_hp and ql is not None and ql.quota is not None:
+            self.spot_starts.append((self.spot_alloc, ql.quota))
+
+    def _cheap_ok(self, shape: Any) -> bool:
+        ok = super()._cheap_ok(shape)
+        prio, g, w, _ = shape
+        ql = self.quota_loop
+        if (not ok and prio == "spot" and ql is not None and ql.quota is not None
+                and float(self.free.sum()) >= g * w):
+            self.held_by_quota += 1
+        return ok
 
 
 class _RecordingModel:

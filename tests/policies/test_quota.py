@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy.stats import norm
@@ -99,3 +101,67 @@ def test_bad_inputs_name_the_field() -> None:
         QuotaParams(p=1.0)
     with pytest.raises(InvalidInput, match="horizon_hours"):
         QuotaParams(horizon_hours=0)
+
+
+def test_eq11_boundaries_are_the_floating_point_products() -> None:
+    eps = QuotaParams().tolerated_eviction_rate
+    assert eps == 0.1
+    high, low = 1.5 * eps, 0.5 * eps  # 0.15000000000000002 and 0.05
+    # exactly at 1.5 eps: not above, eta stays; one ulp above: eta * eps / e
+    assert SpotQuotaAllocator().update_eta(high, 0.0) == 1.0
+    above = math.nextafter(high, 1.0)
+    assert SpotQuotaAllocator().update_eta(above, 0.0) == eps / above
+    # exactly at 0.5 eps: not below, eta stays; one ulp below (and l > theta): 1.5 - e / eps
+    assert SpotQuotaAllocator().update_eta(low, 3601.0) == 1.0
+    below = math.nextafter(low, 0.0)
+    assert SpotQuotaAllocator().update_eta(below, 3601.0) == 1.5 - below / eps
+    # the queue threshold theta: exactly 3600 s is not above it, one ulp more is
+    assert SpotQuotaAllocator().update_eta(0.0, 3600.0) == 1.0
+    assert SpotQuotaAllocator().update_eta(0.0, math.nextafter(3600.0, 1e9)) == 1.5
+
+
+def test_default_eta_clamp_is_0_05_to_4() -> None:
+    p = QuotaParams()
+    assert (p.eta0, p.eta_min, p.eta_max) == (1.0, 0.05, 4.0)
+    grow = SpotQuotaAllocator()
+    etas = [grow.update_eta(0.0, 1e6) for _ in range(5)]  # x1.5 each: 1.5, 2.25, 3.375, 4, 4
+    assert etas == [1.5, 2.25, 3.375, 4.0, 4.0]
+    shrink = SpotQuotaAllocator()
+    etas = [shrink.update_eta(1.0, 0.0) for _ in range(3)]  # x0.1 each: 0.1, 0.05 (clamped)
+    assert etas == pytest.approx([0.1, 0.05, 0.05], rel=1e-12)
+    assert shrink.eta == 0.05
+
+
+def test_eq9_one_tenant_no_tenant_and_a_demand_below_one_gpu() -> None:
+    # one tenant whose p-bound is 0.3 GPUs (mean 0.3, no spread): demand 0.3, not rounded up
+    one = _forecast([[0.3, 0.1]], [[0.0, 0.0]])
+    assert aggregate_upper_demand(one, 0.9, 2) == pytest.approx(0.3)
+    assert SpotQuotaAllocator().inventory(10.0, one) == pytest.approx(9.7)
+    # a negative bound (mean -2) counts as no demand
+    assert aggregate_upper_demand(_forecast([[-2.0]], [[0.0]]), 0.9, 1) == 0.0
+    # no HP tenant at all: no demand, the whole pool is inventory
+    none = Forecast(np.zeros((0, 3)), np.zeros((0, 3)))
+    assert aggregate_upper_demand(none, 0.9, 1) == 0.0
+    assert SpotQuotaAllocator().inventory(10.0, none) == 10.0
+
+
+@pytest.mark.parametrize(("kwargs", "ok"), [
+    ({"p": 0.5}, True), ({"p": math.nextafter(0.5, 0.0)}, False),
+    ({"theta_seconds": 0.0}, True), ({"theta_seconds": -1e-9}, False),
+    ({"update_seconds": 1e-9}, True), ({"update_seconds": 0.0}, False),
+    ({"update_seconds": 0.5}, True),
+    ({"eta_min": 1.0}, True), ({"eta_max": 1.0}, True), ({"eta_min": 0.0}, False),
+    ({"eta_min": 1.5, "eta_max": 2.0}, False), ({"eta_max": 0.5}, False),
+])
+def test_params_accept_their_boundaries_and_refuse_beyond(kwargs: dict, ok: bool) -> None:
+    if ok:
+        QuotaParams(**kwargs)
+    else:
+        with pytest.raises(InvalidInput):
+            QuotaParams(**kwargs)
+
+
+def test_a_state_without_an_update_count_starts_counting_at_zero() -> None:
+    sqa = SpotQuotaAllocator()
+    sqa.load_state_dict({"params": QuotaParams().__dict__, "eta": 9.0})
+    assert (sqa.eta, sqa.updates) == (4.0, 0)  # eta clamped to eta_max on load

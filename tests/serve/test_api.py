@@ -245,6 +245,25 @@ def test_submit_list_get_cancel_round_trip(api: Api) -> None:
     assert r.json()["message"] == f"job {dl['id']} is already SUCCEEDED"
 
 
+def test_paging_1000_jobs_through_the_api_returns_each_once(api: Api) -> None:
+    from controlplane.models import JobSpec
+
+    r = api.admin.post("/v1/tenants", json={"name": "pager", "max_gpus": 4})
+    assert r.status_code == 201, r.text
+    token, tid = r.json()["token"], r.json()["tenant"]["id"]
+    ids = [j.id for j in api.store.submit_jobs(
+        tid, [JobSpec(name=f"p{i}", compute_hours=1) for i in range(1000)], now=0.0)]
+    seen: list[str] = []
+    with api.client(token) as c:
+        for offset in range(0, 1000, 300):
+            page = c.get("/v1/jobs", params={"limit": 300, "offset": offset})
+            assert page.status_code == 200, page.text
+            assert len(page.json()) == min(300, 1000 - offset)
+            seen += [j["id"] for j in page.json()]
+        assert c.get("/v1/jobs", params={"limit": 300, "offset": 1000}).json() == []
+    assert seen == ids  # oldest first, each job exactly once
+
+
 def test_fleet_quota_cost_views(api: Api) -> None:
     for path in ("/v1/fleet/nodes", "/v1/fleet/zones", "/v1/fleet/prices", "/v1/fleet/availability",
                  "/v1/quotas", "/v1/forecasts"):

@@ -1,0 +1,121 @@
+"""The quota allocator actor's logic without Ray (what ``QuotaAllocatorActor`` does on each
+push): pool usage from the store, Eq. 10's quota and Eq. 11's eta from the controller's counters.
+
+``tests/actors/test_quota_forecaster.py`` runs the same actor in Ray; these run in-process so
+that a mutation run (``make mutation``) can reach them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.quota import QuotaAllocatorActor
+from controlplane.models import Event, JobSpec, JobState, Market, Node, NodeState
+from controlplane.store import Store
+
+NO_HP = {"V100": ([[0.0]], [[0.0]])}  # no HP demand: Eq. 9's inventory f = C
+
+
+def _node(i: int, job_id: str | None, state: NodeState = NodeState.READY) -> Node:
+    return Node(id=f"n{i}", provider="sim", cloud="aws", zone="z", instance_type="p3.2xlarge",
+                accelerator="V100", accelerator_count=1, market=Market.SPOT, price_per_hour=1.0,
+                on_demand_price_per_hour=3.0, state=state, intent_id=f"i{i}", requested_at=0.0,
+                job_id=job_id)
+
+
+def _queued_spot_job(store: Store, tenant_id: str) -> str:
+    job = store.submit_job(tenant_id, JobSpec(name="s", kind="spot", compute_hours=1,
+                                              accelerator="V100"), now=0.0)
+    job.state = JobState.QUEUED  # queued since 0 s, as the controller writes it
+    store.commit(jobs=[job], events=[Event(at=0.0, tenant_id=tenant_id, job_id=job.id,
+                                           kind="transition", src="PENDING", dst="QUEUED",
+                                           cause="accepted by the controller")], control_time=0.0)
+    return job.id
+
+
+def test_usage_counts_every_live_gpu_and_the_spot_jobs_gpus(tmp_path: Path) -> None:
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    t, _ = store.create_tenant("t")
+    spot = store.submit_job(t.id, JobSpec(name="s", kind="spot", compute_hours=1), now=0.0)
+    hp = store.submit_job(t.id, JobSpec(name="h", kind="hp", compute_hours=1), now=0.0)
+    nodes = [_node(0, spot.id), _node(1, spot.id), _node(2, hp.id), _node(3, None),
+             _node(4, spot.id, NodeState.TERMINATED)]
+    store.commit(nodes=nodes)
+    actor = QuotaAllocatorActor(db, {"V100": 10, "H100": 2}, {"V100": 1, "H100": 8})
+    # live: n0-n3 (4 GPUs), of which n0 and n1 hold the spot job; n4 is gone
+    assert actor.usage() == {"V100": (4.0, 2.0), "H100": (0.0, 0.0)}
+    assert (actor.capacity_gpus("V100"), actor.capacity_gpus("H100")) == (10.0, 16.0)
+    quotas = {q.accelerator: q for q in actor.update(NO_HP, 60.0)}
+    # Eq. 10: min(f * eta, S0 + Sa) = min(10 * 1, (10 - 4) + 2) = 8; H100: min(16, 16) = 16
+    assert (quotas["V100"].spot_quota_gpus, quotas["V100"].capacity_gpus) == (8, 10)
+    assert (quotas["H100"].spot_quota_gpus, quotas["H100"].capacity_gpus) == (16, 16)
+    assert {q.accelerator: q.spot_quota_gpus for q in store.quotas()} == {"V100": 8, "H100": 16}
+
+
+def test_eta_falls_after_evictions_rises_after_a_quiet_spell_and_is_saved(tmp_path: Path) -> None:
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    t, _ = store.create_tenant("t")
+    _queued_spot_job(store, t.id)
+    actor = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
+    store.incr("hp_evictions_total", 3)  # before the first update: only a baseline (and no
+    actor.update(NO_HP, 300.0)           # spot placement counter yet: a baseline of 0)
+    assert actor.eta() == {"V100": 1.0}
+    store.incr("spot_placements_total", 4)
+    store.incr("hp_evictions_total", 2)
+    actor.update(NO_HP, 600.0)
+    # e = (5 - 3) / (4 - 0) = 0.5 > 1.5 eps = 0.15: eta = 1.0 * eps / e = 0.1 / 0.5 = 0.2
+    assert actor.eta()["V100"] == pytest.approx(0.2, rel=1e-12)
+    assert [q.spot_quota_gpus for q in store.quotas()] == [2]  # min(10 * 0.2, 10)
+    store.incr("hp_evictions_total", 5)  # more evictions than runs: e is capped at 1
+    store.incr("spot_placements_total", 2)
+    actor.update(NO_HP, 900.0)
+    assert actor.eta()["V100"] == 0.05  # 0.2 * 0.1 / 1.0 = 0.02, clamped to eta_min = 0.05
+    store.incr("spot_placements_total", 4)  # a quiet spell: runs, no eviction
+    actor.update(NO_HP, 4000.0)
+    # e = 0 < 0.5 eps, the spot job has queued 4000 s > theta = 3600 s: eta = 0.05 * 1.5
+    assert actor.eta()["V100"] == pytest.approx(0.075, rel=1e-12)
+    actor.update(NO_HP, 4300.0)  # no runs at all: e = 0, still queued 4300 s: x1.5 again
+    assert actor.eta()["V100"] == pytest.approx(0.1125, rel=1e-12)
+    assert [q.spot_quota_gpus for q in store.quotas()] == [1]  # int(10 * 0.1125)
+    # the eta state is in the store: a restarted allocator resumes from it
+    again = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
+    assert again.eta()["V100"] == pytest.approx(0.1125, rel=1e-12)
+    assert again.allocators["V100"].updates == 4
+
+
+def test_a_short_queue_leaves_eta_alone(tmp_path: Path) -> None:
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    t, _ = store.create_tenant("t")
+    _queued_spot_job(store, t.id)
+    actor = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
+    actor.update(NO_HP, 300.0)
+    store.incr("spot_placements_total", 4)
+    actor.update(NO_HP, 3600.0)  # queued exactly theta = 3600 s: not above it
+    assert actor.eta() == {"V100": 1.0}
+
+
+def test_quota_uses_the_pools_hp_forecast_and_a_full_pool_has_no_idle_gpu(tmp_path: Path) -> None:
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    t, _ = store.create_tenant("t")
+    hp = store.submit_job(t.id, JobSpec(name="h", kind="hp", compute_hours=1), now=0.0)
+    # T4: 2 nodes, both held by the HP job; A100 is no pool of this allocator (a stray node);
+    # T4's GPUs per node are not given: 1
+    nodes = [_node(0, hp.id), _node(1, hp.id), _node(2, None)]
+    nodes[0].accelerator = nodes[1].accelerator = "T4"
+    nodes[2].accelerator = "A100"
+    store.commit(nodes=nodes)
+    actor = QuotaAllocatorActor(db, {"V100": 10, "T4": 2}, {"V100": 1})
+    assert actor.usage() == {"V100": (0.0, 0.0), "T4": (2.0, 0.0), "A100": (1.0, 0.0)}
+    assert actor.capacity_gpus("T4") == 2.0
+    forecasts = {"V100": ([[4.0, 9.0]], [[0.0, 0.0]])}  # V100's HP tenant: 4 GPUs next hour
+    quotas = {q.accelerator: q for q in actor.update(forecasts, 60.0)}
+    # V100: f = 10 - 4 = 6 (H = 1 h), min(6 * 1.0, S0 + Sa = 10 + 0) = 6
+    assert (quotas["V100"].pool, quotas["V100"].spot_quota_gpus) == ("default", 6)
+    # T4: no forecast (f = 2), but no idle GPU and no spot GPU: min(2, 0 + 0) = 0
+    assert quotas["T4"].spot_quota_gpus == 0
