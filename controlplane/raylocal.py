@@ -21,8 +21,9 @@ _lock = threading.Lock()
 
 # Serve restarts a dead HTTP proxy only after its health check failed 3 times in a row, one check
 # every RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S (Ray's default 10 s: 20-30 s of refused
-# connections). Every 2 s brings that to 4-6 s; each check is one cheap actor call.
-PROXY_HEALTH_CHECK_PERIOD_S = "2"
+# connections). Every 1 s brings detection to ~3 s (a new proxy then takes a few seconds to
+# start); each check is one cheap actor call.
+PROXY_HEALTH_CHECK_PERIOD_S = "1"
 
 
 def free_port() -> int:
@@ -34,7 +35,7 @@ def free_port() -> int:
 
 def init_local_ray(**kwargs: Any) -> Any:
     """``ray.init(**kwargs)`` for a new local cluster, with free dashboard and agent ports
-    (and a 2 s Serve proxy health-check period unless the environment sets one)."""
+    (and a 1 s Serve proxy health-check period unless the environment sets one)."""
     import ray
     from ray._private import parameter
 
