@@ -1,6 +1,7 @@
 """Chaos: sustained submissions through the HTTP API while ``kill -9`` hits the control plane.
 
-``python -m benchmarks.chaos [--minutes N] [--json] [--tenants 4] [--rate 4] [--real-jobs 2]``
+``python -m benchmarks.chaos [--minutes N] [--json] [--tenants 4] [--rate 4] [--real-jobs 2]
+[--kinds controller,http_proxy,...] [--min-kills K]``
 starts a private local Ray, the control plane (simulated fleet, deadline policies in their own
 actors, quota and forecaster actors, the Ray job executor for real jobs) and the Serve API over a
 fresh store. Several tenants submit spot, HP and deadline jobs (and a few real
@@ -320,8 +321,9 @@ def summary(kills: list[Kill], skipped: Counter[str]) -> dict[str, Any]:
 # -- the run ----------------------------------------------------------------------------------
 def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: int = 2,
         kill_every_s: float = 6.0, speed: float = 360.0, drain_s: float = 90.0,
-        seed: int = 0) -> dict[str, Any]:
-    """Start everything, submit and kill for ``minutes``, drain, check; the ``--json`` dict."""
+        seed: int = 0, kinds: tuple[str, ...] = KINDS, min_kills: int = 0) -> dict[str, Any]:
+    """Start everything, submit and kill for ``minutes`` (and until ``min_kills`` kills were
+    made, at most 5 minutes more), drain, check; the ``--json`` dict."""
     import ray
 
     from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
@@ -367,10 +369,12 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
             t.start()
         killer = Killer(url, handles, store, rng)
         t_end = time.monotonic() + minutes * 60.0
+        t_cap = t_end + 300.0
         order: list[str] = []
-        while time.monotonic() < t_end:
+        while time.monotonic() < t_end or (len(killer.kills) < min_kills
+                                           and time.monotonic() < t_cap):
             if not order:
-                order = list(KINDS)
+                order = list(kinds)
                 rng.shuffle(order)
             killer.kill(order.pop())
             time.sleep(max(0.0, min(kill_every_s * rng.uniform(0.5, 1.5),
@@ -449,13 +453,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed", type=float, default=360.0, help="simulated s per wall s")
     ap.add_argument("--drain", type=float, default=90.0, help="seconds to let jobs finish")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help=f"what to kill, comma-separated (of {', '.join(KINDS)})")
+    ap.add_argument("--min-kills", type=int, default=0,
+                    help="keep killing past --minutes until this many kills (5 min at most)")
     args = ap.parse_args(argv)
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not kinds or set(kinds) - set(KINDS):
+        print(f"chaos: --kinds: choose from {', '.join(KINDS)}", file=sys.stderr)
+        return 2
     if args.minutes <= 0 or args.tenants < 1 or args.rate <= 0:
         print("chaos: --minutes and --rate must be > 0 and --tenants >= 1", file=sys.stderr)
         return 2
     with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON object
         result = run(args.minutes, args.tenants, args.rate, args.real_jobs, args.kill_every,
-                     args.speed, args.drain, args.seed)
+                     args.speed, args.drain, args.seed, kinds, args.min_kills)
     print(json.dumps(result) if args.json else render(result))
     return 0 if result["ok"] else 1
 
