@@ -244,7 +244,7 @@ class Killer:
                 continue
             with contextlib.suppress(Exception):
                 h = ray.get_actor(name, namespace=ns)
-                if ray.get(h.pid.remote(), timeout=5) == pid:
+                if ray.get(h.pid.remote(), timeout=30) == pid:
                     return h
         return None
 
