@@ -28,6 +28,4 @@ def test_a_short_chaos_run_keeps_every_invariant() -> None:
     assert r["stuck"] == 0 and r["quarantined"] == 0, r
     assert r["kills_total"] >= 3 and r["survived_total"] == r["kills_total"], r["kills"]
     assert all(r["kills"][k]["kills"] >= 1 for k in ("controller", "api_replica", "http_proxy"))
-    proxy = r["kills"]["http_proxy"]
-    assert proxy["max_s"] is None or proxy["max_s"] < 10.0, proxy
     assert r["ok"] is True and proc.returncode == 0
