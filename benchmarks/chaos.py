@@ -249,8 +249,8 @@ class Killer:
         return None
 
     def _checkpoint_probe(self, pid: int) -> Callable[[], bool] | None:
-        """A checkpoint actor does not restart: its replica's job must move on (progress grows,
-        or it is re-placed or finished) without it."""
+        """A checkpoint actor does not restart: its replica's job must move on without it
+        (progress grows, it is re-placed or it finishes; FAILED is no recovery)."""
         running = [j for j in self.store.list_jobs(None, state=["RUNNING", "CHECKPOINTING"],
                                                    limit=100_000) if j.spec.entrypoint]
         if not running:
@@ -258,9 +258,12 @@ class Killer:
         before = {j.id: (j.progress_hours, j.attempts, j.state.value) for j in running}
 
         def moved() -> bool:
-            for job_id, seen in before.items():
+            """Some such job progressed, was re-placed or finished; a FAILED one never counts."""
+            for job_id, (progress, attempts, _) in before.items():
                 j = self.store.get_job(job_id)
-                if (j.progress_hours, j.attempts, j.state.value) != seen:
+                if j.state.value != "FAILED" and (j.progress_hours > progress
+                                                  or j.attempts > attempts
+                                                  or j.state.value == "SUCCEEDED"):
                     return True
             return False
 
