@@ -22,7 +22,7 @@ from typing import Any
 
 import ray
 
-from controlplane.policyhost import PolicyBook, PolicyRequest
+from controlplane.policyhost import PolicyBook, PolicyFailed, PolicyRequest
 from controlplane.store import Store
 from policies.deadline import Action
 
@@ -35,7 +35,7 @@ class DeadlinePolicyActor:
     def __init__(self, db_path: str) -> None:
         self.book = PolicyBook(Store(db_path))
 
-    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action]:
+    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action | PolicyFailed]:
         return self.book.decide(requests)
 
     def forget(self, job_ids: Sequence[str]) -> None:
@@ -105,12 +105,12 @@ class RayDeadlineHost:
             self.handles[slot] = h
         return h
 
-    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action]:
+    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action | PolicyFailed]:
         groups: dict[str, list[PolicyRequest]] = {}
         for r in requests:
             groups.setdefault(self._slot(r.job_id), []).append(r)
         refs = [self._actor(slot).decide.remote(reqs) for slot, reqs in groups.items()]
-        out: dict[str, Action] = {}
+        out: dict[str, Action | PolicyFailed] = {}
         for part in ray.get(refs):
             out.update(part)
         return out

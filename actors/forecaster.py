@@ -35,6 +35,9 @@ class ForecasterActor:
         self.detached = detached
         self.last_fit = float(self.store.get_meta("forecast_at", "-1e18") or -1e18)
         self.fits = 0
+        self.skipped = 0  # refits skipped for want of history
+        self._waiting_for: str | None = None  # why refits wait (logged once per reason)
+        self._tenant_actors: dict[str, Any] = {}  # tenant id -> TenantActor handle
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -52,15 +55,28 @@ class ForecasterActor:
             self._stop.wait(self.poll)
 
     def refit(self, now: float) -> int:
-        """One refit: forecasts per pool, quotas pushed; returns the number of tenants."""
+        """One refit: forecasts per pool, quotas pushed; returns the number of tenants (0: no
+        refit, for want of tenants or of any HP demand in their history yet)."""
         from actors.tenant import tenant_actor
 
         tenants = self.store.list_tenants()
         hours = HOURS_PER_WEEK
-        handles = [tenant_actor(self.db_path, t.id, self.namespace, self.detached)
-                   for t in tenants]
-        hist = np.asarray(ray.get([h.history.remote(hours, now, "hp") for h in handles]),
-                          dtype=float).reshape(len(tenants), hours)
+        hist = np.zeros((0, hours))
+        if tenants:
+            # kept: a non-detached TenantActor dies with its last handle (a race with the next
+            # refit's lookup of it)
+            for t in tenants:
+                if t.id not in self._tenant_actors:
+                    self._tenant_actors[t.id] = tenant_actor(self.db_path, t.id, self.namespace,
+                                                             self.detached)
+            handles = [self._tenant_actors[t.id] for t in tenants]
+            hist = np.asarray(ray.get([h.history.remote(hours, now, "hp") for h in handles]),
+                              dtype=float).reshape(len(tenants), hours)
+        if not self._enough_history(len(tenants), hist):
+            self.last_fit = now  # look again in `every` seconds of control-plane time
+            self.skipped += 1
+            return 0
+        self._waiting_for = None
         fc = self._forecast(hist)
         self.store.put_forecasts([
             ForecastRow(tenant_id=t.id, at=now, horizon_hours=self.horizon,
@@ -72,6 +88,16 @@ class ForecasterActor:
         self.store.set_meta("forecast_at", repr(now))
         self.fits += 1
         return len(tenants)
+
+    def _enough_history(self, tenants: int, hist: np.ndarray) -> bool:
+        """A forecast needs tenants with some HP demand; until then say so once (info)."""
+        if tenants and bool((hist > 0).any()):
+            return True
+        why = "no tenants yet" if not tenants else f"no HP demand yet from {tenants} tenant(s)"
+        if why != self._waiting_for:
+            log.info("forecaster: %s; spot quotas wait for demand history", why)
+            self._waiting_for = why
+        return False
 
     def _forecast(self, hist: np.ndarray) -> Forecast:
         if hist.shape[0] == 0:
@@ -103,7 +129,7 @@ class ForecasterActor:
         return out
 
     def status(self) -> dict[str, Any]:
-        return {"fits": self.fits, "last_fit": self.last_fit}
+        return {"fits": self.fits, "last_fit": self.last_fit, "skipped": self.skipped}
 
     def stop(self) -> None:
         self._stop.set()

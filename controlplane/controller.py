@@ -24,6 +24,7 @@ policies), ``reconcile_placement`` (placement) and ``reconcile_persist`` (persis
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -43,8 +44,10 @@ from controlplane.models import (
     JobKind,
     JobState,
     Node,
+    NodeState,
     Tenant,
     check_transition,
+    new_id,
 )
 from controlplane.policyhost import DeadlinePolicyHost, LocalDeadlineHost
 from controlplane.reconcile_base import TickWork
@@ -53,7 +56,7 @@ from controlplane.reconcile_jobs import JobsMixin
 from controlplane.reconcile_persist import PersistMixin
 from controlplane.reconcile_placement import PlacementMixin
 from controlplane.reconcile_policies import PoliciesMixin
-from controlplane.store import Store
+from controlplane.store import INTENT_FAILED, BadRow, Intent, Store
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +134,8 @@ class Controller(FleetMixin, JobsMixin, PoliciesMixin, PlacementMixin, PersistMi
         self.store, self.fleet, self.clock = store, fleet, clock
         self.epoch = epoch  # fencing token from Store.take_controller_lease (None: unfenced)
         self.settings = settings or ControllerSettings()
-        self.policy_host: DeadlinePolicyHost = policy_host or LocalDeadlineHost(store)
+        self.policy_host: DeadlinePolicyHost = (policy_host if policy_host is not None
+                                                else LocalDeadlineHost(store))
         self.executor = executor
         self.quota = quota or self._store_quota
         if scheduler is None:
@@ -156,34 +160,114 @@ class Controller(FleetMixin, JobsMixin, PoliciesMixin, PlacementMixin, PersistMi
         self._external: dict[str, float] = {}  # instance id -> seconds left (node agents)
         self._metrics_carry: dict[str, float] = {}  # phase timings, committed next tick
         self._tx_seen: metrics.Buckets | None = None  # store latency already recorded
+        self._quarantined: set[tuple[str, str]] = set()
+        self._bad_tenants: set[str] = set()
 
     # -- start / restart -----------------------------------------------------------------------
     def recover(self) -> None:
-        """Load the active state from the store and re-apply intents a crash left pending."""
-        self.jobs = {j.id: j for j in self.store.active_jobs() if j.state is not JobState.PENDING}
-        self.nodes = {n.id: n for n in self.store.live_nodes()}
-        self.by_instance = {n.instance_id: n.id for n in self.nodes.values() if n.instance_id}
-        self.tenants = {t.id: t for t in self.store.list_tenants()}
+        """Load the active state from the store and re-apply intents a crash left pending.
+
+        A row that does not load is quarantined (:meth:`_quarantine_rows`), never fatal.
+        """
         set_time = getattr(self.clock, "set", None)
         if set_time is not None:
             set_time(self.store.control_time())
+        now = self.clock.now()
         w = self._w = TickWork()
+        nodes, bad_nodes = self.store.load_nodes(live_only=True)
+        jobs, bad_jobs = self.store.load_active_jobs()
+        self.nodes = {n.id: n for n in nodes}
+        self.by_instance = {n.instance_id: n.id for n in self.nodes.values() if n.instance_id}
+        self.jobs = {j.id: j for j in jobs if j.state is not JobState.PENDING}
+        self._load_tenants(now)
+        self._quarantine_rows([*bad_nodes, *bad_jobs], now)
         for intent in self.store.pending_intents():
-            if intent.kind == "launch":
-                p = intent.payload
-                req = LaunchRequest(intent.id, p["zone"], p["instance_type"],
-                                    FleetMarket(p["market"]), int(p["count"]),
-                                    {"job_id": p["job_id"]})
-                w.launches.append((intent, req, list(p["node_ids"])))
-            elif intent.kind == "terminate":
-                w.terminations.append((intent, list(intent.payload["instance_ids"])))
+            self._resume_intent(intent, now)
         if w.launches or w.terminations:
             log.warning("recovering %d launch and %d terminate intents", len(w.launches),
                         len(w.terminations))
-        now = self.clock.now()
         self._act(now)
         self._persist(now)
         self._recovered = True
+
+    def _resume_intent(self, intent: Intent, now: float) -> None:
+        """Queue a pending intent for re-application (one that cannot be read is failed)."""
+        w, p = self._w, intent.payload
+        try:
+            if intent.kind == "launch":
+                req = LaunchRequest(intent.id, p["zone"], p["instance_type"],
+                                    FleetMarket(p["market"]), int(p["count"]),
+                                    {"job_id": p["job_id"]})
+                w.launches.append((intent, req, [str(i) for i in p["node_ids"]]))
+            elif intent.kind == "terminate":
+                w.terminations.append((intent, [str(i) for i in p["instance_ids"]]))
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("pending intent %s does not load (%r): marked failed", intent.id, exc)
+            intent.status, intent.done_at = INTENT_FAILED, now
+            w.intents.append(intent)
+
+    def _load_tenants(self, now: float) -> None:
+        tenants, bad = self.store.load_tenants()
+        self.tenants = {t.id: t for t in tenants}
+        self._bad_tenants = {b.id for b in bad}
+        self._quarantine_rows(bad, now)
+
+    # -- quarantine: a row or job the loop cannot handle is set aside, the tick goes on -----------
+    def _quarantine_rows(self, rows: Sequence[BadRow], now: float) -> None:
+        """Set aside stored rows that do not load: a job is FAILED (its nodes terminated), a
+        node is marked FAILED (its instance terminated), a tenant's jobs are no longer placed;
+        each with an event naming the reason, recorded once in the store's quarantine table."""
+        for bad in rows:
+            if (bad.table, bad.id) in self._quarantined:
+                continue
+            self._quarantined.add((bad.table, bad.id))
+            log.error("quarantined stored %s", bad.describe())
+            self._w.quarantine.append(bad)
+            self._w.count("rows_quarantined_total")
+            cause = f"quarantined: the stored {bad.table[:-1]} {bad.reason}"
+            if bad.table == "jobs":
+                self._w.events.append(Event(at=now, tenant_id=bad.tenant_id, job_id=bad.id,
+                                            kind="transition", src=bad.state,
+                                            dst=JobState.FAILED.value, cause=cause))
+                self._w.count("jobs_failed_total")
+                for n in [n for n in self.nodes.values() if n.job_id == bad.id]:
+                    n.job_id = n.tenant_id = None
+                    self._terminate(n, now, f"job {bad.id} quarantined")
+            elif bad.table == "nodes":
+                self._w.events.append(Event(at=now, job_id=bad.job_id, node_id=bad.id, kind="node",
+                                            src=bad.state, dst=NodeState.FAILED.value, cause=cause))
+                self._terminate_instance_of(bad, now)
+            else:
+                self._w.events.append(Event(at=now, tenant_id=bad.id, kind="tenant",
+                                            cause=cause + "; its jobs are not placed"))
+
+    def _terminate_instance_of(self, bad: BadRow, now: float) -> None:
+        """Terminate the instance an unloadable node row names, if its body still names one."""
+        try:
+            instance_id = json.loads(bad.body or "").get("instance_id")
+        except (ValueError, AttributeError):
+            instance_id = None
+        if not isinstance(instance_id, str) or not instance_id:
+            return
+        intent = Intent(id=new_id("term"), kind="terminate", created_at=now,
+                        payload={"instance_ids": [instance_id], "node_ids": [bad.id]})
+        self._w.intents.append(intent)
+        self._w.terminations.append((intent, [instance_id]))
+
+    def _quarantine_job(self, job: Job, now: float, reason: str) -> None:
+        """Fail one job the loop could not handle (a policy or a step raised on it); its nodes
+        are released and the reason is its FAILED event, so the tick goes on for the others."""
+        log.error("quarantined job %s: %s", job.id, reason)
+        self._quarantined.add(("jobs", job.id))
+        self._w.quarantine.append(BadRow("jobs", job.id, reason, state=job.state.value,
+                                         tenant_id=job.tenant_id))
+        self._w.count("rows_quarantined_total")
+        try:
+            self._release(job, now, f"job {job.id} quarantined", keep=False)
+        except Exception:  # noqa: BLE001 - the job fails either way
+            log.exception("releasing quarantined job %s", job.id)
+        if not job.terminal:
+            self._move(job, JobState.FAILED, f"quarantined: {reason}", now)
 
     # -- the tick ------------------------------------------------------------------------------
     def tick(self) -> TickReport:
@@ -287,10 +371,12 @@ class Controller(FleetMixin, JobsMixin, PoliciesMixin, PlacementMixin, PersistMi
 
     # -- 1. submissions and cancellations ------------------------------------------------------
     def _ingest(self, now: float) -> None:
-        for job in self.store.new_jobs(set(self.jobs)):
+        jobs, bad = self.store.load_new_jobs(set(self.jobs))
+        self._quarantine_rows(bad, now)
+        for job in jobs:
             self.jobs[job.id] = job
             if job.tenant_id not in self.tenants:
-                self.tenants = {t.id: t for t in self.store.list_tenants()}
+                self._load_tenants(now)
             self._move(job, JobState.QUEUED, "accepted by the controller", now)
         for job_id in self.store.cancel_requests():
             found = self.jobs.get(job_id)

@@ -320,8 +320,7 @@ class RayJobExecutor:
         from actors.checkpoint import RemoteCheckpointActor, actor_name, checkpoint_actor_options
 
         nid = node.id if node is not None else (node_id or "local")
-        attempt = self._attempts.get((job_id, replica_id), 0) + 1
-        self._attempts[(job_id, replica_id)] = attempt
+        attempt = self._next_attempt(job_id, replica_id)
         resource = self._resource_for(nid)
         name = actor_name(job_id, replica_id)
         self._kill_actor(name)  # a previous attempt's actor (same replica, dead node)
@@ -480,6 +479,25 @@ class RayJobExecutor:
         if parts and parts[0] in ("python", "python3"):
             parts[0] = self.python
         return f"cd {shlex.quote(self.working_dir)} && " + " ".join(shlex.quote(p) for p in parts)
+
+    def _next_attempt(self, job_id: str, replica_id: str) -> int:
+        """The next attempt's number. The count lives in this process, so after a controller
+        restart Ray may already hold the ids it would reuse (Ray refuses them): skip those, and
+        stop any of them still running, so one replica never runs twice."""
+        attempt = self._attempts.get((job_id, replica_id), 0) + 1
+        while True:
+            sid = f"spotplane-{job_id}-{replica_id}-{attempt}"
+            try:
+                status = str(self.client.get_job_status(sid).value)
+            except Exception:  # noqa: BLE001 - unknown to Ray: the id is free
+                break
+            if status not in ("STOPPED", "SUCCEEDED", "FAILED"):
+                log.warning("stopping %s, left running by an earlier controller", sid)
+                with contextlib.suppress(Exception):
+                    self.client.stop_job(sid)
+            attempt += 1
+        self._attempts[(job_id, replica_id)] = attempt
+        return attempt
 
     def _submit(self, **kwargs: Any) -> None:
         """``submit_job``, retried while the dashboard's job agent is still starting."""

@@ -24,8 +24,15 @@ class PolicyRequest:
     tick_hours: float = 0.0
 
 
+@dataclass(frozen=True)
+class PolicyFailed:
+    """A job's policy raised: the host answers this for the job, the others still decide."""
+
+    reason: str
+
+
 class DeadlinePolicyHost(Protocol):
-    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action]: ...
+    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action | PolicyFailed]: ...
 
     def forget(self, job_ids: Sequence[str]) -> None: ...
 
@@ -51,10 +58,18 @@ class PolicyBook:
             self.policies[req.job_id] = pol
         return pol
 
-    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action]:
-        out = {r.job_id: self._policy(r).decide(r.obs) for r in requests}
-        if self.store is not None and requests:
-            states = {r.job_id: self.policies[r.job_id].state_dict() for r in requests}
+    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action | PolicyFailed]:
+        out: dict[str, Action | PolicyFailed] = {}
+        ok: list[PolicyRequest] = []
+        for r in requests:
+            try:
+                out[r.job_id] = self._policy(r).decide(r.obs)
+                ok.append(r)
+            except Exception as exc:  # noqa: BLE001 - one job's policy must not stop the others
+                out[r.job_id] = PolicyFailed(f"policy {r.policy} raised {exc!r}")
+                self.forget([r.job_id])
+        if self.store is not None and ok:
+            states = {r.job_id: self.policies[r.job_id].state_dict() for r in ok}
             changed = {k: v for k, v in states.items() if self._saved.get(k) != v}
             if changed:
                 self.store.put_policy_states(changed)

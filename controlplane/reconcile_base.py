@@ -15,7 +15,7 @@ from clusters.fleet import FleetProvider, LaunchRequest, Offer
 from controlplane.clock import Clock
 from controlplane.models import Decision, Event, Job, JobState, Market, Node, NodeState, Tenant
 from controlplane.policyhost import DeadlinePolicyHost
-from controlplane.store import Intent, Store
+from controlplane.store import BadRow, Intent, Store
 
 if TYPE_CHECKING:
     from controlplane.controller import ControllerSettings, JobExecutor, QuotaSource, TickReport
@@ -38,6 +38,7 @@ class TickWork:
     terminations: list[tuple[Intent, list[str]]] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=dict)
     notices: dict[str, float] = field(default_factory=dict)  # node id -> seconds left
+    quarantine: list[BadRow] = field(default_factory=list)  # rows set aside this tick
     report: TickReport | None = None
 
     def count(self, name: str, by: float = 1.0) -> None:
@@ -71,6 +72,8 @@ class ReconcileState:
     _w: TickWork
     after_barrier: Callable[[int], None] | None
     _external: dict[str, float]
+    _quarantined: set[tuple[str, str]]  # (table, id) of every row quarantined by this process
+    _bad_tenants: set[str]  # tenants whose row does not load: their jobs are not placed
     _demand: dict[str, tuple[float, float]]  # set by _account_demand, read by _persist
 
     if TYPE_CHECKING:
@@ -81,6 +84,8 @@ class ReconcileState:
 
         def _decide(self, job: Job, policy: str, action: str, reason: str, at: float,
                     zone: str | None = None, obs: dict[str, Any] | None = None) -> None: ...
+
+        def _quarantine_job(self, job: Job, now: float, reason: str) -> None: ...
 
         # jobs (reconcile_jobs.py)
         def _progress(self, job: Job, until: float) -> None: ...

@@ -95,7 +95,10 @@ class JobsMixin(ReconcileState):
                 reports = self.executor.poll(real)
         for job in list(self.jobs.values()):
             if job.state in WITH_NODES:
-                self._advance_job(job, now, reports.get(job.id))
+                try:
+                    self._advance_job(job, now, reports.get(job.id))
+                except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
+                    self._quarantine_job(job, now, f"advancing it raised {exc!r}")
 
     def _advance_job(self, job: Job, now: float, report: ExecutorReport | None) -> None:
         nodes = [self.nodes[i] for i in job.node_ids if i in self.nodes]

@@ -31,8 +31,9 @@ class PersistMixin(ReconcileState):
         self.store.commit(jobs=list(jobs.values()), nodes=list(w.nodes.values()),
                           events=w.events, decisions=w.decisions, intents=w.intents,
                           control_time=now, counters=w.counters, demand=demand, demand_at=now,
-                          epoch=self.epoch)
+                          epoch=self.epoch, quarantine=w.quarantine)
         w.jobs, w.nodes, w.events, w.decisions, w.intents, w.counters = {}, {}, [], [], [], {}
+        w.quarantine = []
 
     def flush(self) -> None:
         """Write every active job's progress and cost now (before a clean stop)."""

@@ -66,34 +66,45 @@ class PlacementMixin(ReconcileState):
         for job in queue[: self.settings.max_placements_per_tick]:
             if job.state is not JobState.QUEUED:
                 continue  # a victim of an earlier placement this tick
-            if not self._offers_for(job):
-                self._move(job, JobState.FAILED, self._unplaceable(job), now)
-                continue
-            market = self._market(job)
-            if market is None:
-                continue
-            offers = self._zones(job, market, now)
-            if not offers:
-                self._wait(job, f"no {market.value} zone for {job.spec.accelerator or 'any GPU'}",
-                           now)
-                continue
-            tenant = self.tenants.get(job.tenant_id)
-            if tenant is not None and tenant_gpus.get(tenant.id, 0) + job.gpus > tenant.max_gpus:
-                self._wait(job, f"tenant limit: {tenant.max_gpus} GPUs", now)
-                continue
-            best = offers[0]
-            pool = pools.setdefault(best.accelerator, Pool(best.accelerator,
-                                                           self._capacity_of(best.accelerator)))
-            p = plan(self.scheduler, pool, self.jobs, job, market, [o.zone for o in offers],
-                     self.nodes, now)
-            if p is None:
-                self._wait(job, f"no room in the {best.accelerator} pool "
-                           f"({len(pool.nodes)}/{pool.capacity} nodes"
-                           + (f", spot quota {pool.spot_quota_nodes:.1f} nodes)"
-                              if pool.spot_quota_nodes is not None else ")"), now)
-                continue
-            self._apply_plan(job, p, best, market, pool, now)
-            tenant_gpus[job.tenant_id] = tenant_gpus.get(job.tenant_id, 0) + job.gpus
+            try:
+                self._place_one(job, pools, tenant_gpus, now)
+            except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
+                self._quarantine_job(job, now, f"placing it raised {exc!r}")
+
+    def _place_one(self, job: Job, pools: dict[str, Pool], tenant_gpus: dict[str, int],
+                   now: float) -> None:
+        """Place one queued job (or say why it waits)."""
+        if job.tenant_id in self._bad_tenants:
+            self._wait(job, "its tenant's stored row does not load (quarantined)", now)
+            return
+        if not self._offers_for(job):
+            self._move(job, JobState.FAILED, self._unplaceable(job), now)
+            return
+        market = self._market(job)
+        if market is None:
+            return
+        offers = self._zones(job, market, now)
+        if not offers:
+            self._wait(job, f"no {market.value} zone for {job.spec.accelerator or 'any GPU'}",
+                       now)
+            return
+        tenant = self.tenants.get(job.tenant_id)
+        if tenant is not None and tenant_gpus.get(tenant.id, 0) + job.gpus > tenant.max_gpus:
+            self._wait(job, f"tenant limit: {tenant.max_gpus} GPUs", now)
+            return
+        best = offers[0]
+        pool = pools.setdefault(best.accelerator, Pool(best.accelerator,
+                                                       self._capacity_of(best.accelerator)))
+        p = plan(self.scheduler, pool, self.jobs, job, market, [o.zone for o in offers],
+                 self.nodes, now)
+        if p is None:
+            self._wait(job, f"no room in the {best.accelerator} pool "
+                       f"({len(pool.nodes)}/{pool.capacity} nodes"
+                       + (f", spot quota {pool.spot_quota_nodes:.1f} nodes)"
+                          if pool.spot_quota_nodes is not None else ")"), now)
+            return
+        self._apply_plan(job, p, best, market, pool, now)
+        tenant_gpus[job.tenant_id] = tenant_gpus.get(job.tenant_id, 0) + job.gpus
 
     def _unplaceable(self, job: Job) -> str:
         shapes = sorted({f"{o.accelerator}x{o.accelerator_count}" for o in self.offers})

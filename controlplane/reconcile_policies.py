@@ -2,51 +2,76 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from controlplane import metrics, workload
 from controlplane.models import HOUR, Job, JobKind, JobState
-from controlplane.policyhost import PolicyRequest
+from controlplane.policyhost import PolicyFailed, PolicyRequest
 from controlplane.reconcile_base import WITH_NODES, ReconcileState
+
+log = logging.getLogger(__name__)
 
 
 class PoliciesMixin(ReconcileState):
     """Deadline policies: spot / on-demand / idle (and a zone) for every deadline job."""
 
     def _ask_policies(self, now: float) -> None:
-        from policies.deadline import DeadlineTask, Kind, Observation, ZoneView
-
         reqs = []
-        for job in self.jobs.values():
+        for job in list(self.jobs.values()):
             if job.kind is not JobKind.DEADLINE or job.terminal or job.deadline_at is None:
                 continue
-            offers = self._offers_for(job)
-            if not offers:
+            try:
+                req = self._policy_request(job, now)
+            except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
+                self._quarantine_job(job, now, f"building its policy request raised {exc!r}")
                 continue
-            spot = min(o.spot_price for o in offers)
-            od = min(o.on_demand_price for o in offers)
-            c = job.spec.compute_hours
-            r = (job.deadline_at - job.submitted_at) / HOUR
-            d = min(job.spec.overhead_hours + self.settings.provision_hours, max(r - c, 0.0))
-            task = DeadlineTask(c, r, d, od * job.spec.workers, spot * job.spec.workers,
-                                job.spec.workers)
-            running = job.state in WITH_NODES
-            kind = Kind(job.market.value) if running and job.market is not None else Kind.IDLE
-            zones = tuple(ZoneView(o.zone, self.availability.get(o.zone, False), o.spot_price,
-                                   o.on_demand_price) for o in offers)
-            here = self.availability.get(job.zone, False) if running and job.zone else any(
-                z.spot_available for z in zones)
-            obs = Observation((now - job.submitted_at) / HOUR, job.progress_hours, kind,
-                              job.zone if running else None, here, zones)
-            reqs.append(PolicyRequest(job.id, self.settings.deadline_policy, task, obs,
-                                      self.settings.tick_seconds / HOUR))
+            if req is not None:
+                reqs.append(req)
         if not reqs:
             return
-        actions = self.policy_host.decide(reqs)
+        try:
+            actions = self.policy_host.decide(reqs)
+        except Exception as exc:  # noqa: BLE001 - the host, not a job: keep last actions
+            log.warning("deadline policies unavailable this tick (jobs keep their last "
+                        "action): %r", exc)
+            self._w.count("policy_host_errors_total")
+            return
         for req in reqs:
             act = actions.get(req.job_id)
-            if act is not None:
-                self._apply_action(self.jobs[req.job_id], act, req, now)
+            job = self.jobs[req.job_id]
+            if isinstance(act, PolicyFailed):
+                self._quarantine_job(job, now, act.reason)
+            elif act is not None:
+                try:
+                    self._apply_action(job, act, req, now)
+                except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
+                    self._quarantine_job(job, now, f"applying its policy action raised {exc!r}")
+
+    def _policy_request(self, job: Job, now: float) -> PolicyRequest | None:
+        """The deadline policy's input for one job (None: no offer fits it)."""
+        from policies.deadline import DeadlineTask, Kind, Observation, ZoneView
+
+        offers = self._offers_for(job)
+        if not offers or job.deadline_at is None:
+            return None
+        spot = min(o.spot_price for o in offers)
+        od = min(o.on_demand_price for o in offers)
+        c = job.spec.compute_hours
+        r = (job.deadline_at - job.submitted_at) / HOUR
+        d = min(job.spec.overhead_hours + self.settings.provision_hours, max(r - c, 0.0))
+        task = DeadlineTask(c, r, d, od * job.spec.workers, spot * job.spec.workers,
+                            job.spec.workers)
+        running = job.state in WITH_NODES
+        kind = Kind(job.market.value) if running and job.market is not None else Kind.IDLE
+        zones = tuple(ZoneView(o.zone, self.availability.get(o.zone, False), o.spot_price,
+                               o.on_demand_price) for o in offers)
+        here = self.availability.get(job.zone, False) if running and job.zone else any(
+            z.spot_available for z in zones)
+        obs = Observation((now - job.submitted_at) / HOUR, job.progress_hours, kind,
+                          job.zone if running else None, here, zones)
+        return PolicyRequest(job.id, self.settings.deadline_policy, task, obs,
+                             self.settings.tick_seconds / HOUR)
 
     def _apply_action(self, job: Job, act: Any, req: PolicyRequest, now: float) -> None:
         kind = act.kind.value

@@ -177,15 +177,39 @@ class IntervalCoordinator:
 
 
 class ActorCoordinator:
-    """Inside spotplane: polls the replica's checkpoint actor without blocking training steps."""
+    """Inside spotplane: polls the replica's checkpoint actor without blocking training steps.
 
-    def __init__(self, handle: Any, *, poll_s: float = 0.2) -> None:
+    When the actor dies (it does not restart), training goes on with ``fallback`` (interval
+    checkpoints) instead of crashing the job.
+    """
+
+    def __init__(self, handle: Any, *, poll_s: float = 0.2,
+                 fallback: Coordinator | None = None) -> None:
         self.handle = handle
         self.poll_s = poll_s
+        self.fallback = fallback
+        self.lost = False
         self._pending: Any = None
         self._last_poll = 0.0
 
+    def _lose(self, exc: Exception) -> Coordinator:
+        """The actor is gone: the fallback from now on (or the error, when there is none)."""
+        if self.fallback is None:
+            raise exc
+        if not self.lost:
+            log.warning("checkpoint actor lost (%s): falling back to interval checkpoints", exc)
+            self.lost = True
+        return self.fallback
+
     def directive(self, progress: float) -> Directive | None:
+        if self.lost and self.fallback is not None:
+            return self.fallback.directive(progress)
+        try:
+            return self._directive(progress)
+        except Exception as exc:  # noqa: BLE001 - RayActorError and friends: the actor died
+            return self._lose(exc).directive(progress)
+
+    def _directive(self, progress: float) -> Directive | None:
         import ray
 
         out: Directive | None = None
@@ -205,17 +229,32 @@ class ActorCoordinator:
         import ray
 
         self._pending = None  # an answer computed before the save is stale
-        return _as_directive(ray.get(self.handle.record_save.remote(ref.to_dict(), seconds)))
+        if self.lost and self.fallback is not None:
+            return self.fallback.saved(ref, seconds)
+        try:
+            return _as_directive(ray.get(self.handle.record_save.remote(ref.to_dict(), seconds)))
+        except Exception as exc:  # noqa: BLE001 - the actor died
+            return self._lose(exc).saved(ref, seconds)
 
     def restored(self, ref: ArtifactRef | None) -> None:
         import ray
 
-        ray.get(self.handle.record_restore.remote(None if ref is None else ref.to_dict()))
+        if self.lost and self.fallback is not None:
+            return self.fallback.restored(ref)
+        try:
+            ray.get(self.handle.record_restore.remote(None if ref is None else ref.to_dict()))
+        except Exception as exc:  # noqa: BLE001 - the actor died
+            self._lose(exc).restored(ref)
 
     def finished(self) -> None:
         import ray
 
-        ray.get(self.handle.record_finished.remote())
+        if self.lost and self.fallback is not None:
+            return self.fallback.finished()
+        try:
+            ray.get(self.handle.record_finished.remote())
+        except Exception as exc:  # noqa: BLE001 - the actor died
+            self._lose(exc).finished()
 
 
 def _as_directive(d: Any) -> Directive:
@@ -409,12 +448,17 @@ def _connect(clock: Clock, interval_s: float | None) -> Coordinator:
                     log_to_driver=False,
                     configure_logging=False,
                 )
-            return ActorCoordinator(_get_actor(name, _env(ENV_RAY_NAMESPACE)))
+            return ActorCoordinator(_get_actor(name, _env(ENV_RAY_NAMESPACE)),
+                                    fallback=_interval(clock, interval_s))
         except Exception as e:  # the job still runs, with interval checkpoints
             log.warning(
                 "checkpoint actor %s unreachable (%s): falling back to interval checkpoints",
                 name,
                 e,
             )
+    return _interval(clock, interval_s)
+
+
+def _interval(clock: Clock, interval_s: float | None) -> IntervalCoordinator:
     seconds = interval_s if interval_s is not None else float(_env(ENV_INTERVAL_S, "300") or 300)
     return IntervalCoordinator(seconds, clock)

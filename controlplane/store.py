@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.metrics import STORE_TX_BUCKETS, Buckets
@@ -105,7 +105,15 @@ CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT 
 CREATE TABLE IF NOT EXISTS idempotency (
   tenant_id TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
   response TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tenant_id, key));
+CREATE TABLE IF NOT EXISTS quarantine (
+  tbl TEXT NOT NULL, id TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL, body TEXT,
+  PRIMARY KEY (tbl, id));
 """
+
+JOB_COLUMNS = "id, tenant_id, kind, state, bag_id, submitted_at, body, cancel_requested"
+NODE_COLUMNS = "id, state, job_id, body"
+JOB_BODY_AT = 6  # the body's place in JOB_COLUMNS
+
 
 # The dashboard's sortable job columns as SQL over the jobs table (``?`` is the control time).
 JOB_ORDER: dict[str, str] = {
@@ -166,12 +174,54 @@ class Intent(BaseModel):
     payload: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class BadRow:
+    """A stored row that does not load as its model: the controller quarantines it."""
+
+    table: str  # jobs | nodes | tenants
+    id: str
+    reason: str
+    state: str | None = None  # the row's state column (jobs, nodes)
+    tenant_id: str | None = None
+    job_id: str | None = None  # nodes: the job the node was allocated to
+    body: str | None = None  # the raw stored body, kept as evidence
+
+    def describe(self) -> str:
+        """One line for logs and ``spotplane up``: which row and why."""
+        return f"{self.table[:-1]} {self.id}: {self.reason}"
+
+
+def load_error(exc: Exception) -> str:
+    """A short reason why a stored row does not load (the first validation errors)."""
+    if isinstance(exc, ValidationError):
+        parts = [f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg']}"
+                 for e in exc.errors()[:3]]
+        return "does not validate (" + "; ".join(parts) + ")"
+    return f"does not load ({type(exc).__name__}: {exc})"
+
+
 def _states(state: JobState | str | Iterable[JobState | str] | None) -> list[str] | None:
     if state is None:
         return None
     if isinstance(state, str):
         return [JobState(state).value]
     return [JobState(s).value for s in state]
+
+
+def _split(found: Iterable[Any]) -> tuple[list[Any], list[BadRow]]:
+    """Loaded models and the rows that did not load, apart."""
+    good: list[Any] = []
+    bad: list[BadRow] = []
+    for f in found:
+        (bad if isinstance(f, BadRow) else good).append(f)
+    return good, bad
+
+
+def _loud(good: list[Any], bad: list[BadRow]) -> list[Any]:
+    """The loaded models; each row that did not load is logged (never dropped silently)."""
+    for b in bad:
+        log.error("stored %s (left out; the controller quarantines it)", b.describe())
+    return good
 
 
 class Store:
@@ -259,9 +309,25 @@ class Store:
         return Tenant(id=row[0], name=row[1], token_hash=row[2], max_gpus=row[3],
                       created_at=row[4])
 
+    def _tenant_row(self, row: tuple[Any, ...]) -> Tenant | BadRow:
+        """A tenant from its row, or the reason it does not load."""
+        try:
+            return self._tenant(row)
+        except Exception as exc:  # noqa: BLE001 - any unloadable row is quarantined, not fatal
+            return BadRow("tenants", str(row[0]), load_error(exc), tenant_id=str(row[0]))
+
+    def load_tenants(self) -> tuple[list[Tenant], list[BadRow]]:
+        """Every tenant that loads, and the rows that do not (the controller's view)."""
+        return _split(self._tenant_row(r)
+                      for r in self._q("SELECT * FROM tenants ORDER BY created_at, id"))
+
     def tenant_by_token(self, token: str) -> Tenant | None:
         rows = self._q("SELECT * FROM tenants WHERE token_hash = ?", (hash_token(token),))
-        return self._tenant(rows[0]) if rows else None
+        found = self._tenant_row(rows[0]) if rows else None
+        if isinstance(found, BadRow):
+            log.error("refusing the token of %s", found.describe())
+            return None
+        return found
 
     def get_tenant(self, tenant_id: str) -> Tenant:
         rows = self._q("SELECT * FROM tenants WHERE id = ? OR name = ?", (tenant_id, tenant_id))
@@ -270,7 +336,8 @@ class Store:
         return self._tenant(rows[0])
 
     def list_tenants(self) -> list[Tenant]:
-        return [self._tenant(r) for r in self._q("SELECT * FROM tenants ORDER BY created_at, id")]
+        """Every tenant that loads (a row that does not is logged and left out)."""
+        return _loud(*self.load_tenants())
 
     def add_demand(self, tenant_id: str, at: float, hp_gpu_hours: float,
                    spot_gpu_hours: float) -> None:
@@ -366,10 +433,36 @@ class Store:
                    "DO UPDATE SET value = value + excluded.value", (len(jobs),))
 
     @staticmethod
-    def _job(body: str, cancel: int) -> Job:
-        job = Job.model_validate_json(body)
+    def _job_row(r: tuple[Any, ...]) -> Job | BadRow:
+        """A job from its row (``JOB_COLUMNS``), or the reason it does not load."""
+        job_id, tenant_id, _kind, state, _bag, _at, body, cancel = r
+        try:
+            job = Job.model_validate_json(body)
+            if job.id != job_id or job.tenant_id != tenant_id:
+                raise ValueError(f"the body is job {job.id} of {job.tenant_id}, "
+                                 f"the row job {job_id} of {tenant_id}")
+        except Exception as exc:  # noqa: BLE001 - any unloadable row is quarantined, not fatal
+            return BadRow("jobs", str(job_id), load_error(exc), state=state, tenant_id=tenant_id,
+                          body=body if isinstance(body, str) else None)
         job.cancel_requested = bool(cancel)
         return job
+
+    @classmethod
+    def _job_or_stand_in(cls, r: tuple[Any, ...]) -> Job:
+        """A job for the API's read views: a row that does not load shows as a stand-in built
+        from its columns (state, tenant, kind) whose message says why, never as a 500."""
+        found = cls._job_row(r)
+        if isinstance(found, Job):
+            return found
+        job_id, tenant_id, kind, state, bag_id, at, _body, _cancel = r
+        kind = kind if kind in JobKind._value2member_map_ else JobKind.SPOT.value
+        state = state if state in JobState._value2member_map_ else JobState.FAILED.value
+        spec = JobSpec.model_construct(name=str(job_id), kind=JobKind(kind), compute_hours=0.0,
+                                       workload="simulated")
+        return Job.model_construct(id=str(job_id), tenant_id=str(tenant_id), name=str(job_id),
+                                   kind=JobKind(kind), spec=spec, state=JobState(state),
+                                   bag_id=bag_id, submitted_at=float(at or 0.0),
+                                   message=f"the stored job {found.reason}")
 
     def list_jobs(self, tenant_id: str | None = None, *,
                   state: JobState | str | Iterable[JobState | str] | None = None,
@@ -391,23 +484,24 @@ class Store:
         if bag_id is not None:
             where.append("bag_id = ?")
             args.append(bag_id)
-        sql = "SELECT body, cancel_requested FROM jobs"
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq LIMIT ? OFFSET ?"
-        if max_bytes is not None:
-            return [self._job(b, c) for b, c in self._q_bytes(sql, [*args, limit, offset], max_bytes)]
-        return [self._job(b, c) for b, c in self._q(sql, [*args, limit, offset])]
+        rows = (self._q_bytes(sql, [*args, limit, offset], max_bytes, body_at=JOB_BODY_AT)
+                if max_bytes is not None else self._q(sql, [*args, limit, offset]))
+        return [self._job_or_stand_in(r) for r in rows]
 
-    def _q_bytes(self, sql: str, args: Sequence[Any], max_bytes: int) -> list[tuple[Any, ...]]:
-        """Rows of ``sql`` (body first) until their bodies pass ``max_bytes``: the row that
+    def _q_bytes(self, sql: str, args: Sequence[Any], max_bytes: int,
+                 body_at: int = 0) -> list[tuple[Any, ...]]:
+        """Rows of ``sql`` until their bodies (column ``body_at``) pass ``max_bytes``: the row that
         passes it is the last one read, so a caller capping its answer knows it was cut."""
         out: list[tuple[Any, ...]] = []
         size = 0
         with self._lock:
             for row in self._db.execute(sql, args):
                 out.append(row)
-                size += len(row[0])
+                size += len(row[body_at] or "")
                 if size > max_bytes:
                     break
         return out
@@ -435,10 +529,10 @@ class Store:
         order = JOB_ORDER[order_by]
         direction = "DESC" if descending else "ASC"
         order_args = [now] if "?" in order else []
-        rows = self._q(f"SELECT body, cancel_requested FROM jobs{sql_where} "
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs{sql_where} "
                        f"ORDER BY {order} IS NULL, {order} {direction}, seq LIMIT ? OFFSET ?",
                        [*args, *order_args, *order_args, limit, offset])
-        return total, [self._job(b, c) for b, c in rows]
+        return total, [self._job_or_stand_in(r) for r in rows]
 
     def job_counts(self, tenant_id: str | None = None) -> dict[str, int]:
         """Jobs per state (every state, zeros included) for one tenant or all."""
@@ -463,10 +557,10 @@ class Store:
 
     def get_job(self, job_id: str, tenant_id: str | None = None) -> Job:
         """One job; NotFound when it does not exist *or* belongs to another tenant."""
-        rows = self._q("SELECT body, cancel_requested, tenant_id FROM jobs WHERE id = ?", (job_id,))
-        if not rows or (tenant_id is not None and rows[0][2] != tenant_id):
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        if not rows or (tenant_id is not None and rows[0][1] != tenant_id):
             raise NotFound(f"job {job_id} not found")
-        return self._job(rows[0][0], rows[0][1])
+        return self._job_or_stand_in(rows[0])
 
     def request_cancel(self, job_id: str, tenant_id: str | None = None) -> Job:
         """Flag a job for cancellation; the controller cancels it on its next tick."""
@@ -570,17 +664,36 @@ class Store:
     # -- fleet views ---------------------------------------------------------------------------
     def list_nodes(self, state: NodeState | Iterable[NodeState] | None = None,
                    *, live_only: bool = False) -> list[Node]:
+        """Nodes that load (a row that does not is logged and left out)."""
+        return _loud(*self.load_nodes(state, live_only=live_only))
+
+    def load_nodes(self, state: NodeState | Iterable[NodeState] | None = None, *,
+                   live_only: bool = False) -> tuple[list[Node], list[BadRow]]:
+        """Nodes that load, and the rows that do not."""
         if live_only:
             state = [s for s in NodeState if s not in (NodeState.TERMINATED, NodeState.PREEMPTED,
                                                        NodeState.FAILED)]
         if state is None:
-            rows = self._q("SELECT body FROM nodes ORDER BY rowid")
+            rows = self._q(f"SELECT {NODE_COLUMNS} FROM nodes ORDER BY rowid")
         else:
             states = [NodeState(state).value] if isinstance(state, str) else [
                 NodeState(s).value for s in state]
-            rows = self._q(f"SELECT body FROM nodes WHERE state IN ({','.join('?' * len(states))}) "
-                           "ORDER BY rowid", states)
-        return [Node.model_validate_json(r[0]) for r in rows]
+            rows = self._q(f"SELECT {NODE_COLUMNS} FROM nodes WHERE state IN "
+                           f"({','.join('?' * len(states))}) ORDER BY rowid", states)
+        return _split(self._node_row(r) for r in rows)
+
+    @staticmethod
+    def _node_row(r: tuple[Any, ...]) -> Node | BadRow:
+        """A node from its row (``NODE_COLUMNS``), or the reason it does not load."""
+        node_id, state, job_id, body = r
+        try:
+            node = Node.model_validate_json(body)
+            if node.id != node_id:
+                raise ValueError(f"the body is node {node.id}, the row node {node_id}")
+        except Exception as exc:  # noqa: BLE001 - any unloadable row is quarantined, not fatal
+            return BadRow("nodes", str(node_id), load_error(exc), state=state, job_id=job_id,
+                          body=body if isinstance(body, str) else None)
+        return node
 
     def zones(self) -> list[ZoneInfo]:
         """The latest catalog + availability snapshot the controller wrote."""
@@ -717,16 +830,30 @@ class Store:
 
     # -- what the controller calls -------------------------------------------------------------
     def active_jobs(self) -> list[Job]:
+        """Active jobs that load (a row that does not is logged and left out)."""
+        return _loud(*self.load_active_jobs())
+
+    def load_active_jobs(self) -> tuple[list[Job], list[BadRow]]:
+        """Active jobs that load, and the rows that do not (the controller quarantines them)."""
         states = [s.value for s in ACTIVE_STATES]
-        rows = self._q(f"SELECT body, cancel_requested FROM jobs WHERE state IN "
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN "
                        f"({','.join('?' * len(states))}) ORDER BY seq", states)
-        return [self._job(b, c) for b, c in rows]
+        return _split(self._job_row(r) for r in rows)
 
     def new_jobs(self, known: set[str] | None = None) -> list[Job]:
-        """PENDING jobs (submitted since the controller last looked)."""
-        rows = self._q("SELECT id, body, cancel_requested FROM jobs WHERE state = ? ORDER BY seq",
+        """PENDING jobs (submitted since the controller last looked) that load."""
+        return _loud(*self.load_new_jobs(known))
+
+    def load_new_jobs(self, known: set[str] | None = None) -> tuple[list[Job], list[BadRow]]:
+        """PENDING jobs not in ``known`` that load, and the rows that do not."""
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = ? ORDER BY seq",
                        (JobState.PENDING.value,))
-        return [self._job(b, c) for i, b, c in rows if known is None or i not in known]
+        return _split(self._job_row(r) for r in rows if known is None or r[0] not in known)
+
+    def quarantined(self) -> list[BadRow]:
+        """Every row the controller quarantined, oldest first."""
+        rows = self._q("SELECT tbl, id, reason, body FROM quarantine ORDER BY at, tbl, id")
+        return [BadRow(t, i, reason, body=body) for t, i, reason, body in rows]
 
     def cancel_requests(self) -> set[str]:
         states = [s.value for s in TERMINAL_STATES]
@@ -758,11 +885,14 @@ class Store:
                intents: Sequence[Intent] = (), control_time: float | None = None,
                counters: dict[str, float] | None = None,
                demand: dict[str, tuple[float, float]] | None = None,
-               demand_at: float | None = None, epoch: int | None = None) -> None:
+               demand_at: float | None = None, epoch: int | None = None,
+               quarantine: Sequence[BadRow] = ()) -> None:
         """Persist one step of the controller atomically (jobs/nodes upserted, logs appended).
 
         With ``epoch`` the commit is fenced: refused (Conflict) when a newer controller holds
         the lease, so two controllers never write over each other after a restart.
+        ``quarantine``: rows that do not load; each is recorded (with its raw body) and a job or
+        node row is marked FAILED, so no later load selects it again.
         """
         with self._tx() as db:
             if epoch is not None:
@@ -814,6 +944,19 @@ class Store:
             if control_time is not None:
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('control_time', ?)",
                            (repr(control_time),))
+            self._quarantine(db, quarantine, control_time)
+
+    @staticmethod
+    def _quarantine(db: sqlite3.Connection, rows: Sequence[BadRow], at: float | None) -> None:
+        for bad in rows:
+            db.execute("INSERT OR IGNORE INTO quarantine VALUES (?, ?, ?, ?, ?)",
+                       (bad.table, bad.id, at or 0.0, bad.reason, bad.body))
+            if bad.table == "jobs":
+                db.execute("UPDATE jobs SET state = ? WHERE id = ?",
+                           (JobState.FAILED.value, bad.id))
+            elif bad.table == "nodes":
+                db.execute("UPDATE nodes SET state = ? WHERE id = ?",
+                           (NodeState.FAILED.value, bad.id))
 
     def update_bag_estimate(self, bag_id: str) -> Bag:
         """Recompute and store the bag's runtime estimate from its finished jobs."""

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
 from controlplane.config import load_settings
 from controlplane.errors import CloudError, ConfigError, InvalidInput
+from controlplane.store import BadRow, Store
 
 log = logging.getLogger(__name__)
 
@@ -265,12 +267,14 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
                                clock="sim" if args.fleet == "sim" else "wall",
                                executor_factory=EXECUTOR_FACTORY,
                                executor_options=executor_options(args, state_dir))
+    set_aside = quarantined_rows(db_path(state_dir))
     try:
         started["control_plane"] = start_control_plane(settings)
     except Exception as exc:  # noqa: BLE001 - the actor's own error, in one line
         lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
         raise CloudError(f"fleet {args.fleet}: the control plane did not start ({lines[-1] if lines else exc!r})",
                          fix="check the provider's credentials and options, or use --fleet sim") from exc
+    report_quarantine(quarantined_rows(db_path(state_dir), since=set_aside))
     url = start_api(db_path(state_dir), admin_token, port, args.host)
     started["api"] = True
     with SpotplaneClient(url, admin_token) as probe:
@@ -285,6 +289,31 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     write_endpoint(state_dir, url, admin_token, os.getpid())  # last: it tells others we are ready
     started["endpoint"] = True
     return url
+
+
+def quarantined_rows(db: Path, since: Sequence[BadRow] = ()) -> list[BadRow]:
+    """Rows of the state directory's store the controller set aside, less those in ``since``."""
+    if not db.exists():
+        return []
+    store = Store(db)
+    try:
+        known = {(b.table, b.id) for b in since}
+        return [b for b in store.quarantined() if (b.table, b.id) not in known]
+    finally:
+        store.close()
+
+
+def report_quarantine(rows: Sequence[BadRow], most: int = 20) -> None:
+    """Say which stored rows the controller quarantined while it started (one line each)."""
+    if not rows:
+        return
+    print(f"spotplane: quarantined {len(rows)} stored row(s) that do not load (set aside; "
+          "the rest runs):", flush=True)
+    for bad in rows[:most]:
+        print(f"  {bad.describe()}", flush=True)
+    if len(rows) > most:
+        print(f"  ... and {len(rows) - most} more: "
+              + ", ".join(b.id for b in rows[most:]), flush=True)
 
 
 def _demo(args: argparse.Namespace, url: str, admin_token: str, state_dir: Path, speed: float) -> int:

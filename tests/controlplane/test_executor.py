@@ -92,6 +92,13 @@ def executor(job_agent: str, tmp_path: Path) -> Iterator[RayJobExecutor]:
     ex.close()
 
 
+def _past_checkpoint(status: dict[str, object]) -> bool:
+    """The replica runs and its progress is beyond its newest checkpoint."""
+    progress, done = status.get("progress"), status.get("checkpointed")
+    return (status["state"] == "RUNNING" and isinstance(progress, float)
+            and isinstance(done, float) and progress > done)
+
+
 def _entry(steps: int, seed: int, step_s: float, extra: str = "") -> str:
     return f"python examples/train_numpy.py --steps {steps} --seed {seed} --step-seconds {step_s} {extra}".strip()
 
@@ -101,26 +108,40 @@ def _entry(steps: int, seed: int, step_s: float, extra: str = "") -> str:
 def test_preempted_three_times_with_a_corrupt_artifact_ends_bit_identical(
     executor: RayJobExecutor,
 ) -> None:
-    steps, seed, job = 400, 5, "job-exact"
+    # 0.1 s a step (40 s a whole run): long enough that a test slowed by a loaded machine still
+    # sees each attempt RUNNING past a checkpoint before the attempt could finish on its own
+    steps, seed, job, step_s = 400, 5, "job-exact", 0.1
     store = LocalArtifactStore(executor.store.uri[len("file://") :])  # type: ignore[attr-defined]
-    entry = _entry(steps, seed, 0.03)
+    entry = _entry(steps, seed, step_s)
     for i, node in enumerate(["node-a", "node-b", "node-c"]):
         before = len(store.list(job))
         rep = executor.start_replica(
-            job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * 0.03, node_id=node
+            job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * step_s, node_id=node
         )
         wait_for(
             lambda b=before: len(store.list(job)) >= b + 1,
-            90,
+            180,
             f"a checkpoint on {node}",
             executor,
             job,
         )  # type: ignore[misc]
-        time.sleep(0.5)  # some work past the checkpoint: lost at the preemption
+        wait_for(  # some work past the checkpoint: lost at the preemption
+            lambda r=rep: _past_checkpoint(executor.replica_status(r)),
+            90,
+            f"work past the checkpoint on {node}",
+            executor,
+            job,
+        )  # type: ignore[misc]
         assert executor.replica_status(rep)["state"] == "RUNNING"
         outcome = executor.stop_replica(rep, f"preempted on {node}")
         assert rep.state is ReplicaState.STOPPED
-        assert str(executor.client.get_job_status(rep.submission_id).value) == "STOPPED"
+        wait_for(  # Ray may take longer than the executor's stop timeout on a loaded machine
+            lambda r=rep: str(executor.client.get_job_status(r.submission_id).value) == "STOPPED",
+            90,
+            f"Ray to report the job on {node} STOPPED",
+            executor,
+            job,
+        )  # type: ignore[misc]
         assert outcome is not None and outcome["progress_at_death"] < 1.0
         if i == 1:  # damage the newest checkpoint: the next attempt must fall back one
             newest = store.list(job)[-1]
@@ -128,11 +149,11 @@ def test_preempted_three_times_with_a_corrupt_artifact_ends_bit_identical(
             blob.write_bytes(blob.read_bytes()[:-8] + b"garbage!")
             previous_step = store.list(job)[-2].meta["step"]
     rep = executor.start_replica(
-        job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * 0.03, node_id="node-d"
+        job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * step_s, node_id="node-d"
     )
     wait_for(
         lambda: executor.replica_status(rep)["state"] in ("SUCCEEDED", "FAILED"),
-        120,
+        240,
         "the last attempt to finish",
         executor,
         job,

@@ -1,0 +1,479 @@
+"""Chaos: sustained submissions through the HTTP API while ``kill -9`` hits the control plane.
+
+``python -m benchmarks.chaos [--minutes N] [--json] [--tenants 4] [--rate 4] [--real-jobs 2]
+[--kinds controller,http_proxy,...] [--min-kills K]``
+starts a private local Ray, the control plane (simulated fleet, deadline policies in their own
+actors, quota and forecaster actors, the Ray job executor for real jobs) and the Serve API over a
+fresh store. Several tenants submit spot, HP and deadline jobs (and a few real
+``examples/train_numpy.py`` jobs, whose checkpoint actors are targets too) through the API for N
+minutes while a killer sends SIGKILL, one at a time, to the controller actor's worker process,
+the API replica, the HTTP proxy, a deadline-policy actor, the quota and forecaster actors and a
+checkpoint actor, and measures each one's time to recover. Then it lets the jobs finish and checks:
+accepted = stored, no job lost or duplicated, no node launched twice per launch intent, no node
+(GPU) held by two jobs, every job finished or still progressing.
+
+The HTTP proxy is restarted by the Serve controller's health check (Ray 2.60: every
+``RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S`` = 10 s, unhealthy after 3 failures in a row, so ~20-30 s
+of refused connections); :func:`controlplane.raylocal.init_local_ray` sets the period to 1 s.
+Worker raylets are not killed: everything here runs on the one local raylet (the simulated
+fleet's nodes are not Ray nodes), and killing the head raylet ends the whole cluster by design.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+KINDS = ("controller", "api_replica", "http_proxy", "deadline_policy", "quota", "forecaster",
+         "checkpoint")
+TITLES = {"api_replica": "ray::ServeReplica:", "http_proxy": "ray::ProxyActor",
+          "quota": "ray::QuotaAllocatorActor", "forecaster": "ray::ForecasterActor",
+          "checkpoint": "ray::CheckpointCoordinator", "deadline_policy": "ray::DeadlinePolicyActor",
+          "controller": "ray::ControllerActor"}
+TARGET_PROXY_S = 10.0
+NAMESPACE = "spotplane-chaos"
+
+
+@dataclass
+class Kill:
+    kind: str
+    pid: int
+    at: float
+    recover_s: float | None = None  # None: not recovered within the limit
+
+
+@dataclass
+class Load:
+    """What the submitting clients saw."""
+
+    accepted: dict[str, str] = field(default_factory=dict)  # job id -> unique name
+    sent: int = 0
+    unanswered: list[str] = field(default_factory=list)  # names whose POST got no answer
+    refused: int = 0  # 4xx/5xx answers
+    errors: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+# -- processes of OUR Ray only ----------------------------------------------------------------
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _title(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def our_raylets() -> list[int]:
+    """The raylet process(es) of the Ray this driver started."""
+    import ray
+
+    node = ray._private.worker._global_node
+    procs: list[Any] = node.all_processes.get("raylet", []) if node is not None else []
+    return [p.process.pid for p in procs if p.process is not None]
+
+
+def our_workers() -> dict[int, str]:
+    """pid -> process title of every process under our raylet (never another Ray's)."""
+    roots = set(our_raylets())
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    parent = {p: _ppid(p) for p in pids}
+    out: dict[int, str] = {}
+    for p in pids:
+        q, seen = parent.get(p, -1), 0
+        while q > 1 and q not in roots and seen < 8:
+            q, seen = parent.get(q, -1), seen + 1
+        if q in roots:
+            out[p] = _title(p)
+    return out
+
+
+def pids_of(kind: str) -> list[int]:
+    prefix = TITLES[kind]
+    return sorted(p for p, t in our_workers().items() if t.startswith(prefix))
+
+
+# -- the load ---------------------------------------------------------------------------------
+def _body(rng: random.Random, name: str) -> dict[str, Any]:
+    kind = rng.choice(["spot", "spot", "hp", "deadline"])
+    hours = round(rng.uniform(0.1, 0.6), 3)
+    body: dict[str, Any] = {"name": name, "kind": kind, "compute_hours": hours,
+                            "accelerator": rng.choice(["V100", "V100", "H100"]),
+                            "workers": rng.choice([1, 1, 2])}
+    if kind == "deadline":
+        body["deadline_hours"] = round(hours * 4 + 0.5, 3)
+    return body
+
+
+def submitter(url: str, token: str, tenant: int, per_s: float, stop: threading.Event,
+              load: Load, seed: int) -> None:
+    """One tenant: a submission every 1/per_s seconds; no retries (no idempotency assumed)."""
+    rng = random.Random(seed)
+    i = 0
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                      timeout=10.0) as client:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            name = f"chaos-{tenant}-{i}"
+            i += 1
+            with load.lock:
+                load.sent += 1
+            try:
+                r = client.post("/v1/jobs", json=_body(rng, name))
+            except httpx.HTTPError as exc:
+                with load.lock:
+                    load.unanswered.append(name)
+                    load.errors[type(exc).__name__] += 1
+            else:
+                with load.lock:
+                    if r.status_code == 201:
+                        load.accepted[r.json()["id"]] = name
+                    else:
+                        load.refused += 1
+                        load.errors[f"http_{r.status_code}"] += 1
+                        if r.status_code >= 500:  # may have been stored before it failed
+                            load.unanswered.append(name)
+            stop.wait(max(0.0, 1.0 / per_s - (time.monotonic() - t0)))
+
+
+def real_job(name: str, steps: int, speed: float) -> dict[str, Any]:
+    from controlplane.demo import real_job as demo_job
+
+    return demo_job(name, steps=steps, step_seconds=0.05, speed=speed)
+
+
+# -- recovery probes --------------------------------------------------------------------------
+def _until(cond: Callable[[], bool], limit_s: float, every_s: float = 0.1) -> float | None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        try:
+            if cond():
+                return time.monotonic() - t0
+        except Exception:  # noqa: BLE001 - not yet: the target is still down
+            pass
+        time.sleep(every_s)
+    return None
+
+
+def _healthy(url: str) -> bool:
+    return httpx.get(f"{url}/healthz", timeout=2.0).status_code == 200
+
+
+class Killer:
+    """Sends SIGKILL to one control-plane process at a time and measures its recovery."""
+
+    def __init__(self, url: str, handles: Any, store: Any, rng: random.Random,
+                 limit_s: float = 90.0) -> None:
+        self.url, self.handles, self.store, self.rng = url, handles, store, rng
+        self.limit_s = limit_s
+        self.kills: list[Kill] = []
+        self.skipped: Counter[str] = Counter()
+
+    def kill(self, kind: str) -> Kill | None:
+        pids = pids_of(kind)
+        if not pids:
+            self.skipped[kind] += 1
+            return None
+        pid = self.rng.choice(pids)
+        probe = self._probe(kind, pid)
+        if probe is None:
+            self.skipped[kind] += 1
+            return None
+        k = Kill(kind, pid, time.monotonic())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        k.recover_s = _until(probe, self.limit_s)
+        self.kills.append(k)
+        return k
+
+    def _probe(self, kind: str, pid: int) -> Callable[[], bool] | None:
+        import ray
+
+        if kind == "controller":
+            ctl = self.handles.controller
+            t_before = self.store.control_time()
+            return lambda: (ray.get(ctl.pid.remote(), timeout=2) != pid
+                            and self.store.control_time() > t_before)
+        if kind in ("api_replica", "http_proxy"):
+            return lambda: _healthy(self.url)
+        if kind == "quota":
+            q = self.handles.quota
+            return lambda: bool(ray.get(q.usage.remote(), timeout=2) is not None)
+        if kind == "forecaster":
+            f = self.handles.forecaster
+            return lambda: bool(ray.get(f.status.remote(), timeout=2))
+        if kind == "deadline_policy":
+            handle = self._actor_with_pid("spotplane-deadline-", pid)
+            if handle is None:
+                return None
+            return lambda: ray.get(handle.pid.remote(), timeout=2) != pid
+        if kind == "checkpoint":
+            return self._checkpoint_probe(pid)
+        raise ValueError(kind)
+
+    def _actor_with_pid(self, prefix: str, pid: int) -> Any:
+        import ray
+        from ray.util import list_named_actors
+
+        for info in list_named_actors(all_namespaces=True):
+            name, ns = info["name"], info["namespace"]
+            if ns != NAMESPACE or not name.startswith(prefix):
+                continue
+            with contextlib.suppress(Exception):
+                h = ray.get_actor(name, namespace=ns)
+                if ray.get(h.pid.remote(), timeout=30) == pid:
+                    return h
+        return None
+
+    def _checkpoint_probe(self, pid: int) -> Callable[[], bool] | None:
+        """A checkpoint actor does not restart: its replica's job must move on without it
+        (progress grows, it is re-placed or it finishes; FAILED is no recovery)."""
+        running = [j for j in self.store.list_jobs(None, state=["RUNNING", "CHECKPOINTING"],
+                                                   limit=100_000) if j.spec.entrypoint]
+        if not running:
+            return None
+        before = {j.id: (j.progress_hours, j.attempts, j.state.value) for j in running}
+
+        def moved() -> bool:
+            """Some such job progressed, was re-placed or finished; a FAILED one never counts."""
+            for job_id, (progress, attempts, _) in before.items():
+                j = self.store.get_job(job_id)
+                if j.state.value != "FAILED" and (j.progress_hours > progress
+                                                  or j.attempts > attempts
+                                                  or j.state.value == "SUCCEEDED"):
+                    return True
+            return False
+
+        return moved
+
+
+# -- invariants -------------------------------------------------------------------------------
+def invariants(store: Any, load: Load, launches_per_intent: dict[str, int]) -> dict[str, Any]:
+    """accepted = stored, nothing lost or duplicated, one launch per intent, no double booking."""
+    jobs = store.list_jobs(None, limit=10**9)
+    stored = {j.id: j for j in jobs}
+    names = Counter(j.name for j in jobs)
+    lost = [i for i in load.accepted if i not in stored]
+    duplicated = sorted(n for n, c in names.items() if c > 1)
+    unanswered_stored = sum(1 for n in load.unanswered if names.get(n, 0) == 1)
+    counts = {i.id: int(i.payload.get("count", 0)) for i in store.intents("launch")}
+    twice = sorted(i for i, n in launches_per_intent.items() if n > counts.get(i, 0))
+    holders: dict[str, list[str]] = {}
+    for j in jobs:
+        if not j.terminal:
+            for node_id in j.node_ids:
+                holders.setdefault(node_id, []).append(j.id)
+    live = store.list_nodes(live_only=True)
+    instances = Counter(n.instance_id for n in live if n.instance_id)
+    double_booked = sorted([n for n, hs in holders.items() if len(hs) > 1]
+                           + [i for i, c in instances.items() if c > 1])
+    states = Counter(j.state.value for j in jobs)
+    return {"accepted": len(load.accepted), "stored": sum(1 for i in load.accepted if i in stored),
+            "lost": len(lost), "duplicated": len(duplicated),
+            "unanswered": len(load.unanswered), "unanswered_but_stored": unanswered_stored,
+            "launch_intents": len(counts), "launched_twice": len(twice),
+            "double_booked": len(double_booked), "states": dict(sorted(states.items())),
+            "quarantined": len(store.quarantined()),
+            "failed_reasons": dict(Counter(j.message for j in jobs
+                                           if j.state.value == "FAILED").most_common(5))}
+
+
+def _progress_snapshot(store: Any) -> dict[str, tuple[str, float, int]]:
+    return {j.id: (j.state.value, round(j.progress_hours, 6), j.attempts)
+            for j in store.list_jobs(None, limit=10**9) if not j.terminal}
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return round(float(np.percentile(xs, q)), 2) if xs else None
+
+
+def summary(kills: list[Kill], skipped: Counter[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        ks = [k for k in kills if k.kind == kind]
+        rec = [k.recover_s for k in ks if k.recover_s is not None]
+        out[kind] = {"kills": len(ks), "survived": len(rec), "p50_s": _pct(rec, 50),
+                     "p99_s": _pct(rec, 99), "max_s": round(max(rec), 2) if rec else None,
+                     "skipped": skipped.get(kind, 0)}
+    return out
+
+
+# -- the run ----------------------------------------------------------------------------------
+def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: int = 2,
+        kill_every_s: float = 6.0, speed: float = 360.0, drain_s: float = 90.0,
+        seed: int = 0, kinds: tuple[str, ...] = KINDS, min_kills: int = 0) -> dict[str, Any]:
+    """Start everything, submit and kill for ``minutes`` (and until ``min_kills`` kills were
+    made, at most 5 minutes more), drain, check; the ``--json`` dict."""
+    import ray
+
+    from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
+    from controlplane.controller import ControllerSettings
+    from controlplane.executor import slot_resources
+    from controlplane.raylocal import free_port, init_local_ray
+    from controlplane.store import Store
+    from serve.app import start_api, stop_api
+    from serve.auth import new_admin_token
+
+    rng = random.Random(seed)
+    state = Path(tempfile.mkdtemp(prefix="spotplane-chaos-"))
+    init_local_ray(namespace=NAMESPACE, num_cpus=4, include_dashboard=real_jobs > 0,
+                   log_to_driver=False, configure_logging=False, resources=slot_resources(8))
+    handles = None
+    api = False
+    try:
+        settings = RuntimeSettings(
+            state_dir=state, fleet="sim", speed=speed, clock="sim", namespace=NAMESPACE,
+            policy_actor_shards=2, controller=ControllerSettings(),
+            executor_factory="controlplane.executor:runtime_executor" if real_jobs else None,
+            executor_options={"artifact_uri": str(state / "artifacts")} if real_jobs else {})
+        handles = start_control_plane(settings)
+        store = Store(settings.db_path)
+        tokens = [store.create_tenant(f"chaos-{i}", max_gpus=64)[1] for i in range(tenants)]
+        url = start_api(settings.db_path, new_admin_token(), free_port())
+        api = True
+        if _until(lambda: _healthy(url), 120) is None:
+            raise RuntimeError("the API did not come up in 120 s")
+        print("chaos: processes under our raylet:",
+              sorted({t.split(".")[0] for t in our_workers().values()}), file=sys.stderr)
+        load, stop = Load(), threading.Event()
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[0]}"},
+                          timeout=30.0) as c:
+            for i in range(real_jobs):
+                r = c.post("/v1/jobs", json=real_job(f"chaos-real-{i}", 1200, speed))
+                r.raise_for_status()
+                load.accepted[r.json()["id"]] = f"chaos-real-{i}"
+        threads = [threading.Thread(target=submitter, daemon=True,
+                                    args=(url, tok, i, rate / tenants, stop, load, seed + i))
+                   for i, tok in enumerate(tokens)]
+        for t in threads:
+            t.start()
+        killer = Killer(url, handles, store, rng)
+        t_end = time.monotonic() + minutes * 60.0
+        t_cap = t_end + 300.0
+        order: list[str] = []
+        while time.monotonic() < t_end or (len(killer.kills) < min_kills
+                                           and time.monotonic() < t_cap):
+            if not order:
+                order = list(kinds)
+                rng.shuffle(order)
+            killer.kill(order.pop())
+            time.sleep(max(0.0, min(kill_every_s * rng.uniform(0.5, 1.5),
+                                    t_end - time.monotonic())))
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        before = _progress_snapshot(store)
+        _until(lambda: not _progress_snapshot(store), drain_s, every_s=1.0)
+        after = _progress_snapshot(store)
+        stuck = [i for i, s in after.items() if before.get(i) == s]
+        launches = ray.get(handles.controller.launches_per_intent.remote(), timeout=60)
+        result = invariants(store, load, launches)
+        result.update({
+            "minutes": minutes, "tenants": tenants, "sent": load.sent, "refused": load.refused,
+            "errors": dict(load.errors), "unfinished": len(after), "stuck": len(stuck),
+            "kills": summary(killer.kills, killer.skipped),
+            "kills_total": len(killer.kills),
+            "survived_total": sum(1 for k in killer.kills if k.recover_s is not None),
+            "proxy_health_check_period_s": float(
+                os.environ.get("RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S", "10")),
+        })
+        result["ok"] = ok(result)
+        store.close()
+        return result
+    finally:
+        if api:
+            with contextlib.suppress(Exception):
+                stop_api()
+        if handles is not None:
+            with contextlib.suppress(Exception):
+                stop_control_plane(handles)
+        ray.shutdown()
+
+
+def ok(r: dict[str, Any]) -> bool:
+    """Every invariant held and every kill was survived."""
+    return (r["stored"] == r["accepted"] and r["lost"] == 0 and r["duplicated"] == 0
+            and r["launched_twice"] == 0 and r["double_booked"] == 0 and r["stuck"] == 0
+            and r["survived_total"] == r["kills_total"])
+
+
+def render(r: dict[str, Any]) -> str:
+    lines = [f"{'kind':<16} {'kills':>5} {'survived':>8} {'p50 s':>7} {'p99 s':>7} {'max s':>7}"]
+    for kind, k in r["kills"].items():
+        def f(x: float | None) -> str:
+            return "-" if x is None else f"{x:.2f}"
+
+        lines.append(f"{kind:<16} {k['kills']:>5} {k['survived']:>8} {f(k['p50_s']):>7} "
+                     f"{f(k['p99_s']):>7} {f(k['max_s']):>7}")
+    proxy = r["kills"]["http_proxy"]["p99_s"]
+    lines += ["",
+              f"{'accepted':<24} {r['accepted']:>8}",
+              f"{'stored (of accepted)':<24} {r['stored']:>8}  = accepted "
+              f"{'ok' if r['stored'] == r['accepted'] else 'MISSED'}",
+              f"{'lost / duplicated':<24} {r['lost']:>4} / {r['duplicated']:<3}",
+              f"{'launched twice (intents)':<24} {r['launched_twice']:>8}  of {r['launch_intents']}",
+              f"{'double-booked nodes':<24} {r['double_booked']:>8}",
+              f"{'unfinished / stuck':<24} {r['unfinished']:>4} / {r['stuck']:<3}",
+              f"{'unanswered (stored)':<24} {r['unanswered']:>4} ({r['unanswered_but_stored']})",
+              f"{'proxy recovery p99 s':<24} {proxy if proxy is not None else '-':>8}  "
+              f"< {TARGET_PROXY_S:.0f}",
+              f"{'all invariants':<24} {'ok' if r['ok'] else 'MISSED':>8}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.chaos",
+                                 description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=3.0, help="how long to submit and kill")
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ap.add_argument("--tenants", type=int, default=4)
+    ap.add_argument("--rate", type=float, default=4.0, help="submissions per second, all tenants")
+    ap.add_argument("--real-jobs", type=int, default=2, help="train_numpy jobs (checkpoint actors)")
+    ap.add_argument("--kill-every", type=float, default=6.0, help="mean seconds between kills")
+    ap.add_argument("--speed", type=float, default=360.0, help="simulated s per wall s")
+    ap.add_argument("--drain", type=float, default=90.0, help="seconds to let jobs finish")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help=f"what to kill, comma-separated (of {', '.join(KINDS)})")
+    ap.add_argument("--min-kills", type=int, default=0,
+                    help="keep killing past --minutes until this many kills (5 min at most)")
+    args = ap.parse_args(argv)
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    if not kinds or set(kinds) - set(KINDS):
+        print(f"chaos: --kinds: choose from {', '.join(KINDS)}", file=sys.stderr)
+        return 2
+    if args.minutes <= 0 or args.tenants < 1 or args.rate <= 0:
+        print("chaos: --minutes and --rate must be > 0 and --tenants >= 1", file=sys.stderr)
+        return 2
+    with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON object
+        result = run(args.minutes, args.tenants, args.rate, args.real_jobs, args.kill_every,
+                     args.speed, args.drain, args.seed, kinds, args.min_kills)
+    print(json.dumps(result) if args.json else render(result))
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""`python -m benchmarks.chaos` for a short while, in its own process and its own local Ray (it
+SIGKILLs processes under its own raylet only): every kill is survived and the invariants hold."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_short_chaos_run_keeps_every_invariant() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.chaos", "--minutes", "0.3", "--json", "--rate", "3",
+         "--kill-every", "1", "--real-jobs", "0", "--drain", "90", "--seed", "3",
+         "--kinds", "controller,api_replica,http_proxy", "--min-kills", "3"],
+        cwd=ROOT, capture_output=True, text=True, timeout=540)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    r = json.loads(proc.stdout)
+    assert r["accepted"] > 0 and r["stored"] == r["accepted"], r
+    assert (r["lost"], r["duplicated"], r["launched_twice"], r["double_booked"]) == (0, 0, 0, 0)
+    assert r["stuck"] == 0 and r["quarantined"] == 0, r
+    assert r["kills_total"] >= 3 and r["survived_total"] == r["kills_total"], r["kills"]
+    assert all(r["kills"][k]["kills"] >= 1 for k in ("controller", "api_replica", "http_proxy"))
+    assert r["ok"] is True and proc.returncode == 0

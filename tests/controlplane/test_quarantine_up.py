@@ -1,0 +1,79 @@
+"""`spotplane up` on a state directory whose store holds a row that does not load: it starts,
+says which row it quarantined, the API shows that job FAILED, and other jobs run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from controlplane.client import read_endpoint
+from controlplane.models import Job, JobSpec
+from controlplane.store import Store
+from tests.support import free_port
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_up_starts_on_a_poisoned_store_and_names_the_quarantined_row(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    store = Store(state / "spotplane.db")
+    tenant, token = store.create_tenant("t")
+    ok = store.submit_job(tenant.id, JobSpec(name="ok", kind="spot", compute_hours=0.5), now=0.0)
+    bad = Job(id="job-poison", tenant_id=tenant.id, name="p", kind="deadline",
+              spec=JobSpec(name="p", kind="deadline", compute_hours=1, deadline=1e6),
+              submitted_at=0.0, deadline_at=1e6)
+    body = json.loads(bad.model_dump_json())
+    body["spec"]["deadline"] = None  # what `"deadline": Infinity` was stored as
+    with sqlite3.connect(state / "spotplane.db") as con:
+        con.execute("INSERT INTO jobs (id, tenant_id, kind, state, submitted_at, body) "
+                    "VALUES (?, ?, 'deadline', 'PENDING', 0.0, ?)",
+                    (bad.id, tenant.id, json.dumps(body)))
+    store.close()
+    log = tmp_path / "up.log"
+    port = free_port()
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "controlplane.cli", "up", "--state-dir", str(state),
+             "--port", str(port), "--speed", "3600"], stdout=fh, stderr=subprocess.STDOUT,
+            env=dict(os.environ, SPOTPLANE_ADMIN_TOKEN="spa_quarantine-test"),
+            start_new_session=True)
+    try:
+        _wait(lambda: read_endpoint(state) is not None or proc.poll() is not None, 240,
+              "`spotplane up`")
+        text = log.read_text()
+        assert proc.poll() is None, text[-3000:]
+        assert "spotplane: quarantined 1 stored row(s) that do not load (set aside; the rest " \
+               "runs):\n  job job-poison: does not validate (spec: Value error, deadline_hours: " \
+               "a deadline job needs deadline_hours (or deadline)" in text, text[-3000:]
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}",
+                           headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        shown = api.get("/v1/jobs/job-poison")
+        assert shown.status_code == 200 and shown.json()["state"] == "FAILED"
+        _wait(lambda: api.get(f"/v1/jobs/{ok.id}").json()["state"] == "SUCCEEDED", 120,
+              "the other job to finish")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
