@@ -12,7 +12,7 @@ import pytest
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from clusters.artifacts import LocalArtifactStore
 from controlplane import sdk
-from controlplane.executor import job_agent_ready, job_logs
+from controlplane.executor import job_logs
 from controlplane.models import TERMINAL_STATES, JobSpec, JobState
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
@@ -24,10 +24,8 @@ SPEED = 900.0
 @pytest.mark.ray
 @pytest.mark.slow
 def test_controller_actor_runs_a_real_job_through_its_executor(
-    ray_cluster: Any, tmp_path: Path
+    ray_cluster: Any, workload_ray: Any, tmp_path: Path
 ) -> None:
-    if not job_agent_ready(ray_cluster.dashboard_url):
-        pytest.skip("Ray's job agent port 52365 is held by another Ray on this machine")
     artifacts = tmp_path / "artifacts"
     settings = RuntimeSettings(
         state_dir=tmp_path,
@@ -40,7 +38,10 @@ def test_controller_actor_runs_a_real_job_through_its_executor(
         seed=1,
         fleet_options={"gcp": False, "lifetime_model": ExponentialModel(rate=0.3, limit=24.0)},
         executor_factory="controlplane.executor:runtime_executor",
-        executor_options={"dashboard": ray_cluster.dashboard_url, "artifact_uri": str(artifacts)},
+        executor_options={"workload_address": workload_ray.dashboard,
+                          "workload_gcs": workload_ray.gcs,
+                          "workload_token_path": workload_ray.token_path,
+                          "artifact_uri": str(artifacts)},
     )
     handles = start_control_plane(settings)
     try:
@@ -62,9 +63,9 @@ def test_controller_actor_runs_a_real_job_through_its_executor(
         while time.monotonic() < deadline and store.get_job(job.id).state not in TERMINAL_STATES:
             time.sleep(0.5)
         j = store.get_job(job.id)
-        logs = job_logs(ray_cluster.dashboard_url, job.id)
+        logs = job_logs(workload_ray.dashboard, job.id, workload_ray.token_path)
         assert j.state is JobState.SUCCEEDED, (j.state, j.message, logs[-3000:])
-        final = LocalArtifactStore(artifacts).restore_latest(job.id)
+        final = LocalArtifactStore(artifacts / "tenants" / tenant.id).restore_latest(job.id)
         assert final is not None and final.ref.progress == 1.0
         state, ref = sdk.loads(final.data), train_reference(steps, seed)
         for k in ("w1", "w2", "v1", "v2"):
