@@ -91,22 +91,26 @@ class WorkloadRay:
     parent's death: the child's stdin closes) shuts it down."""
 
     def __init__(self, slots: int, *, num_cpus: int = 4, home: str | Path,
-                 python: str = sys.executable, timeout_s: float = 180.0) -> None:
-        Path(home).mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [python, "-m", "controlplane.raylocal", str(slots), str(num_cpus)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=scrubbed_env(str(home)),
-            start_new_session=True,  # a terminal's Ctrl-C reaches it only through stop()
-        )
-        assert self.proc.stdout is not None
-        line = _read_line(self.proc.stdout, timeout_s)
-        if not line:
-            self.proc.kill()
-            raise RuntimeError(f"the workload Ray did not start (exit {self.proc.poll()})")
+                 python: str = sys.executable, timeout_s: float = 180.0, attempts: int = 3) -> None:
+        token = new_token_file(Path(home) / ".ray" / "auth_token")
+        for attempt in range(1, attempts + 1):
+            # Ray gives a new raylet 30 s to register (hard-coded): a loaded machine misses it
+            self.proc = subprocess.Popen(
+                [python, "-m", "controlplane.raylocal", str(slots), str(num_cpus)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                env=scrubbed_env(str(home), token_path=str(token)),
+                start_new_session=True,  # a terminal's Ctrl-C reaches it only through stop()
+            )
+            assert self.proc.stdout is not None
+            line = _read_line(self.proc.stdout, timeout_s)
+            if line:
+                break
+            self.stop(timeout_s=30)
+            if attempt == attempts:
+                raise RuntimeError(f"the workload Ray did not start in {attempts} attempts")
         info = json.loads(line)
-        token = Path(home) / ".ray" / "auth_token"  # Ray makes one in a new cluster's HOME
         self.address = WorkloadAddress(dashboard=info["dashboard"], gcs=info["gcs"],
-                                       token_path=str(token) if token.is_file() else None)
+                                       token_path=str(token))
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Shut the workload Ray down (its jobs die with it)."""
@@ -120,6 +124,18 @@ class WorkloadRay:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+def new_token_file(path: Path) -> Path:
+    """A new random Ray auth token at ``path`` (mode 0600): the workload cluster's own, so no
+    process of it can join a Ray that uses another token (the control plane's)."""
+    import secrets
+
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
 
 
 def _read_line(stream: IO[bytes], timeout_s: float) -> str:
@@ -137,9 +153,13 @@ def serve_workload(slots: int, num_cpus: int) -> int:
 
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything Ray prints goes to stderr
-    ctx = init_local_ray(namespace="spotplane-workload", include_dashboard=True,
-                         log_to_driver=False, configure_logging=False, num_cpus=num_cpus,
-                         resources={f"spotplane_slot:{i}": 1.0 for i in range(slots)})
+    try:
+        ctx = init_local_ray(namespace="spotplane-workload", include_dashboard=True,
+                             log_to_driver=False, configure_logging=False, num_cpus=num_cpus,
+                             resources={f"spotplane_slot:{i}": 1.0 for i in range(slots)})
+    except Exception:
+        ray.shutdown()  # whatever of the cluster did start
+        raise
     dashboard = str(ctx.dashboard_url)
     out.write(json.dumps({"dashboard": dashboard if "://" in dashboard else f"http://{dashboard}",
                           "gcs": str(ctx.address_info["gcs_address"])}) + "\n")
