@@ -13,6 +13,7 @@ import argparse
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -269,8 +270,9 @@ def start_workload(args: argparse.Namespace, state_dir: Path, started: dict[str,
         return given
     from controlplane.raylocal import WorkloadRay
 
-    workload = WorkloadRay(REAL_JOB_SLOTS, num_cpus=max(4, os.cpu_count() or 1),
-                           home=tempfile.mkdtemp(prefix="spotplane-workload-"))
+    home = tempfile.mkdtemp(prefix="spotplane-workload-")
+    started["workload_home"] = home
+    workload = WorkloadRay(REAL_JOB_SLOTS, num_cpus=max(4, os.cpu_count() or 1), home=home)
     started["workload"] = workload
     out = {"workload_address": workload.address.dashboard, "workload_gcs": workload.address.gcs}
     if workload.address.token_path:
@@ -368,6 +370,9 @@ def _stop(started: dict[str, Any], state_dir: Path) -> None:
             workload.stop()
         except Exception as exc:  # noqa: BLE001
             log.warning("stopping the workload Ray: %s", exc)
+    home = started.pop("workload_home", None)
+    if home is not None:
+        shutil.rmtree(home, ignore_errors=True)
     if started.pop("ray", False):
         import ray
 
