@@ -36,13 +36,20 @@ def ray_cluster():  # type: ignore[no-untyped-def]
 
     if ray.is_initialized():
         ray.shutdown()
-    ctx = init_local_ray(
-        num_cpus=4,
-        include_dashboard=True,
-        namespace="spotplane-tests",
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    for attempt in (1, 2, 3):  # Ray gives a raylet 30 s to register: a loaded machine misses it
+        try:
+            ctx = init_local_ray(
+                num_cpus=4,
+                include_dashboard=True,
+                namespace="spotplane-tests",
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            break
+        except Exception as e:
+            ray.shutdown()
+            if attempt == 3 or "timed out during startup" not in str(e):
+                raise
     yield ctx
     try:
         from ray import serve
