@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,15 @@ def main(victim_job: str, namespace: str, control_gcs: str) -> None:
     }
     import ray
 
-    ray.init(address="auto", log_to_driver=False, configure_logging=False)
+    for tries in range(1, 6):  # a loaded machine may miss Ray's connect timeout
+        try:
+            ray.init(address="auto", log_to_driver=False, configure_logging=False)
+            break
+        except ConnectionError as e:
+            print(f"ray.init try {tries}: {e}", flush=True)
+            if tries == 5:
+                raise
+            time.sleep(3)
     out["gcs"] = attempt(lambda: ray.get_runtime_context().gcs_address)
     out["controller"] = attempt(lambda: ray.get_actor("spotplane-controller", namespace=namespace))
     out["named_actors"] = ray.util.list_named_actors(all_namespaces=True)
