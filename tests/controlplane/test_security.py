@@ -119,11 +119,8 @@ def test_a_hostile_job_reaches_no_secret_actor_store_or_other_tenants_artifacts(
         k for k in env if k.startswith("RAY_")}
     # ... nor in the files it finds from its HOME (the default state dir)
     assert found["files"] and all(r.startswith("FAILED") for r in found["files"].values()), found["files"]
-    # the Ray token in its HOME is the workload cluster's own, not the control plane's
-    own = Path(workload_ray.token_path).read_text().strip()
-    assert found["own_ray_token"] == f"GOT {own!r}"
-    control_token = Path.home() / ".ray" / "auth_token"  # Ray's default for ray_cluster
-    assert not control_token.is_file() or control_token.read_text().strip() != own
+    # no Ray token in its HOME (the control plane's lives in the real home's ~/.ray)
+    assert found["own_ray_token"].startswith("FAILED FileNotFoundError"), found["own_ray_token"]
     # (b) its Ray is the workload cluster: no controller, only checkpoint actors
     assert found["gcs"] == f"GOT {workload_ray.gcs!r}"
     assert found["controller"].startswith("FAILED ValueError"), found["controller"]
