@@ -30,6 +30,8 @@ SPOTPLANE_KEYS = frozenset({
     "SPOTPLANE_NODE_ID",
 })
 RAY_PREFIX = "RAY_"
+# numeric libraries' settings (BLAS kernel, threads): they change floating-point results
+NUMERIC_PREFIXES = ("OPENBLAS_", "MKL_", "OMP_", "KMP_", "NVPL_", "BLIS_", "NUMEXPR_", "GOTO_")
 RESERVED_PREFIX = "SPOTPLANE_"  # the executor's names: a user's env cannot set or extend them
 
 
@@ -41,7 +43,8 @@ def user_keys(env: Mapping[str, str]) -> list[str]:
 def allowed(environ: Mapping[str, str], extra: Sequence[str] = ()) -> dict[str, str]:
     """``environ`` filtered to the allow-list plus ``extra`` names."""
     keep = SYSTEM_KEYS | SPOTPLANE_KEYS | set(extra)
-    return {k: v for k, v in environ.items() if k in keep or k.startswith(RAY_PREFIX)}
+    return {k: v for k, v in environ.items()
+            if k in keep or k.startswith(RAY_PREFIX) or k.startswith(NUMERIC_PREFIXES)}
 
 
 def main(argv: Sequence[str]) -> int:

@@ -56,6 +56,7 @@ def init_local_ray(**kwargs: Any) -> Any:
 # ------------------------------------------------------------------------------------------------
 # The workload cluster: where tenants' code runs (docs/security.md)
 # ------------------------------------------------------------------------------------------------
+NUMERIC_PREFIXES = ("OPENBLAS_", "MKL_", "OMP_", "KMP_", "NVPL_", "BLIS_", "NUMEXPR_", "GOTO_")
 KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME",
             "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES")
 
@@ -65,7 +66,7 @@ def scrubbed_env(home: str | None = None, token_path: str | None = None) -> dict
     of :data:`KEEP_ENV` and ``HOME`` (``home`` when given), never a ``SPOTPLANE_*`` secret,
     cloud credentials, or ``RAY_ADDRESS`` / auth token of the control plane's Ray; with
     ``token_path``, Ray authenticates with the workload cluster's own token file."""
-    env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
+    env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(NUMERIC_PREFIXES)}
     env["HOME"] = home if home is not None else os.environ.get("HOME", "/")
     env["PYTHONUNBUFFERED"] = "1"
     if token_path is not None:
