@@ -197,6 +197,12 @@ def _check_id(name: str, value: str) -> str:
     return value
 
 
+def check_id(name: str, value: str) -> str:
+    """``value`` when it is a safe id for a key or path segment (no ``/``, no ``..``), else
+    InvalidInput naming ``name``."""
+    return _check_id(name, value)
+
+
 def _job_prefix(job_id: str) -> str:
     return f"jobs/{job_id}/"
 

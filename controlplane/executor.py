@@ -39,10 +39,12 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
-from clusters.artifacts import ArtifactStore, open_store
-from controlplane import sdk
+from clusters.artifacts import ArtifactStore, check_id, open_store
+from controlplane import jobenv, sdk
+from controlplane.actorbridge import ActorBridge, Actors, LocalActors
 from controlplane.clock import Clock, WallClock
 from controlplane.config import REPO_ROOT
 from controlplane.controller import ExecutorReport
@@ -145,22 +147,30 @@ class RayJobExecutor:
         submit_timeout_s: float = 120.0,
         env: dict[str, str] | None = None,
         gpus: str = "auto",
+        workload_gcs: str | None = None,
+        workload_token_path: str | None = None,
     ) -> None:
-        from ray.job_submission import JobSubmissionClient
-
         if pin not in ("auto", "never"):
             raise InvalidInput("pin", f"unknown pin mode {pin!r}", fix="use 'auto' or 'never'")
         if gpus not in GPU_MODES:
             raise InvalidInput(
                 "gpus", f"unknown GPU mode {gpus!r}", fix=f"use one of {', '.join(GPU_MODES)}"
             )
-        address = dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
-        self.client = JobSubmissionClient(address)
-        self.address = address
+        self.client = submission_client(
+            dashboard_address, workload_token_path, remote=workload_gcs is not None
+        )
+        self.address = str(self.client.get_address())
         self.artifact_uri = str(artifact_uri)
         self.s3_endpoint_url = s3_endpoint_url
         self.store: ArtifactStore = open_store(self.artifact_uri, endpoint_url=s3_endpoint_url)
         self.namespace = namespace
+        # the checkpoint actors live on the cluster the jobs run on: through a bridge process
+        # when that is not this process's own Ray (the executor inside the control plane)
+        self.actors: Actors = (
+            ActorBridge(workload_gcs, namespace, python=python, token_path=workload_token_path)
+            if workload_gcs is not None
+            else LocalActors(namespace)
+        )
         self.clock = clock or WallClock()
         self.scale = hours_per_second
         self.model_factory = model_factory or _default_model
@@ -175,8 +185,18 @@ class RayJobExecutor:
         self.replicas: dict[str, list[Replica]] = {}  # job id -> every attempt, oldest first
         self._slots: SlotMap | None = None
         self._attempts: dict[tuple[str, str], int] = {}
-        self._handles: dict[str, Any] = {}
         self._io: dict[str, tuple[tuple[int, ...], tuple[int, int]]] = {}  # see _artifact_io
+
+    def artifact_uri_for(self, tenant_id: str | None) -> str:
+        """The artifact prefix a tenant's jobs are given: ``<root>/tenants/<tenant id>``."""
+        if tenant_id is None:
+            return self.artifact_uri
+        check_tenant_id(tenant_id)
+        return f"{self.artifact_uri.rstrip('/')}/tenants/{tenant_id}"
+
+    def store_for(self, tenant_id: str | None) -> ArtifactStore:
+        """The artifact store of one tenant's prefix."""
+        return open_store(self.artifact_uri_for(tenant_id), endpoint_url=self.s3_endpoint_url)
 
     # -- the controller's JobExecutor protocol ---------------------------------------------------
     def start(self, job: Job, nodes: Sequence[Node]) -> None:
@@ -206,6 +226,7 @@ class RayJobExecutor:
                 checkpoint_hours=job.spec.checkpoint_hours,
                 env=job.spec.env,
                 gpus=job.spec.gpus_per_worker,
+                tenant_id=job.tenant_id,
             )
 
     def stop(self, job: Job, reason: str) -> None:
@@ -239,7 +260,7 @@ class RayJobExecutor:
             changed = (ckpts, len(self.replicas.get(job.id, [])),
                        sum(int(s.get("plans", 0)) for s in statuses),
                        int(finished or failed is not None))  # the end: read the last save
-            nbytes, fallbacks = self._artifact_io(job.id, changed)
+            nbytes, fallbacks = self._artifact_io(job, changed)
             out[job.id] = ExecutorReport(
                 progress_hours=progress * job.spec.compute_hours,
                 checkpointed_hours=checkpointed * job.spec.compute_hours,
@@ -253,18 +274,18 @@ class RayJobExecutor:
                 self._cleanup(job.id)
         return out
 
-    def _artifact_io(self, job_id: str, changed: tuple[int, ...]) -> tuple[int, int]:
+    def _artifact_io(self, job: Job, changed: tuple[int, ...]) -> tuple[int, int]:
         """Bytes of the job's checkpoints and its restore fallbacks, from the artifact store;
         listed again only when the job's checkpoints, replicas or restores changed."""
-        seen = self._io.get(job_id)
+        seen = self._io.get(job.id)
         if seen is not None and seen[0] == changed:
             return seen[1]
         try:
-            totals = artifact_totals(self.store, job_id)
+            totals = artifact_totals(self.store_for(job.tenant_id), job.id)
         except Exception as e:  # noqa: BLE001 - a store hiccup: keep the last totals
-            log.debug("artifact totals of %s: %s", job_id, e)
+            log.debug("artifact totals of %s: %s", job.id, e)
             return seen[1] if seen is not None else (0, 0)
-        self._io[job_id] = (changed, totals)
+        self._io[job.id] = (changed, totals)
         return totals
 
     # -- replication (seed 004): the hooks a controller calls per node ---------------------------
@@ -295,6 +316,7 @@ class RayJobExecutor:
             checkpoint_hours=job.spec.checkpoint_hours,
             env=job.spec.env,
             gpus=job.spec.gpus_per_worker,
+            tenant_id=job.tenant_id,
         )
 
     # -- replicas --------------------------------------------------------------------------------
@@ -311,13 +333,15 @@ class RayJobExecutor:
         checkpoint_hours: float = 1 / 60,
         env: dict[str, str] | None = None,
         gpus: int = 0,
+        tenant_id: str | None = None,
     ) -> Replica:
         """Submit one replica's Ray job with its checkpoint actor, pinned to the node; the
         entrypoint asks Ray for ``gpus`` GPUs (see :meth:`_num_gpus`), so Ray sets
-        ``CUDA_VISIBLE_DEVICES`` to exactly those."""
-        import ray
+        ``CUDA_VISIBLE_DEVICES`` to exactly those.
 
-        from actors.checkpoint import RemoteCheckpointActor, actor_name, checkpoint_actor_options
+        The job's environment is :func:`job_env`'s allow-list, its artifacts its tenant's prefix
+        (``tenant_id`` None: the root, for an operator's own replicas)."""
+        from actors.checkpoint import actor_name, checkpoint_actor_options
 
         nid = node.id if node is not None else (node_id or "local")
         attempt = self._next_attempt(job_id, replica_id)
@@ -327,34 +351,36 @@ class RayJobExecutor:
         opts = checkpoint_actor_options(
             job_id, replica_id, self.namespace, resource, detached=self.detached_actors
         )
-        actor = RemoteCheckpointActor.options(**opts).remote(  # type: ignore[attr-defined]
-            job_id,
-            replica_id,
-            work_hours=work_hours,
-            model=self.model_factory(node),
-            node_age_hours=node_age_hours,
-            checkpoint_hours=checkpoint_hours,
-            hours_per_second=self.scale,
-            node_id=nid,
+        # placed and planned before the job asks it
+        self.actors.create(
+            opts,
+            {
+                "job_id": job_id,
+                "replica_id": replica_id,
+                "work_hours": work_hours,
+                "model": self.model_factory(node),
+                "node_age_hours": node_age_hours,
+                "checkpoint_hours": checkpoint_hours,
+                "hours_per_second": self.scale,
+                "node_id": nid,
+            },
         )
-        ray.get(actor.status.remote())  # type: ignore[attr-defined]  # placed and planned before the job asks it
-        self._handles[name] = actor  # a named actor lives while its owner holds a handle
         submission_id = f"spotplane-{job_id}-{replica_id}-{attempt}"
-        env_vars = {
-            **self.env,
-            **(env or {}),
-            sdk.ENV_JOB_ID: job_id,
-            sdk.ENV_REPLICA_ID: replica_id,
-            sdk.ENV_ARTIFACT_URI: self.artifact_uri,
-            sdk.ENV_CHECKPOINT_ACTOR: name,
-            sdk.ENV_RAY_NAMESPACE: self.namespace,
-            sdk.ENV_NODE_ID: nid,
+        user_env = {**self.env, **(env or {})}
+        env_vars = job_env(
+            user_env,
+            job_id=job_id,
+            replica_id=replica_id,
+            tenant_id=tenant_id,
+            artifact_uri=self.artifact_uri_for(tenant_id),
+            actor=name,
+            namespace=self.namespace,
+            node_id=nid,
             # Ray expands ${VAR} from the node's environment: the job keeps the node's own path
             # (where Ray itself may be installed) behind the repository's
-            "PYTHONPATH": f"{self.working_dir}{os.pathsep}${{PYTHONPATH}}",
-        }
-        if self.s3_endpoint_url:
-            env_vars[sdk.ENV_S3_ENDPOINT] = self.s3_endpoint_url
+            pythonpath=f"{self.working_dir}{os.pathsep}${{PYTHONPATH}}",
+            s3_endpoint_url=self.s3_endpoint_url,
+        )
         kwargs: dict[str, Any] = {}
         if resource is not None:
             kwargs["entrypoint_resources"] = {resource: PIN_AMOUNT}
@@ -362,7 +388,7 @@ class RayJobExecutor:
         if num_gpus:
             kwargs["entrypoint_num_gpus"] = num_gpus
         self._submit(
-            entrypoint=self._command(entrypoint),
+            entrypoint=self._command(entrypoint, jobenv.user_keys(user_env)),
             submission_id=submission_id,
             runtime_env={"env_vars": env_vars},
             metadata={
@@ -404,9 +430,7 @@ class RayJobExecutor:
 
     def notice_replica(self, rep: Replica, seconds_left: float) -> None:
         """A notice in the job's own (wall) seconds."""
-        handle = self._actor(rep)
-        if handle is not None:
-            handle.notice.remote(float(seconds_left))
+        self._call(rep, "notice", float(seconds_left), timeout=None)
 
     def stop_replica(
         self, rep: Replica, reason: str, *, preempted: bool = True
@@ -417,14 +441,10 @@ class RayJobExecutor:
         Seed 004: when another replica of the job is alive, it checkpoints at once, so its
         replacement restores from a checkpoint taken now rather than from the last periodic one.
         """
-        import ray
-
-        handle = self._actor(rep)
-        if handle is not None:
-            try:
-                rep.outcome = ray.get(handle.node_lost.remote(), timeout=10)
-            except Exception as e:  # the actor died with its node
-                log.warning("checkpoint actor %s unreachable at stop: %s", rep.actor_name, e)
+        try:
+            rep.outcome = self._call(rep, "node_lost", timeout=10)
+        except Exception as e:  # the actor died with its node
+            log.warning("checkpoint actor %s unreachable at stop: %s", rep.actor_name, e)
         self.client.stop_job(rep.submission_id)
         self._wait_terminal(rep)
         rep.state = ReplicaState.STOPPED
@@ -434,27 +454,27 @@ class RayJobExecutor:
             self._slots.release(rep.node_id)
         if preempted:
             for peer in self.live(rep.job_id):
-                h = self._actor(peer)
-                if h is not None:
-                    h.request_checkpoint.remote(f"peer {rep.replica_id} lost: {reason}")
+                with contextlib.suppress(Exception):
+                    self._call(
+                        peer, "request_checkpoint", f"peer {rep.replica_id} lost: {reason}",
+                        timeout=None,
+                    )
         log.info("job %s replica %s stopped (%s)", rep.job_id, rep.replica_id, reason)
         return rep.outcome
 
     def replica_status(self, rep: Replica) -> dict[str, Any]:
         """Ray job status mapped to a :class:`ReplicaState`, plus the checkpoint actor's status."""
-        import ray
-
         if rep.state is not ReplicaState.STOPPED:
             try:
                 rep.state = RAY_STATUS[str(self.client.get_job_status(rep.submission_id).value)]
             except Exception as e:  # dashboard hiccup: keep the last state
                 log.debug("status of %s: %s", rep.submission_id, e)
-        handle = self._actor(rep)
-        if handle is not None:
-            try:
-                rep.last_status = dict(ray.get(handle.status.remote(), timeout=5))
-            except Exception as e:
-                log.debug("checkpoint actor %s: %s", rep.actor_name, e)
+        try:
+            status = self._call(rep, "status", timeout=5)
+            if status is not None:
+                rep.last_status = dict(status)
+        except Exception as e:
+            log.debug("checkpoint actor %s: %s", rep.actor_name, e)
         return {**rep.last_status, "state": rep.state.value, "submission_id": rep.submission_id}
 
     def logs(self, job_id: str) -> str:
@@ -472,13 +492,19 @@ class RayJobExecutor:
             for rep in self.live(job_id):
                 self.stop_replica(rep, "executor closed", preempted=False)
             self._cleanup(job_id)
+        self.actors.close()
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _command(self, entrypoint: str) -> str:
+    def _command(self, entrypoint: str, user_keys: Sequence[str] = ()) -> str:
+        """``cd WORKING_DIR && exec python -m controlplane.jobenv KEYS -- ENTRYPOINT``: the
+        entrypoint runs in :mod:`controlplane.jobenv`'s allow-listed environment only."""
         parts = shlex.split(entrypoint)
         if parts and parts[0] in ("python", "python3"):
             parts[0] = self.python
-        return f"cd {shlex.quote(self.working_dir)} && " + " ".join(shlex.quote(p) for p in parts)
+        launcher = [self.python, "-m", "controlplane.jobenv", ",".join(user_keys), "--"]
+        return f"cd {shlex.quote(self.working_dir)} && exec " + " ".join(
+            shlex.quote(p) for p in launcher + parts
+        )
 
     def _next_attempt(self, job_id: str, replica_id: str) -> int:
         """The next attempt's number. The count lives in this process, so after a controller
@@ -515,23 +541,18 @@ class RayJobExecutor:
 
     def _num_gpus(self, wanted: int) -> int:
         """GPUs the entrypoint asks Ray for: ``always`` the job's, ``never`` none, ``auto`` the
-        job's when the connected Ray has GPUs (a real GPU node), none on a GPU-less Ray (the
+        job's when the workload Ray has GPUs (a real GPU node), none on a GPU-less Ray (the
         simulated fleet's local Ray, where the nodes' accelerators are only modelled)."""
         if wanted <= 0 or self.gpus == "never":
             return 0
         if self.gpus == "always":
             return wanted
-        import ray
-
-        have = ray.cluster_resources() if ray.is_initialized() else {}
-        return wanted if float(have.get("GPU", 0.0)) > 0 else 0
+        return wanted if float(self.actors.resources().get("GPU", 0.0)) > 0 else 0
 
     def _resource_for(self, node_id: str) -> str | None:
         if self.pin == "never":
             return None
-        import ray
-
-        have = ray.cluster_resources() if ray.is_initialized() else {}
+        have = self.actors.resources()
         exact = f"{NODE_PREFIX}{node_id}"
         if exact in have:
             return exact
@@ -549,38 +570,17 @@ class RayJobExecutor:
             )
         return slot
 
-    def _actor(self, rep: Replica) -> Any:
+    def _call(self, rep: Replica, method: str, *args: Any, timeout: float | None) -> Any:
+        """The replica's checkpoint actor's ``method`` (None: a stopped replica or no actor)."""
         if rep.state is ReplicaState.STOPPED:
             return None
-        handle = self._handles.get(rep.actor_name)
-        if handle is not None:
-            return handle
-        import ray
-
-        try:  # started by an earlier executor (a restarted controller)
-            handle = ray.get_actor(rep.actor_name, namespace=self.namespace)
-        except ValueError:
+        try:
+            return self.actors.call(rep.actor_name, method, *args, timeout=timeout)
+        except LookupError:
             return None
-        self._handles[rep.actor_name] = handle
-        return handle
 
     def _kill_actor(self, name: str) -> None:
-        import ray
-
-        handle = self._handles.pop(name, None)
-        with contextlib.suppress(ValueError):
-            ray.kill(handle or ray.get_actor(name, namespace=self.namespace), no_restart=True)
-        # ray.kill is asynchronous: until the name is released, the next attempt's
-        # ``get_if_exists`` would get this dying actor and its job would find no actor at all
-        wall = WallClock()
-        deadline = wall.now() + 10.0
-        while wall.now() < deadline:
-            try:
-                ray.get_actor(name, namespace=self.namespace)
-            except ValueError:
-                return
-            wall.sleep(0.05)
-        log.warning("checkpoint actor %s still registered 10 s after ray.kill", name)
+        self.actors.kill(name)
 
     def _wait_terminal(self, rep: Replica) -> None:
         wall = WallClock()  # a real process stops in real time, whatever the control-plane clock
@@ -614,6 +614,68 @@ def artifact_totals(store: ArtifactStore, job_id: str) -> tuple[int, int]:
     """(bytes of every checkpoint manifest the job has, restores that fell back past a bad one)."""
     nbytes = sum(ref.size for ref in store.list(job_id))
     return nbytes, sum(1 for e in store.events(job_id) if e.kind == "fallback")
+
+
+def check_tenant_id(tenant_id: str) -> str:
+    return check_id("tenant_id", tenant_id)
+
+
+def job_env(
+    user_env: dict[str, str],
+    *,
+    job_id: str,
+    replica_id: str,
+    tenant_id: str | None,
+    artifact_uri: str,
+    actor: str,
+    namespace: str,
+    node_id: str,
+    pythonpath: str,
+    s3_endpoint_url: str | None = None,
+) -> dict[str, str]:
+    """A replica's ``runtime_env`` env_vars, built from an explicit list and nothing inherited:
+    the user's own variables (without ``SPOTPLANE_*`` names) and the job's own ids, artifact
+    prefix and checkpoint actor. No control-plane secret is ever among them."""
+    env = {k: str(user_env[k]) for k in jobenv.user_keys(user_env)}
+    env.update({
+        sdk.ENV_JOB_ID: job_id,
+        sdk.ENV_REPLICA_ID: replica_id,
+        sdk.ENV_ARTIFACT_URI: artifact_uri,
+        sdk.ENV_CHECKPOINT_ACTOR: actor,
+        sdk.ENV_RAY_NAMESPACE: namespace,
+        sdk.ENV_NODE_ID: node_id,
+        "PYTHONPATH": pythonpath,
+    })
+    if tenant_id is not None:
+        env["SPOTPLANE_TENANT_ID"] = tenant_id
+    if s3_endpoint_url:
+        env[sdk.ENV_S3_ENDPOINT] = s3_endpoint_url
+    assert all(k in jobenv.SPOTPLANE_KEYS for k in env if k.startswith(jobenv.RESERVED_PREFIX))
+    return env
+
+
+def submission_client(dashboard_address: str, token_path: str | None = None, *,
+                      remote: bool = False) -> Any:
+    """A ``JobSubmissionClient`` for a workload cluster's dashboard, authenticated with that
+    cluster's own Ray token (``token_path``). ``remote`` without a token sends a placeholder
+    Authorization header, so Ray never attaches this process's own (the control plane's) token."""
+    from ray.job_submission import JobSubmissionClient
+
+    address = dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
+    headers: dict[str, str] | None = None
+    if token_path is not None:
+        try:
+            token = Path(token_path).read_text().strip()
+        except OSError as e:
+            raise InvalidInput(
+                "workload_token_path",
+                f"cannot read the workload cluster's Ray token: {e}",
+                fix="point it at the workload cluster's auth_token file",
+            ) from e
+        headers = {"Authorization": f"Bearer {token}"}
+    elif remote:
+        headers = {"Authorization": "Bearer none"}
+    return JobSubmissionClient(address, headers=headers)
 
 
 def _slot_index(name: str) -> int:
@@ -683,13 +745,9 @@ def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0,
                          f"ended {status} after up to {timeout_s + 60:.0f} s: {info.message or ''}")
 
 
-def job_logs(dashboard_address: str, job_id: str) -> str:
+def job_logs(dashboard_address: str, job_id: str, token_path: str | None = None) -> str:
     """Logs of every Ray job of a spotplane job, found by metadata (for the API)."""
-    from ray.job_submission import JobSubmissionClient
-
-    client = JobSubmissionClient(
-        dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
-    )
+    client = submission_client(dashboard_address, token_path)
     found = [j for j in client.list_jobs() if (j.metadata or {}).get("spotplane_job_id") == job_id]
     if not found:
         raise NotFound(
@@ -786,12 +844,22 @@ class SimulatedExecutor:
         return run.base_hours + work
 
 
+WORKLOAD_FIX = (
+    "pass the workload Ray cluster's dashboard (executor_options.workload_address, "
+    "`spotplane up --workload-address`, SPOTPLANE_WORKLOAD_ADDRESS); `spotplane up` starts a "
+    "local one by default (docs/security.md)"
+)
+
+
 def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | SimulatedExecutor:
     """The executor a config names (the hook ``ControllerActor`` needs, one call):
 
-    ``{"kind": "ray", "dashboard": "127.0.0.1:8265", "artifact_uri": "/state/artifacts" | "s3://b/p",
+    ``{"kind": "ray", "workload_address": "http://head:8265", "workload_gcs": "head:6379",
+    "workload_token_path": None, "artifact_uri": "/state/artifacts" | "s3://b/p",
     "namespace": "spotplane", "hours_per_second": speed / 3600, "s3_endpoint_url": None}``
-    or ``{"kind": "simulated"}``.
+    or ``{"kind": "simulated"}``. The executor's checkpoint actors live on the workload cluster
+    (through an :class:`~controlplane.actorbridge.ActorBridge`): ``workload_gcs`` defaults to
+    the dashboard's host on Ray's GCS port 6379.
     """
     kind = config.get("kind", "ray")
     if kind == "simulated":
@@ -800,15 +868,15 @@ def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | S
         raise InvalidInput(
             "executor.kind", f"unknown executor {kind!r}", fix="use 'ray' or 'simulated'"
         )
-    for key in ("dashboard", "artifact_uri"):
-        if not config.get(key):
-            raise InvalidInput(
-                f"executor.{key}",
-                "is missing",
-                fix="pass the Ray dashboard address and where artifacts go",
-            )
+    if not config.get("workload_address"):
+        raise InvalidInput("executor.workload_address", "is missing", fix=WORKLOAD_FIX)
+    if not config.get("artifact_uri"):
+        raise InvalidInput(
+            "executor.artifact_uri", "is missing", fix="pass where checkpoint artifacts go"
+        )
+    dashboard = str(config["workload_address"])
     return RayJobExecutor(
-        str(config["dashboard"]),
+        dashboard,
         str(config["artifact_uri"]),
         namespace=str(config.get("namespace", "spotplane")),
         clock=clock,
@@ -816,7 +884,24 @@ def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | S
         s3_endpoint_url=config.get("s3_endpoint_url"),
         detached_actors=bool(config.get("detached_actors", False)),
         gpus=str(config.get("gpus", "auto")),
+        workload_gcs=str(config.get("workload_gcs") or default_gcs(dashboard)),
+        workload_token_path=config.get("workload_token_path"),
     )
+
+
+def default_gcs(dashboard_address: str) -> str:
+    """Ray's default GCS address on the dashboard's host (``head:6379``)."""
+    from urllib.parse import urlparse
+
+    host = urlparse(dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}")
+    return f"{host.hostname}:6379"
+
+
+def _same_endpoint(a: str, b: str) -> bool:
+    def norm(x: str) -> str:
+        return x.split("://", 1)[-1].rstrip("/").replace("localhost", "127.0.0.1")
+
+    return norm(a) == norm(b)
 
 
 def runtime_executor(
@@ -824,27 +909,32 @@ def runtime_executor(
 ) -> RayJobExecutor | SimulatedExecutor:
     """``RuntimeSettings(executor_factory="controlplane.executor:runtime_executor", executor_options=...)``.
 
-    Options: ``kind`` ("ray" default, or "simulated"), ``dashboard`` (default: the connected Ray's,
-    from its internal KV), ``artifact_uri`` (default ``<state_dir>/artifacts``),
-    ``hours_per_second`` (default: the simulated clock's speed / 3600, else 1/3600),
-    ``s3_endpoint_url``. The checkpoint actors plan with the fleet's lifetime model when it has
-    one (the simulated fleet's), else seed 001's GCE fit.
+    Runs inside the control plane (the controller actor). Options: ``kind`` ("ray" default, or
+    "simulated"), ``workload_address`` (required: the dashboard of the workload Ray cluster
+    tenants' jobs run on; refused when it is the control plane's own Ray), ``workload_gcs``
+    (default ``<dashboard host>:6379``), ``workload_token_path`` (that cluster's Ray auth token
+    file), ``artifact_uri`` (default ``<state_dir>/artifacts``), ``hours_per_second``
+    (default: the simulated clock's speed / 3600, else 1/3600), ``s3_endpoint_url``. The
+    checkpoint actors plan with the fleet's lifetime model when it has one (the simulated
+    fleet's), else seed 001's GCE fit.
     """
     kind = options.pop("kind", "ray")
     model = getattr(fleet, "lifetimes", None)
     model_factory = (lambda node: model) if model is not None and hasattr(model, "sf") else None
     if kind == "simulated":
         return SimulatedExecutor(clock, model_factory=model_factory)
-    dashboard = options.pop("dashboard", None)
+    dashboard = options.pop("workload_address", None)
     if not dashboard:
-        from ray._private.services import get_webui_url_from_internal_kv
+        raise InvalidInput("executor_options.workload_address", "is missing", fix=WORKLOAD_FIX)
+    from ray._private.services import get_webui_url_from_internal_kv
 
-        dashboard = get_webui_url_from_internal_kv()
-    if not dashboard:
+    own = get_webui_url_from_internal_kv()
+    if own and _same_endpoint(str(own), str(dashboard)):
         raise InvalidInput(
-            "executor_options.dashboard",
-            "no Ray dashboard found",
-            fix="start Ray with include_dashboard=True",
+            "executor_options.workload_address",
+            f"{dashboard} is the control plane's own Ray cluster: tenants' code there could "
+            "reach the controller, the store and their secrets",
+            fix=WORKLOAD_FIX,
         )
     uri = options.pop("artifact_uri", None)
     if not uri:
@@ -853,6 +943,7 @@ def runtime_executor(
         uri = str(load_settings().state_dir / "artifacts")
     speed = float(getattr(clock, "speed", 0.0) or 0.0)
     scale = float(options.pop("hours_per_second", speed / HOUR if speed > 0 else 1 / HOUR))
+    gcs = options.pop("workload_gcs", None) or default_gcs(str(dashboard))
     return RayJobExecutor(
         str(dashboard),
         str(uri),
@@ -860,5 +951,6 @@ def runtime_executor(
         clock=clock,
         hours_per_second=scale,
         model_factory=model_factory,
+        workload_gcs=str(gcs),
         **options,
     )

@@ -10,12 +10,19 @@ its own temp dir (so ``address="auto"`` inside it finds it, not the machine's ne
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
 
 _lock = threading.Lock()
 
@@ -66,3 +73,133 @@ def init_local_ray(**kwargs: Any) -> Any:
 
     write_ray_address(ray.get_runtime_context().gcs_address, temp_dir)
     return ctx
+
+
+# ------------------------------------------------------------------------------------------------
+# The workload cluster: where tenants' code runs (docs/security.md)
+# ------------------------------------------------------------------------------------------------
+NUMERIC_PREFIXES = ("OPENBLAS_", "MKL_", "OMP_", "KMP_", "NVPL_", "BLIS_", "NUMEXPR_", "GOTO_")
+KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME",
+            "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES")
+
+
+def scrubbed_env(home: str | None = None, token_path: str | None = None) -> dict[str, str]:
+    """A minimal environment for processes attached to the workload cluster: the system basics
+    of :data:`KEEP_ENV` and ``HOME`` (``home`` when given), never a ``SPOTPLANE_*`` secret,
+    cloud credentials, or ``RAY_ADDRESS`` / auth token of the control plane's Ray; with
+    ``token_path``, Ray authenticates with the workload cluster's own token file."""
+    env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith(NUMERIC_PREFIXES)}
+    env["HOME"] = home if home is not None else os.environ.get("HOME", "/")
+    env["PYTHONUNBUFFERED"] = "1"
+    if token_path is not None:
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN_PATH"] = token_path
+    return env
+
+
+@dataclass(frozen=True)
+class WorkloadAddress:
+    """A workload Ray cluster: its dashboard (job submission), GCS (the actor bridge) and the
+    file of its Ray auth token (None: a cluster without token authentication)."""
+
+    dashboard: str
+    gcs: str
+    token_path: str | None = None
+
+
+class WorkloadRay:
+    """A private local Ray for tenants' jobs, started in a child with a scrubbed environment
+    (``python -m controlplane.raylocal SLOTS NUM_CPUS``, ``HOME`` a directory of its own) so its raylet, dashboard agent and
+    every job it starts inherit no secret of the process that starts it. ``stop()`` (or the
+    parent's death: the child's stdin closes) shuts it down."""
+
+    def __init__(self, slots: int, *, num_cpus: int = 4, home: str | Path,
+                 python: str = sys.executable, timeout_s: float = 180.0, attempts: int = 3) -> None:
+        token = Path(home) / ".ray" / "auth_token"
+        for attempt in range(1, attempts + 1):
+            # Ray gives a new raylet 30 s to register (hard-coded): a loaded machine misses it
+            self.proc = subprocess.Popen(
+                [python, "-m", "controlplane.raylocal", str(slots), str(num_cpus)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                env={**scrubbed_env(str(home)), "RAY_AUTH_MODE": "disabled"},
+                start_new_session=True,  # a terminal's Ctrl-C reaches it only through stop()
+            )
+            assert self.proc.stdout is not None
+            line = _read_line(self.proc.stdout, timeout_s)
+            if line:
+                break
+            self.stop(timeout_s=30)
+            if attempt == attempts:
+                raise RuntimeError(f"the workload Ray did not start in {attempts} attempts")
+        info = json.loads(line)
+        self.address = WorkloadAddress(dashboard=info["dashboard"], gcs=info["gcs"],
+                                       token_path=str(token) if token.is_file() else None)
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Shut the workload Ray down (its jobs die with it)."""
+        if self.proc.poll() is not None:
+            return
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def new_token_file(path: Path) -> Path:
+    """A new random Ray auth token at ``path`` (mode 0600): the workload cluster's own, so no
+    process of it can join a Ray that uses another token (the control plane's)."""
+    import secrets
+
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
+
+
+def _read_line(stream: IO[bytes], timeout_s: float) -> str:
+    """One line from ``stream``, or "" after ``timeout_s`` / at EOF."""
+    box: list[bytes] = []
+    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return box[0].decode().strip() if box else ""
+
+
+def serve_workload(slots: int, num_cpus: int) -> int:
+    """The child of :class:`WorkloadRay`: start the Ray, print its addresses, wait for stdin EOF."""
+    import ray
+
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything Ray prints goes to stderr
+    try:
+        ctx = init_local_ray(namespace="spotplane-workload", include_dashboard=True,
+                             log_to_driver=False, configure_logging=False, num_cpus=num_cpus,
+                             resources={f"spotplane_slot:{i}": 1.0 for i in range(slots)})
+    except Exception:
+        ray.shutdown()  # whatever of the cluster did start
+        raise
+    dashboard = str(ctx.dashboard_url)
+    out.write(json.dumps({"dashboard": dashboard if "://" in dashboard else f"http://{dashboard}",
+                          "gcs": str(ctx.address_info["gcs_address"])}) + "\n")
+    out.flush()
+    signal.signal(signal.SIGTERM, _raise_exit)
+    try:
+        sys.stdin.buffer.read()  # until the parent closes it, dies, or sends SIGTERM
+    except (OSError, SystemExit):
+        pass
+    finally:
+        ray.shutdown()
+    return 0
+
+
+def _raise_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(serve_workload(int(sys.argv[1]), int(sys.argv[2])))

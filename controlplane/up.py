@@ -1,6 +1,7 @@
 """``spotplane up``: local Ray, the control plane's actors, the Serve API, and optionally the demo.
 
-Order of start: Ray -> control plane (``actors.runtime.start_control_plane``) -> Serve API on
+Order of start: the control plane's Ray -> the workload Ray (where tenants' jobs run, started
+with a scrubbed environment; docs/security.md) -> control plane (``actors.runtime.start_control_plane``) -> Serve API on
 the port -> the endpoint file (URL, admin token, pid; mode 0600) for the other commands. Stop
 (Ctrl-C, SIGTERM from ``spotplane down``, or the end of ``--demo --report-json``) runs in the
 reverse order and keeps the state directory for the next ``up``.
@@ -12,10 +13,12 @@ import argparse
 import importlib.util
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -118,6 +121,27 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Stop()
 
 
+def workload_options(args: argparse.Namespace) -> dict[str, str]:
+    """The operator's workload cluster: ``--workload-address`` (SPOTPLANE_WORKLOAD_ADDRESS, its
+    dashboard), ``--workload-gcs`` (SPOTPLANE_WORKLOAD_GCS) and ``--workload-token``
+    (SPOTPLANE_WORKLOAD_TOKEN_PATH, its Ray auth token file); {} when none is given (``up``
+    then starts a local one)."""
+    address = getattr(args, "workload_address", None) or os.environ.get("SPOTPLANE_WORKLOAD_ADDRESS")
+    gcs = getattr(args, "workload_gcs", None) or os.environ.get("SPOTPLANE_WORKLOAD_GCS")
+    token = getattr(args, "workload_token", None) or os.environ.get("SPOTPLANE_WORKLOAD_TOKEN_PATH")
+    if not address:
+        if gcs or token:
+            raise InvalidInput("--workload-address", "is missing",
+                               fix="--workload-gcs/--workload-token need the workload cluster's dashboard")
+        return {}
+    out = {"workload_address": address}
+    if gcs:
+        out["workload_gcs"] = gcs
+    if token:
+        out["workload_token_path"] = str(Path(token).expanduser().resolve())
+    return out
+
+
 def executor_options(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
     """Where real jobs' checkpoint artifacts go: ``--artifacts`` (or SPOTPLANE_ARTIFACTS), a
     directory or ``s3://bucket/prefix``, else ``STATE_DIR/artifacts``."""
@@ -154,6 +178,9 @@ def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[
         cmd += ["--artifacts", str(args.artifacts)]
     if getattr(args, "s3_endpoint", None):
         cmd += ["--s3-endpoint", str(args.s3_endpoint)]
+    for flag in ("workload_address", "workload_gcs", "workload_token"):
+        if getattr(args, flag, None):
+            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     return cmd
 
 
@@ -188,6 +215,9 @@ def run_up(args: argparse.Namespace) -> int:
     check_not_running(state_dir)
     check_fleet(args.fleet)
     executor_options(args, state_dir)  # a bad --artifacts fails here, before Ray starts
+    if args.fleet == "ray" and not workload_options(args):
+        raise ConfigError("fleet ray: tenants' jobs need a workload Ray cluster other than the control plane's",
+                          fix="pass --workload-address (its dashboard) and --workload-gcs (docs/security.md)")
     if args.report_json and not args.demo:
         raise ConfigError("--report-json: only the demo writes a report", fix="add --demo")
     speed = args.speed if args.speed is not None else (DEMO_SPEED if args.demo else DEFAULT_SPEED)
@@ -221,8 +251,8 @@ def run_up(args: argparse.Namespace) -> int:
 
 def start_ray(fleet: str) -> None:
     """Join the running Ray cluster (``--fleet ray``: one started with ``ray up``/``ray start``),
-    else start a private local Ray with the dashboard (Ray job submission) and one
-    ``spotplane_slot:<i>`` resource per node that may run a real replica at once."""
+    else start the control plane's private local Ray (actors and Serve; no tenant code runs
+    there: :func:`start_workload`)."""
     import ray
 
     if fleet == "ray":
@@ -233,12 +263,30 @@ def start_ray(fleet: str) -> None:
                               fix="start one with `ray up ray-cluster.yaml` (or set RAY_ADDRESS), "
                                   "or use --fleet sim") from exc
         return
-    from controlplane.executor import slot_resources
     from controlplane.raylocal import init_local_ray
 
     init_local_ray(namespace="spotplane", include_dashboard=True, log_to_driver=False,
-                   configure_logging=False, num_cpus=max(4, os.cpu_count() or 1),
-                   resources=slot_resources(REAL_JOB_SLOTS))
+                   configure_logging=False, num_cpus=max(4, os.cpu_count() or 1))
+
+
+def start_workload(args: argparse.Namespace, state_dir: Path, started: dict[str, Any]) -> dict[str, str]:
+    """The executor's workload options: the operator's cluster (``--workload-address``), else a
+    second private local Ray started with a scrubbed environment (HOME a fresh temporary
+    directory, outside the state directory, holding its own Ray auth token) and one ``spotplane_slot:<i>`` resource per simulated node
+    that may run a real replica at once."""
+    given = workload_options(args)
+    if given:
+        return given
+    from controlplane.raylocal import WorkloadRay
+
+    home = tempfile.mkdtemp(prefix="spotplane-workload-")
+    started["workload_home"] = home
+    workload = WorkloadRay(REAL_JOB_SLOTS, num_cpus=max(4, os.cpu_count() or 1), home=home)
+    started["workload"] = workload
+    out = {"workload_address": workload.address.dashboard, "workload_gcs": workload.address.gcs}
+    if workload.address.token_path:
+        out["workload_token_path"] = workload.address.token_path
+    return out
 
 
 def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, admin_token: str,
@@ -253,6 +301,7 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
           + (f", x{speed:g} speed" if args.fleet == "sim" else "") + ") and the API...", flush=True)
     start_ray(args.fleet)
     started["ray"] = True
+    workload = start_workload(args, state_dir, started)
     if not getattr(args, "debug", False):
         logging.getLogger("ray.serve").setLevel(logging.WARNING)  # keep the terminal for our table
     if threading.current_thread() is threading.main_thread():
@@ -266,7 +315,7 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet, speed=speed,
                                clock="sim" if args.fleet == "sim" else "wall",
                                executor_factory=EXECUTOR_FACTORY,
-                               executor_options=executor_options(args, state_dir))
+                               executor_options={**executor_options(args, state_dir), **workload})
     set_aside = quarantined_rows(db_path(state_dir))
     try:
         started["control_plane"] = start_control_plane(settings)
@@ -352,6 +401,15 @@ def _stop(started: dict[str, Any], state_dir: Path) -> None:
             stop_control_plane(handles)
         except Exception as exc:  # noqa: BLE001
             log.warning("stopping the control plane: %s", exc)
+    workload = started.pop("workload", None)
+    if workload is not None:
+        try:
+            workload.stop()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("stopping the workload Ray: %s", exc)
+    home = started.pop("workload_home", None)
+    if home is not None:
+        shutil.rmtree(home, ignore_errors=True)
     if started.pop("ray", False):
         import ray
 

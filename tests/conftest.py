@@ -36,13 +36,20 @@ def ray_cluster():  # type: ignore[no-untyped-def]
 
     if ray.is_initialized():
         ray.shutdown()
-    ctx = init_local_ray(
-        num_cpus=4,
-        include_dashboard=True,
-        namespace="spotplane-tests",
-        log_to_driver=False,
-        configure_logging=False,
-    )
+    for attempt in (1, 2, 3):  # Ray gives a raylet 30 s to register: a loaded machine misses it
+        try:
+            ctx = init_local_ray(
+                num_cpus=4,
+                include_dashboard=True,
+                namespace="spotplane-tests",
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            break
+        except Exception as e:
+            ray.shutdown()
+            if attempt == 3 or "timed out during startup" not in str(e):
+                raise
     yield ctx
     try:
         from ray import serve
@@ -51,3 +58,29 @@ def ray_cluster():  # type: ignore[no-untyped-def]
     except Exception:  # pragma: no cover - serve never started
         pass
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def workload_ray(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A second real local Ray for tenants' jobs (``controlplane.raylocal.WorkloadRay``: started
+    with a scrubbed environment, 4 ``spotplane_slot`` resources), beside the control plane's
+    ``ray_cluster``. One per session: each Ray costs 10-20 s to start. Yields its
+    ``WorkloadAddress``; the ``SPOTPLANE_ADMIN_TOKEN`` set while it starts must not reach it."""
+    import os
+
+    from controlplane.raylocal import WorkloadRay
+
+    saved = os.environ.get("SPOTPLANE_ADMIN_TOKEN")
+    os.environ["SPOTPLANE_ADMIN_TOKEN"] = WORKLOAD_PARENT_SECRET
+    try:
+        workload = WorkloadRay(4, num_cpus=2, home=tmp_path_factory.mktemp("workload-home"))
+    finally:
+        if saved is None:
+            os.environ.pop("SPOTPLANE_ADMIN_TOKEN", None)
+        else:
+            os.environ["SPOTPLANE_ADMIN_TOKEN"] = saved
+    yield workload.address
+    workload.stop()
+
+
+WORKLOAD_PARENT_SECRET = "spa_parent-secret-that-must-not-leak"

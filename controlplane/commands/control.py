@@ -62,6 +62,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--s3-endpoint", default=None, metavar="URL",
                     help="with an s3:// --artifacts: a custom S3 endpoint (MinIO, moto); "
                          "env SPOTPLANE_S3_ENDPOINT")
+    up.add_argument("--workload-address", default=None, metavar="URL",
+                    help="dashboard of the Ray cluster tenants' jobs run on, never the control plane's "
+                         "(default: a second local Ray; env SPOTPLANE_WORKLOAD_ADDRESS)")
+    up.add_argument("--workload-gcs", default=None, metavar="HOST:PORT",
+                    help="that cluster's GCS address (default: its dashboard host:6379; env SPOTPLANE_WORKLOAD_GCS)")
+    up.add_argument("--workload-token", default=None, metavar="FILE",
+                    help="that cluster's Ray auth token file (env SPOTPLANE_WORKLOAD_TOKEN_PATH)")
     up.set_defaults(handler=cmd_up)
 
     submit = sub.add_parser("submit", parents=[common], help="submit jobs or a bag from a YAML file")

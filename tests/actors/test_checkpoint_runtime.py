@@ -16,7 +16,7 @@ from controlplane.executor import job_logs
 from controlplane.models import TERMINAL_STATES, JobSpec, JobState
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
-from tests.support import assert_no_tick_failed, require_job_agent, train_reference
+from tests.support import assert_no_tick_failed, train_reference
 
 SPEED = 900.0
 
@@ -24,9 +24,8 @@ SPEED = 900.0
 @pytest.mark.ray
 @pytest.mark.slow
 def test_controller_actor_runs_a_real_job_through_its_executor(
-    ray_cluster: Any, tmp_path: Path
+    ray_cluster: Any, workload_ray: Any, tmp_path: Path
 ) -> None:
-    require_job_agent(ray_cluster)
     artifacts = tmp_path / "artifacts"
     settings = RuntimeSettings(
         state_dir=tmp_path,
@@ -39,7 +38,10 @@ def test_controller_actor_runs_a_real_job_through_its_executor(
         seed=1,
         fleet_options={"gcp": False, "lifetime_model": ExponentialModel(rate=0.3, limit=24.0)},
         executor_factory="controlplane.executor:runtime_executor",
-        executor_options={"dashboard": ray_cluster.dashboard_url, "artifact_uri": str(artifacts)},
+        executor_options={"workload_address": workload_ray.dashboard,
+                          "workload_gcs": workload_ray.gcs,
+                          "workload_token_path": workload_ray.token_path,
+                          "artifact_uri": str(artifacts)},
     )
     handles = start_control_plane(settings)
     try:
@@ -61,9 +63,9 @@ def test_controller_actor_runs_a_real_job_through_its_executor(
         while time.monotonic() < deadline and store.get_job(job.id).state not in TERMINAL_STATES:
             time.sleep(0.5)
         j = store.get_job(job.id)
-        logs = job_logs(ray_cluster.dashboard_url, job.id)
+        logs = job_logs(workload_ray.dashboard, job.id, workload_ray.token_path)
         assert j.state is JobState.SUCCEEDED, (j.state, j.message, logs[-3000:])
-        final = LocalArtifactStore(artifacts).restore_latest(job.id)
+        final = LocalArtifactStore(artifacts / "tenants" / tenant.id).restore_latest(job.id)
         assert final is not None and final.ref.progress == 1.0
         state, ref = sdk.loads(final.data), train_reference(steps, seed)
         for k in ("w1", "w2", "v1", "v2"):

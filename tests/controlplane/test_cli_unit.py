@@ -218,3 +218,34 @@ def test_up_with_a_bad_artifacts_uri_exits_2_before_starting(
     assert code == 2
     err = capsys.readouterr().err
     assert "--artifacts" in err and "s3://bucket/prefix" in err
+
+
+def test_up_workload_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from controlplane.up import child_command, workload_options
+
+    for name in ("SPOTPLANE_WORKLOAD_ADDRESS", "SPOTPLANE_WORKLOAD_GCS", "SPOTPLANE_WORKLOAD_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    assert workload_options(argparse.Namespace()) == {}  # `up` starts a local workload Ray
+    args = argparse.Namespace(workload_address="http://head:8265", workload_gcs="head:6379",
+                              workload_token=str(tmp_path / "tok"))
+    assert workload_options(args) == {"workload_address": "http://head:8265", "workload_gcs": "head:6379",
+                                      "workload_token_path": str(tmp_path / "tok")}
+    monkeypatch.setenv("SPOTPLANE_WORKLOAD_ADDRESS", "http://w:8265")
+    assert workload_options(argparse.Namespace()) == {"workload_address": "http://w:8265"}
+    monkeypatch.delenv("SPOTPLANE_WORKLOAD_ADDRESS")
+    with pytest.raises(InvalidInput, match="--workload-address: is missing"):
+        workload_options(argparse.Namespace(workload_gcs="head:6379"))
+    up = argparse.Namespace(debug=False, host="127.0.0.1", fleet="ray", demo=False, speed=None,
+                            report_json=None, plot=None, **vars(args))
+    cmd = child_command(up, tmp_path, 8000)
+    assert cmd[cmd.index("--workload-address") + 1] == "http://head:8265"
+    assert cmd[cmd.index("--workload-gcs") + 1] == "head:6379"
+
+
+def test_up_fleet_ray_without_a_workload_cluster_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPOTPLANE_WORKLOAD_ADDRESS", raising=False)
+    assert main(["up", "--state-dir", str(tmp_path), "--fleet", "ray"]) == 2
+    assert "--workload-address" in capsys.readouterr().err

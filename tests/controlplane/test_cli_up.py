@@ -62,7 +62,8 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
              "--speed", "600"], stdout=fh, stderr=subprocess.STDOUT, env=env,
             start_new_session=True)  # its own process group, as a terminal's foreground job
     try:
-        _wait(lambda: read_endpoint(state) is not None or proc.poll() is not None, 180, "`spotplane up`")
+        # two local Rays start: the control plane's and the workload's (docs/security.md)
+        _wait(lambda: read_endpoint(state) is not None or proc.poll() is not None, 300, "`spotplane up`")
         assert proc.poll() is None, log.read_text()
         yield Up(proc, state, f"http://127.0.0.1:{port}", log)
     finally:

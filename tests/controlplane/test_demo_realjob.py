@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from controlplane.demo import Scenario, real_job
-from tests.support import assert_no_tick_failed, free_port, require_job_agent
+from tests.support import assert_no_tick_failed, free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -38,12 +38,11 @@ def realjob_scenario() -> Scenario:
 
 
 @pytest.fixture
-def control_plane(ray_cluster: Any, tmp_path: Path) -> Iterator[str]:
+def control_plane(ray_cluster: Any, workload_ray: Any, tmp_path: Path) -> Iterator[str]:
     from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
     from controlplane.controller import ControllerSettings
     from serve.app import start_api, stop_api
 
-    require_job_agent(ray_cluster)
     settings = RuntimeSettings(
         state_dir=tmp_path / "state", speed=3600.0, namespace="spotplane-demo-realjob",
         detached=False,
@@ -54,7 +53,9 @@ def control_plane(ray_cluster: Any, tmp_path: Path) -> Iterator[str]:
         controller=ControllerSettings(pool_nodes={"V100": POOL, "H100": 1}),
         executor_factory="controlplane.executor:runtime_executor",
         executor_options={"artifact_uri": str(tmp_path / "artifacts"),
-                          "dashboard": ray_cluster.dashboard_url})
+                          "workload_address": workload_ray.dashboard,
+                          "workload_gcs": workload_ray.gcs,
+                          "workload_token_path": workload_ray.token_path})
     handles = start_control_plane(settings)
     try:
         yield start_api(settings.db_path, ADMIN, free_port())
@@ -80,5 +81,7 @@ def test_real_job_is_evicted_restores_and_finishes(control_plane: str, tmp_path:
     assert real.checkpoints >= 1, report.render()
     assert "real job real-numpy: SUCCEEDED" in report.render()
     assert real.cost > 0 and real.on_demand_cost > 0
-    artifacts = tmp_path / "artifacts" / "jobs" / real.id
+    tenants = list((tmp_path / "artifacts" / "tenants").iterdir())
+    assert len(tenants) == 1  # the real job's tenant's prefix, and only its
+    artifacts = tenants[0] / "jobs" / real.id
     assert any(artifacts.rglob("*.json")), "no checkpoint artifact was written"

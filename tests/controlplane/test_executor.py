@@ -307,5 +307,5 @@ def test_simulated_executor_progresses_checkpoints_and_restarts_from_the_checkpo
     assert ex.poll([restarted])["job-s"].finished
     with pytest.raises(InvalidInput, match="executor.kind"):
         make_executor({"kind": "k8s"}, clock=clock)
-    with pytest.raises(InvalidInput, match="dashboard"):
+    with pytest.raises(InvalidInput, match="executor.workload_address"):
         make_executor({"kind": "ray", "artifact_uri": "/tmp/x"}, clock=clock)

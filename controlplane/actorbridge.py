@@ -1,0 +1,237 @@
+"""The checkpoint actors of a workload Ray cluster, driven from a process that is not its driver.
+
+A job's :class:`~actors.checkpoint.CheckpointActor` must live on the cluster the job runs on
+(the job finds it with ``ray.get_actor``), and that cluster is not the control plane's
+(docs/security.md). A process is a driver of one Ray cluster at a time, and the executor runs
+inside the control plane's controller actor, so it reaches the workload cluster's actors
+through :class:`ActorBridge`: a child process (``python -m controlplane.actorbridge GCS NS``,
+started with a scrubbed environment) that is a driver of the workload cluster only, owns the
+checkpoint actors and answers length-prefixed pickled requests on its stdin/stdout.
+
+:class:`LocalActors` is the same interface over this process's own Ray connection, for an
+executor that runs as a driver of the workload cluster itself (tests, an operator's runner).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Any, Protocol
+
+from controlplane.raylocal import scrubbed_env
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">I")
+READY_TIMEOUT_S = 120.0
+
+
+class Actors(Protocol):
+    """What the executor does with checkpoint actors on the workload cluster."""
+
+    def resources(self) -> dict[str, float]: ...
+
+    def create(self, options: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]: ...
+
+    def call(self, name: str, method: str, *args: Any, timeout: float | None = None) -> Any: ...
+
+    def kill(self, name: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ActorOps:
+    """The operations, over this process's Ray connection (named actors in one namespace)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.handles: dict[str, Any] = {}  # a non-detached actor lives while its owner holds one
+
+    def resources(self) -> dict[str, float]:
+        import ray
+
+        return {k: float(v) for k, v in ray.cluster_resources().items()} if ray.is_initialized() else {}
+
+    def create(self, options: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Start a checkpoint actor and wait until it is placed and planned."""
+        import ray
+
+        from actors.checkpoint import RemoteCheckpointActor
+
+        actor = RemoteCheckpointActor.options(**options).remote(**kwargs)  # type: ignore[attr-defined]
+        status = dict(ray.get(actor.status.remote()))  # type: ignore[attr-defined]
+        self.handles[str(options["name"])] = actor
+        return status
+
+    def call(self, name: str, method: str, *args: Any, timeout: float | None = None) -> Any:
+        """``actor.method(*args)``: the result within ``timeout`` s, or fire-and-forget (None).
+        Raises LookupError when no such actor lives."""
+        import ray
+
+        handle = self.handles.get(name)
+        if handle is None:
+            try:  # started by an earlier owner (a restarted controller, detached actors)
+                handle = ray.get_actor(name, namespace=self.namespace)
+            except ValueError as e:
+                raise LookupError(f"no checkpoint actor {name}") from e
+            self.handles[name] = handle
+        ref = getattr(handle, method).remote(*args)
+        return None if timeout is None else ray.get(ref, timeout=timeout)
+
+    def kill(self, name: str) -> None:
+        """Kill the actor and wait until its name is released (``ray.kill`` is asynchronous:
+        until then the next attempt's ``get_if_exists`` would get the dying actor)."""
+        import ray
+
+        handle = self.handles.pop(name, None)
+        with contextlib.suppress(ValueError):
+            ray.kill(handle or ray.get_actor(name, namespace=self.namespace), no_restart=True)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                return
+            time.sleep(0.05)
+        log.warning("checkpoint actor %s still registered 10 s after ray.kill", name)
+
+    def close(self) -> None:
+        self.handles.clear()
+
+
+LocalActors = ActorOps
+
+
+def _send(out: IO[bytes], obj: Any) -> None:
+    from ray import cloudpickle
+
+    data = cloudpickle.dumps(obj)
+    out.write(_HEADER.pack(len(data)) + data)
+    out.flush()
+
+
+def _recv(inp: IO[bytes]) -> Any:
+    import pickle
+
+    head = inp.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        raise EOFError("the other side closed the pipe")
+    (size,) = _HEADER.unpack(head)
+    data = inp.read(size)
+    if len(data) < size:
+        raise EOFError("the other side closed the pipe mid-message")
+    return pickle.loads(data)
+
+
+class ActorBridge:
+    """:class:`Actors` on another Ray cluster, through a child process that is its driver."""
+
+    def __init__(self, gcs_address: str, namespace: str, *, python: str = sys.executable,
+                 token_path: str | None = None) -> None:
+        self.gcs_address = gcs_address
+        self.namespace = namespace
+        self.python = python
+        self.env = scrubbed_env(token_path=token_path)
+        if token_path is None:  # never present the control plane's own token (~/.ray) there
+            self.env["RAY_AUTH_MODE"] = "disabled"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def resources(self) -> dict[str, float]:
+        return dict(self._ask("resources"))
+
+    def create(self, options: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._ask("create", options, kwargs))
+
+    def call(self, name: str, method: str, *args: Any, timeout: float | None = None) -> Any:
+        return self._ask("call", name, method, *args, timeout=timeout)
+
+    def kill(self, name: str) -> None:
+        self._ask("kill", name)
+
+    def close(self) -> None:
+        """Stop the child (its non-detached actors die with it)."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [self.python, "-m", "controlplane.actorbridge", self.gcs_address, self.namespace],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env=self.env,
+        )
+        assert proc.stdout is not None
+        status, value = _recv(proc.stdout)  # blocks until connected (or the child died)
+        if status != "ok":
+            proc.kill()
+            raise ConnectionError(f"workload Ray at {self.gcs_address}: {value}")
+        log.info("actor bridge connected to the workload Ray at %s", self.gcs_address)
+        return proc
+
+    def _ask(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = self._start()
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            try:
+                _send(self._proc.stdin, (op, args, kwargs))
+                status, value = _recv(self._proc.stdout)
+            except (EOFError, BrokenPipeError, OSError) as e:
+                self._proc = None
+                raise ConnectionError(f"actor bridge to {self.gcs_address} died: {e}") from e
+        if status == "missing":
+            raise LookupError(value)
+        if status != "ok":
+            raise RuntimeError(value)
+        return value
+
+
+def serve(gcs_address: str, namespace: str) -> int:
+    """The child: connect to the workload Ray, then answer requests until stdin closes."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything Ray prints goes to stderr, never into the protocol
+    inp = sys.stdin.buffer
+    try:
+        import ray
+
+        ray.init(address=gcs_address, namespace=namespace, log_to_driver=False,
+                 configure_logging=False)
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
+        _send(out, ("error", f"{type(e).__name__}: {e}"))
+        return 1
+    _send(out, ("ok", None))
+    ops = ActorOps(namespace)
+    while True:
+        try:
+            op, args, kwargs = _recv(inp)
+        except EOFError:
+            break
+        try:
+            _send(out, ("ok", getattr(ops, op)(*args, **kwargs)))
+        except LookupError as e:
+            _send(out, ("missing", str(e)))
+        except Exception as e:  # noqa: BLE001 - the parent raises it
+            _send(out, ("error", f"{type(e).__name__}: {e}"))
+    ops.close()
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1], sys.argv[2]))

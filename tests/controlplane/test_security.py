@@ -1,0 +1,137 @@
+"""The trust model (docs/security.md) on real Rays: a tenant's job runs on the workload cluster,
+sees only its allow-listed environment, and reaches neither the control plane's actors, store and
+secrets nor another tenant's artifacts."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
+from clusters.artifacts import LocalArtifactStore
+from controlplane import jobenv
+from controlplane.errors import InvalidInput
+from controlplane.executor import job_env, job_logs, runtime_executor
+from controlplane.models import TERMINAL_STATES, JobSpec, JobState
+from controlplane.store import Store
+from tests.conftest import WORKLOAD_PARENT_SECRET
+
+HOSTILE = Path(__file__).with_name("hostile_job.py")
+ADMIN = "spa_admin-token-of-the-control-plane"
+
+
+def test_the_launcher_keeps_only_the_allow_list() -> None:
+    environ = {"PATH": "/bin", "HOME": "/h", "SPOTPLANE_ADMIN_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y",
+               "SPOTPLANE_JOB_ID": "j1", "RAY_ADDRESS": "1.2.3.4:6379", "MY_SETTING": "42",
+               "GOOGLE_APPLICATION_CREDENTIALS": "/k.json", "SPOTPLANE_S3_ENDPOINT_URL": "http://s3"}
+    assert jobenv.allowed(environ, ["MY_SETTING"]) == {
+        "PATH": "/bin", "HOME": "/h", "SPOTPLANE_JOB_ID": "j1", "RAY_ADDRESS": "1.2.3.4:6379",
+        "MY_SETTING": "42", "SPOTPLANE_S3_ENDPOINT_URL": "http://s3"}
+    assert jobenv.user_keys({"A": "1", "SPOTPLANE_ADMIN_TOKEN": "x", "a,b": "2"}) == ["A"]
+
+
+def test_job_env_is_the_explicit_list_and_the_users_own() -> None:
+    env = job_env({"MY_SETTING": "42", "SPOTPLANE_ADMIN_TOKEN": "x", "SPOTPLANE_JOB_ID": "forged"},
+                  job_id="j1", replica_id="r0", tenant_id="t1", artifact_uri="/a/tenants/t1",
+                  actor="spotplane-ckpt-j1-r0", namespace="ns", node_id="n1", pythonpath="/repo")
+    assert env == {"MY_SETTING": "42", "SPOTPLANE_JOB_ID": "j1", "SPOTPLANE_REPLICA_ID": "r0",
+                   "SPOTPLANE_TENANT_ID": "t1", "SPOTPLANE_ARTIFACT_URI": "/a/tenants/t1",
+                   "SPOTPLANE_CHECKPOINT_ACTOR": "spotplane-ckpt-j1-r0",
+                   "SPOTPLANE_RAY_NAMESPACE": "ns", "SPOTPLANE_NODE_ID": "n1", "PYTHONPATH": "/repo"}
+
+
+@pytest.mark.ray
+def test_the_executor_refuses_the_control_planes_own_ray(ray_cluster: Any) -> None:
+    from controlplane.clock import WallClock
+
+    with pytest.raises(InvalidInput, match="control plane's own Ray cluster"):
+        runtime_executor(clock=WallClock(), workload_address=ray_cluster.dashboard_url,
+                         artifact_uri="/tmp/x")
+    with pytest.raises(InvalidInput, match="executor_options.workload_address: is missing"):
+        runtime_executor(clock=WallClock(), artifact_uri="/tmp/x")
+
+
+def _wait_terminal(store: Store, job_id: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and store.get_job(job_id).state not in TERMINAL_STATES:
+        time.sleep(0.5)
+    return store.get_job(job_id)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_hostile_job_reaches_no_secret_actor_store_or_other_tenants_artifacts(
+    ray_cluster: Any, workload_ray: Any, tmp_path: Path
+) -> None:
+    namespace = f"sec-{uuid.uuid4().hex[:8]}"
+    artifacts = tmp_path / "artifacts"
+    os.environ["SPOTPLANE_ADMIN_TOKEN"] = ADMIN  # in the process that starts the control plane
+    settings = RuntimeSettings(
+        state_dir=tmp_path / "state", namespace=namespace, detached=False, forecaster=False,
+        policy_actors=False, speed=60.0, autostart=True, seed=1, fleet_options={"gcp": False},
+        executor_factory="controlplane.executor:runtime_executor",
+        executor_options={"workload_address": workload_ray.dashboard,
+                          "workload_gcs": workload_ray.gcs,
+                          "workload_token_path": workload_ray.token_path,
+                          "artifact_uri": str(artifacts)},
+    )
+    handles = start_control_plane(settings)
+    try:
+        store = Store(settings.db_path)
+        victim_tenant, _ = store.create_tenant("victim")
+        hostile_tenant, _ = store.create_tenant("hostile")
+        victim = store.submit_job(victim_tenant.id, JobSpec(
+            name="numpy", kind="spot", accelerator="V100", compute_hours=0.05,
+            entrypoint="python examples/train_numpy.py --steps 40 --seed 3 --step-seconds 0.02"))
+        v = _wait_terminal(store, victim.id, 240)
+        assert v.state is JobState.SUCCEEDED, (v.state, v.message)
+        victim_store = LocalArtifactStore(artifacts / "tenants" / victim_tenant.id)
+        assert victim_store.restore_latest(victim.id) is not None  # the victim's own prefix
+        control_gcs = ray_cluster.address_info["gcs_address"]
+        hostile = store.submit_job(hostile_tenant.id, JobSpec(
+            name="hostile", kind="spot", accelerator="V100", compute_hours=0.05,
+            env={"MY_SETTING": "42"},
+            entrypoint=f"python {HOSTILE} {victim.id} {namespace} {control_gcs}"))
+        h = _wait_terminal(store, hostile.id, 240)
+        logs = job_logs(workload_ray.dashboard, hostile.id, workload_ray.token_path)
+        print(logs[-8000:])  # shown when an assertion below fails
+        assert h.state is JobState.SUCCEEDED, (h.state, h.message)
+    finally:
+        stop_control_plane(handles)
+        os.environ.pop("SPOTPLANE_ADMIN_TOKEN", None)
+    found = json.loads(next(ln for ln in logs.splitlines() if ln.startswith("HOSTILE "))[8:])
+    print(json.dumps({k: v for k, v in found.items() if k != "env"}, indent=1))
+    env = found["env"]
+    # (a) no control-plane secret in its environment; only the allow-list and its own env
+    assert "SPOTPLANE_ADMIN_TOKEN" not in env
+    assert not any(ADMIN in v or WORKLOAD_PARENT_SECRET in v for v in env.values())
+    assert {k for k in env if k.startswith("SPOTPLANE_")} == {
+        "SPOTPLANE_JOB_ID", "SPOTPLANE_REPLICA_ID", "SPOTPLANE_TENANT_ID", "SPOTPLANE_ARTIFACT_URI",
+        "SPOTPLANE_CHECKPOINT_ACTOR", "SPOTPLANE_RAY_NAMESPACE", "SPOTPLANE_NODE_ID"}
+    assert env["MY_SETTING"] == "42" and env["SPOTPLANE_TENANT_ID"] == hostile_tenant.id
+    assert set(env) - {"MY_SETTING"} <= jobenv.SYSTEM_KEYS | jobenv.SPOTPLANE_KEYS | {
+        k for k in env if k.startswith(("RAY_", *jobenv.NUMERIC_PREFIXES))}
+    # ... nor in the files it finds from its HOME (the default state dir)
+    assert found["files"] and all(r.startswith("FAILED") for r in found["files"].values()), found["files"]
+    # no Ray token in its HOME (the control plane's lives in the real home's ~/.ray)
+    assert found["own_ray_token"].startswith("FAILED FileNotFoundError"), found["own_ray_token"]
+    # (b) its Ray is the workload cluster: no controller, only checkpoint actors
+    assert found["gcs"] == f"GOT {workload_ray.gcs!r}"
+    assert found["controller"].startswith("FAILED ValueError"), found["controller"]
+    names = [a["name"] for a in found["named_actors"] if not a["name"].startswith("_ray_internal_")]
+    assert names and all(n.startswith("spotplane-ckpt-") for n in names), found["named_actors"]
+    # ... and the control plane's Ray refuses it (not its Ray auth token)
+    assert found["control_ray"].startswith("FAILED"), found["control_ray"]
+    # (c) the store's SQLite file is nowhere it can find
+    assert all(r.startswith("FAILED") for r in found["store"].values()), found["store"]
+    # (d) its artifact store is its tenant's prefix: the victim's job is not there
+    assert found["artifact_uri"] == str(artifacts / "tenants" / hostile_tenant.id)
+    assert found["other_list"] == "GOT []"
+    assert found["other_restore"] == "GOT None"
+    assert found["other_traversal"].startswith("FAILED InvalidInput"), found["other_traversal"]
