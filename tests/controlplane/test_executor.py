@@ -200,14 +200,13 @@ def test_two_replicas_survivor_checkpoints_and_replacement_restores_from_it(
     executor: RayJobExecutor,
 ) -> None:
     steps, seed, job = 300, 11, "job-replicas"
-    store = LocalArtifactStore(executor.store.uri[len("file://") :])  # type: ignore[attr-defined]
+    # every replica of tenant t's job, the replacement included, uses t's artifact prefix
+    store = LocalArtifactStore(executor.store_for("t").uri[len("file://") :])  # type: ignore[attr-defined]
     entry = _entry(steps, seed, 0.03)
-    r0 = executor.start_replica(
-        job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * 0.03, node_id="zone-a-1"
-    )
-    r1 = executor.start_replica(
-        job_id=job, replica_id="r1", entrypoint=entry, work_hours=steps * 0.03, node_id="zone-b-1"
-    )
+    r0 = executor.start_replica(job_id=job, replica_id="r0", entrypoint=entry,
+                                work_hours=steps * 0.03, node_id="zone-a-1", tenant_id="t")
+    r1 = executor.start_replica(job_id=job, replica_id="r1", entrypoint=entry,
+                                work_hours=steps * 0.03, node_id="zone-b-1", tenant_id="t")
     wait_for(
         lambda: len(store.list(job, "r0")) >= 1 and len(store.list(job, "r1")) >= 1,
         90,

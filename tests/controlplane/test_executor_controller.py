@@ -98,7 +98,8 @@ def test_real_job_is_preempted_by_the_fleet_restores_elsewhere_and_finishes(
     assert j.preemptions >= 1, "the fleet preempted nothing: lengthen the job"
     attempts = ex.replicas[job.id]
     assert len({r.node_id for r in attempts}) == len(attempts) >= 2  # restored on other nodes
-    artifacts = LocalArtifactStore(ex.store.uri[len("file://") :])  # type: ignore[attr-defined]
+    # the job's checkpoints live under its tenant's prefix
+    artifacts = LocalArtifactStore(ex.store_for(job.tenant_id).uri[len("file://") :])  # type: ignore[attr-defined]
     final = artifacts.restore_latest(job.id)
     assert final is not None and final.ref.progress == 1.0
     state, ref = sdk.loads(final.data), train_reference(steps, seed)
