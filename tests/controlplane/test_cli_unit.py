@@ -59,7 +59,7 @@ def test_yaml_errors_name_the_field(tmp_path: Path) -> None:
     ("name: a\ncompute_hours: -1\n", "job.compute_hours", "Input should be greater than 0"),
     ("name: a\ncompute_hours: 1\ngpus: 2\n", "job.gpus", "Extra inputs are not permitted"),
     ("jobs:\n  - {name: a, compute_hours: 1}\n  - {name: b, compute_hours: ten}\n", "jobs[1].compute_hours",
-     "Input should be a valid number, unable to parse string as a number"),
+     "Input should be a valid number"),
     ("jobs: []\nbag: {name: s, template: {name: s, compute_hours: 1}, params: []}\n", "bag.params",
      "List should have at least 1 item after validation, not 0"),
     ("jobs: []\ndefaults: {kind: hp}\n", "defaults", "unknown top-level key"),
