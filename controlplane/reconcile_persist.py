@@ -78,6 +78,11 @@ class PersistMixin(ReconcileState):
                     i in job.node_ids for i in node_ids):
                 self._preempt(job, now, nodes, f"launch refused: {exc.reason} ({req.zone})")
             return
+        except CloudError as exc:  # the tick aborts and the intent is retried: count it apart,
+            # since the tick's own counters are rolled back with it
+            self.store.incr(metrics.counter_key("launch_failures_total", provider=self.fleet.name,
+                                                error=type(exc).__name__))
+            raise
         intent.status, intent.done_at = INTENT_DONE, now
         w.intents.append(intent)
         w.count("nodes_launched_total", len(insts))

@@ -369,3 +369,36 @@ def test_executor_checkpoint_bytes_and_fallbacks_count_once_across_a_restart(
     assert fams["spotplane_checkpoint_restore_fallbacks"].samples[0].value == 1
     assert _values(fams["spotplane_checkpoint_writes"], "source", suffix="_total") == {
         ("executor",): 10.0}
+
+
+def test_a_launch_that_aborts_the_tick_is_still_counted(tmp_path: Path, data_root: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cloud error other than a capacity refusal aborts the tick (its intent is retried), and
+    the tick's counters roll back with it: the failure is counted on its own, once per try."""
+    from controlplane.errors import CloudError
+
+    clock = SimClock(start=0.0)
+    store = Store(tmp_path / "spotplane.db")
+    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
+                                        state_path=tmp_path / "simfleet.db")
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes=POOLS),
+                     epoch=store.take_controller_lease())
+    tenant, _ = store.create_tenant("t")
+    store.submit_jobs(tenant.id, [JobSpec(name="j", compute_hours=1.0, accelerator="V100")])
+
+    def broken(req: Any) -> Any:
+        raise CloudError("the provider's API answered 503")
+
+    monkeypatch.setattr(fleet, "launch", broken)
+    raised = 0
+    for _ in range(10):  # the job is queued, then placed: from then on every tick tries
+        try:
+            ctl.tick()
+        except CloudError as exc:
+            assert "503" in str(exc)
+            raised += 1
+        clock.advance(60.0)
+    assert raised >= 1
+    fams = _scrape(store)
+    failures = _values(fams["spotplane_launch_failures"], "provider", "error", suffix="_total")
+    assert failures == {(fleet.name, "CloudError"): float(raised)}
