@@ -17,9 +17,10 @@ import hmac
 import logging
 import threading
 import time
+import types
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -84,36 +85,57 @@ log = logging.getLogger(__name__)
 APP_NAME = "spotplane"
 API = "/v1"
 
-_QUERY_NAMES: dict[int, frozenset[str]] = {}
+_QUERY_NAMES: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
 
 
-def _query_names(route: Any) -> frozenset[str]:
-    """The query parameters a route declares (its own and its dependencies'), cached per route."""
+def _is_sequence(annotation: Any) -> bool:
+    """Whether a query parameter's type takes several values (``list[X] | None`` does)."""
+    origin = get_origin(annotation)
+    if origin in (list, tuple, set, frozenset):
+        return True
+    if origin is Annotated:
+        return _is_sequence(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return any(_is_sequence(a) for a in get_args(annotation))
+    return False
+
+
+def _query_names(route: Any) -> tuple[frozenset[str], frozenset[str]]:
+    """The query parameters a route declares (its own and its dependencies') and those of them
+    that take one value, cached per route."""
     known = _QUERY_NAMES.get(id(route))
     if known is not None:
         return known
     names: set[str] = set()
+    single: set[str] = set()
     stack = [route.dependant]
     while stack:
         dependant = stack.pop()
-        names.update(p.alias for p in dependant.query_params)
+        for p in dependant.query_params:
+            names.add(p.alias)
+            if not _is_sequence(p.field_info.annotation):
+                single.add(p.alias)
         stack.extend(dependant.dependencies)
-    known = _QUERY_NAMES[id(route)] = frozenset(names)
+    known = _QUERY_NAMES[id(route)] = (frozenset(names), frozenset(single))
     return known
 
 
 async def refuse_unknown_query(request: Request) -> None:
     """Strict query strings: a parameter the route does not take is a 422, not silently ignored
-    (``?stat=RUNNING`` would otherwise list every job)."""
+    (``?stat=RUNNING`` would otherwise list every job), and so is a one-value parameter given
+    twice (``?tenant_id=a&tenant_id=b`` would otherwise take the last)."""
     route = request.scope.get("route")
     if route is None or not request.query_params:
         return
-    known = _query_names(route)
-    unknown = [k for k in request.query_params if k not in known]
-    if unknown:
-        raise RequestValidationError([
-            {"type": "extra_forbidden", "loc": ("query", k), "msg": "unknown query parameter"}
-            for k in unknown])
+    known, single = _query_names(route)
+    errors = [{"type": "extra_forbidden", "loc": ("query", k), "msg": "unknown query parameter"}
+              for k in request.query_params if k not in known]
+    errors += [{"type": "repeated_parameter", "loc": ("query", k),
+                "msg": "is given more than once"}
+               for k in sorted(set(request.query_params))
+               if k in single and len(request.query_params.getlist(k)) > 1]
+    if errors:
+        raise RequestValidationError(errors)
 
 
 app = FastAPI(

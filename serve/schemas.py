@@ -234,6 +234,8 @@ def _builtin(kind: str, ctx: Mapping[str, Any], msg: str, field: str) -> tuple[s
         return msg.lower(), "send true or false"
     if kind in ("json_invalid", "model_attributes_type", "dict_type"):
         return msg.lower(), "send a JSON object with the fields listed at /docs"
+    if kind == "repeated_parameter":
+        return msg, "give the parameter once"
     return msg, "see the request schema at /docs"
 
 

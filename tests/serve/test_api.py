@@ -401,13 +401,20 @@ def test_hostile_body_is_a_422_naming_the_field_and_nothing_is_stored(api: Api, 
     ("params", "field"),
     [({"offset": "9223372036854775808"}, "offset"), ({"offset": "-1"}, "offset"),
      ({"limit": "10001"}, "limit"), ({"limit": "1e3"}, "limit"), ({"state": "PENDING\x00"}, "state[0]"),
-     ({"stat": "RUNNING"}, "stat")],
+     ({"stat": "RUNNING"}, "stat"), ({"limit": ["5", "6"]}, "limit"), ({"kind": ["spot", "hp"]}, "kind")],
 )
 def test_hostile_query_is_a_422_naming_the_parameter(api: Api, params: dict, field: str) -> None:
     """Out-of-range, fractional, control characters, and parameters the route does not take."""
     r = api.acme.get("/v1/jobs", params=params)
     assert r.status_code == 422, r.text
     assert r.json()["errors"][0]["field"] == field
+
+
+def test_a_list_parameter_may_repeat_a_one_value_parameter_may_not(api: Api) -> None:
+    assert api.acme.get("/v1/jobs", params={"state": ["PENDING", "RUNNING"]}).status_code == 200
+    r = api.acme.post("/v1/jobs", params={"tenant_id": ["", "other"]}, json={"name": "x", "compute_hours": 1})
+    assert r.status_code == 422 and r.json()["message"] == (
+        "tenant_id: is given more than once; give the parameter once"), r.text
 
 
 def test_stored_jobs_hold_only_finite_numbers_and_strict_types(api: Api) -> None:
