@@ -18,6 +18,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,19 +112,13 @@ async def _run_clients(url: str, tokens: list[str], per_client: int) -> tuple[li
     return lat, accepted, time.perf_counter() - t0
 
 
-def run(requests: int = 1600, clients: int = 16, warmup: int = 64) -> dict[str, Any]:
-    """Start Ray + Serve over a fresh store, submit, verify; the result dict of ``--json``."""
+@contextlib.contextmanager
+def local_api(db: Path, admin: str) -> Iterator[str]:
+    """The API served from ``db`` on a free port (on a local Ray of its own unless one runs)."""
     import ray
 
-    from controlplane.store import Store
     from serve.app import start_api, stop_api
-    from serve.auth import new_admin_token
 
-    state = Path(tempfile.mkdtemp(prefix="spotplane-bench-api-"))
-    db = state / "spotplane.db"
-    store = Store(db)
-    tokens = [store.create_tenant(f"bench-{i}", max_gpus=1000)[1] for i in range(clients)]
-    admin = new_admin_token()
     own_ray = not ray.is_initialized()  # a test session may already run one
     if own_ray:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
@@ -131,14 +126,28 @@ def run(requests: int = 1600, clients: int = 16, warmup: int = 64) -> dict[str, 
     try:
         url = start_api(db, admin, free_port())
         try:
-            per_client = max(1, requests // clients)
-            asyncio.run(_run_clients(url, tokens[:1], warmup))  # warm the replica and the proxy
-            lat, accepted, wall = asyncio.run(_run_clients(url, tokens, per_client))
+            yield url
         finally:
             stop_api()
     finally:
         if own_ray:
             ray.shutdown()
+
+
+def run(requests: int = 1600, clients: int = 16, warmup: int = 64) -> dict[str, Any]:
+    """Start Ray + Serve over a fresh store, submit, verify; the result dict of ``--json``."""
+    from controlplane.store import Store
+    from serve.auth import new_admin_token
+
+    state = Path(tempfile.mkdtemp(prefix="spotplane-bench-api-"))
+    db = state / "spotplane.db"
+    store = Store(db)
+    tokens = [store.create_tenant(f"bench-{i}", max_gpus=1000)[1] for i in range(clients)]
+    admin = new_admin_token()
+    with local_api(db, admin) as url:
+        per_client = max(1, requests // clients)
+        asyncio.run(_run_clients(url, tokens[:1], warmup))  # warm the replica and the proxy
+        lat, accepted, wall = asyncio.run(_run_clients(url, tokens, per_client))
     ids = set(accepted)
     stored = {j.id for j in store.list_jobs(None, limit=10**9)}
     warm = warmup

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from benchmarks import entry
-from benchmarks.api import free_port
+from benchmarks.api import local_api
 from controlplane.errors import ConfigError
 
 TARGET_FIRST_PAINT_MS = 2000.0
@@ -96,9 +96,7 @@ def sorted_page_ms(url: str, admin: str, repeats: int = 5) -> dict[str, float]:
 
 def run(jobs: int = 10_000, runs: int = 5) -> dict[str, Any]:
     """Fill a store, serve it, measure; the result dict of ``--json``."""
-    import ray
 
-    from serve.app import start_api, stop_api
     from serve.auth import new_admin_token
 
     db = Path(tempfile.mkdtemp(prefix="spotplane-bench-dashboard-")) / "spotplane.db"
@@ -106,22 +104,11 @@ def run(jobs: int = 10_000, runs: int = 5) -> dict[str, Any]:
     fill_store(db, jobs)
     fill_s = time.perf_counter() - t0
     admin = new_admin_token()
-    own_ray = not ray.is_initialized()
-    if own_ray:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 namespace="spotplane-bench")
-    try:
-        url = start_api(db, admin, free_port())
-        try:
-            total = httpx.get(f"{url}/v1/dashboard/jobs", params={"limit": 1},
-                              headers={"Authorization": f"Bearer {admin}"}, timeout=60).json()["total"]
-            paints, rows = first_paints(url, admin, runs)
-            sorts = sorted_page_ms(url, admin)
-        finally:
-            stop_api()
-    finally:
-        if own_ray:
-            ray.shutdown()
+    with local_api(db, admin) as url:
+        total = httpx.get(f"{url}/v1/dashboard/jobs", params={"limit": 1},
+                          headers={"Authorization": f"Bearer {admin}"}, timeout=60).json()["total"]
+        paints, rows = first_paints(url, admin, runs)
+        sorts = sorted_page_ms(url, admin)
     return {
         "jobs": total,
         "rows_drawn": rows,

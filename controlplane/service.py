@@ -210,11 +210,15 @@ class ControlPlaneService:
 
     def submit_job(self, principal: Principal, spec: JobSpec, tenant_id: str | None = None) -> Job:
         tenant = self._submitter(principal, tenant_id)
+        self._check_job(tenant, spec)
+        return self.store.submit_job(tenant.id, spec)
+
+    def _check_job(self, tenant: Tenant, spec: JobSpec) -> None:
+        """What one job must pass before it is stored: limits, its bag, the in-flight cap."""
         self._check_spec(tenant, spec)
         if spec.bag_id is not None:
             self.store.get_bag(spec.bag_id, tenant.id)
         self._check_in_flight(tenant, 1)
-        return self.store.submit_job(tenant.id, spec)
 
     def submit_job_once(self, principal: Principal, spec: JobSpec, key: str, render: Render,
                         tenant_id: str | None = None) -> StoredAnswer:
@@ -224,10 +228,7 @@ class ControlPlaneService:
         earlier = self._replay(tenant.id, call)
         if earlier is not None:
             return earlier
-        self._check_spec(tenant, spec)
-        if spec.bag_id is not None:
-            self.store.get_bag(spec.bag_id, tenant.id)
-        self._check_in_flight(tenant, 1)
+        self._check_job(tenant, spec)
         return self._same_request(self.store.submit_jobs_once(tenant.id, [spec], call), call)
 
     def _replay(self, tenant_id: str, call: IdempotentCall) -> StoredAnswer | None:
