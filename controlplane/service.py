@@ -309,6 +309,12 @@ class ControlPlaneService:
     def job_events(self, principal: Principal, job_id: str) -> list[Event]:
         return self.store.job_events(job_id, principal.scope)
 
+    def job_nodes(self, principal: Principal, job_id: str) -> list[Node]:
+        """The nodes the caller's job held: those its events name, and those tagged with it."""
+        job = self.get_job(principal, job_id)
+        named = {e.node_id for e in self.job_events(principal, job_id) if e.node_id}
+        return self.store.job_nodes(job_id, named | set(job.node_ids))
+
     def job_decisions(self, principal: Principal, job_id: str) -> list[Decision]:
         return self.store.job_decisions(job_id, principal.scope)
 

@@ -682,6 +682,13 @@ class Store:
                            f"({','.join('?' * len(states))}) ORDER BY rowid", states)
         return _split(self._node_row(r) for r in rows)
 
+    def job_nodes(self, job_id: str, node_ids: Iterable[str] = ()) -> list[Node]:
+        """The nodes a job holds or held (by their job column, or named in ``node_ids``)."""
+        ids = sorted(set(node_ids))
+        rows = self._q(f"SELECT {NODE_COLUMNS} FROM nodes WHERE job_id = ? OR id IN "
+                       f"({','.join('?' * len(ids))}) ORDER BY rowid", [job_id, *ids])
+        return _loud(*_split(self._node_row(r) for r in rows))
+
     @staticmethod
     def _node_row(r: tuple[Any, ...]) -> Node | BadRow:
         """A node from its row (``NODE_COLUMNS``), or the reason it does not load."""

@@ -64,6 +64,7 @@ from serve.dashboard import router as dashboard_router
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
 from serve.schemas import (
     ERROR_CODES,
+    MAX_OFFSET,
     AvailabilityRow,
     BagCreated,
     ClockView,
@@ -184,7 +185,6 @@ async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Re
 
 
 MAX_LIST_LIMIT = 10_000  # the largest `limit` of GET /v1/jobs (the byte cap binds first)
-MAX_OFFSET = 10**12  # beyond any store; SQLite's integers end at 2**63 - 1
 TRUNCATED_HEADER = "X-Spotplane-Truncated"
 NEXT_OFFSET_HEADER = "X-Spotplane-Next-Offset"
 IDEMPOTENCY_HEADER = "Idempotency-Key"

@@ -22,7 +22,7 @@ from controlplane.errors import NotFound
 from controlplane.models import Event, Job, JobKind, JobState, Node
 from controlplane.service import ControlPlaneService, Principal
 from serve.auth import bearer_scheme
-from serve.schemas import ERROR_CODES, CostReport, declared_errors
+from serve.schemas import ERROR_CODES, MAX_OFFSET, CostReport, declared_errors
 
 STATIC = Path(__file__).with_name("static")
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
@@ -152,7 +152,7 @@ async def job_page(
     sort: SortKey = "submitted",
     desc: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JobPage:
     """One sorted, filtered page of the caller's jobs (every tenant's for the admin) and the total."""
     service, who = _who(creds)
@@ -203,8 +203,7 @@ async def timeline(job_id: str, creds: Auth = None) -> list[Segment]:
     service, who = _who(creds)
     job = service.get_job(who, job_id)
     events = service.job_events(who, job_id)
-    mine = {e.node_id for e in events if e.node_id} | set(job.node_ids)
-    nodes = {n.id: n for n in service.store.list_nodes() if n.job_id == job_id or n.id in mine}
+    nodes = {n.id: n for n in service.job_nodes(who, job_id)}
     end = job.finished_at if job.finished_at is not None else service.control_time()
     return segments(events, nodes, end)
 

@@ -31,6 +31,7 @@ from controlplane.models import (
 
 __all__ = [
     "ERROR_CODES",
+    "MAX_OFFSET",
     "declared_errors",
     "BagCreated",
     "BagSpec",
@@ -293,6 +294,7 @@ BagSpecBody = BagSpec
 
 
 ERROR_CODES = (401, 403, 404, 409, 413, 422, 429, 500)
+MAX_OFFSET = 10**12  # a list offset beyond any store; SQLite's integers end at 2**63 - 1
 
 
 def declared_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
