@@ -24,6 +24,7 @@ from controlplane.clock import Clock, SimClock, WallClock
 from controlplane.controller import Controller, ControllerSettings
 from controlplane.errors import Conflict
 from controlplane.store import Store
+from controlplane.units import DB_FILE, SIMFLEET_DB
 
 log = logging.getLogger(__name__)
 
@@ -34,19 +35,19 @@ class ControllerActor:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         state = Path(config["state_dir"])
-        self.store = Store(state / "spotplane.db")
+        self.store = Store(state / DB_FILE)
         self.epoch = self.store.take_controller_lease()
         self.clock = self._clock()
         fleet_opts = dict(config.get("fleet_options") or {})
         if config["fleet"] == "sim":
-            fleet_opts.setdefault("state_path", str(state / "simfleet.db"))
+            fleet_opts.setdefault("state_path", str(state / SIMFLEET_DB))
             fleet_opts.setdefault("seed", config.get("seed", 0))
         self.fleet = make_provider(config["fleet"], clock=self.clock, **fleet_opts)
         host = None
         if config.get("policy_actors", True):
             from actors.deadline import RayDeadlineHost
 
-            host = RayDeadlineHost(str(state / "spotplane.db"), namespace=config["namespace"],
+            host = RayDeadlineHost(str(state / DB_FILE), namespace=config["namespace"],
                                    shards=int(config.get("policy_actor_shards", 0)),
                                    max_actors=int(config.get("max_policy_actors", 16)),
                                    detached=bool(config.get("detached", True)))

@@ -2,7 +2,7 @@
 
 On a real Ray cluster the actor is pinned to its node with ``NodeAffinitySchedulingStrategy``
 (:func:`node_actor_options`), so it dies with the node and can watch the node's metadata server
-(``clusters/metadata.py``, issue 8). On the simulated fleet there is no Ray node per instance;
+(``clusters/metadata.py``). On the simulated fleet there is no Ray node per instance;
 the controller folds the fleet's events itself and NodeActors are optional.
 """
 

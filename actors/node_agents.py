@@ -1,4 +1,4 @@
-"""Node agents: one pinned :class:`~actors.node.NodeActor` per selected Ray node (issue 8).
+"""Node agents: one pinned :class:`~actors.node.NodeActor` per selected Ray node.
 
 A :class:`NodeAgentSupervisor` actor (started by ``actors.runtime.start_control_plane`` for the
 real fleets aws, gcp and ray, never for the simulated one) re-checks the cluster's nodes every

@@ -23,6 +23,7 @@ import ray
 
 from controlplane.controller import ControllerSettings
 from controlplane.store import Store
+from controlplane.units import DB_FILE
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class RuntimeSettings:
 
     @property
     def db_path(self) -> Path:
-        return Path(self.state_dir) / "spotplane.db"
+        return Path(self.state_dir) / DB_FILE
 
     def actor_config(self) -> dict[str, Any]:
         return {"state_dir": str(self.state_dir), "fleet": self.fleet, "speed": self.speed,

@@ -7,7 +7,7 @@ model is fitted once on the first 3 weeks (hours 0-503); the test is a rolling f
 seeing all hours before its origin. Metrics (``policies.forecast_metrics``) pool every tenant,
 origin and step, in GPUs.
 
-Targets (issue 5): OrgLinear beats every baseline on MAE and 0.95-MAQE; coverage of
+Targets: OrgLinear beats every baseline on MAE and 0.95-MAQE; coverage of
 upper(0.95) in [0.92, 0.98]; training under 60 s for all tenants. Besides the four required
 models, two extra baselines are run and checked: seasonal naive of period 168 and DLinear
 anchored on each window's last value (the normalisation OrgLinear uses; stronger than the

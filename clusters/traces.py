@@ -29,8 +29,7 @@ import numpy.typing as npt
 
 from clusters.data_manifest import SHA256
 from controlplane.errors import BadDataFile, DataCorrupt, DataNotFound, InvalidInput
-
-HOUR = 3600.0
+from controlplane.units import HOUR
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

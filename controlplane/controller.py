@@ -37,7 +37,6 @@ from clusters.fleet import Market as FleetMarket
 from controlplane import metrics
 from controlplane.clock import Clock
 from controlplane.models import (
-    HOUR,
     Decision,
     Event,
     Job,
@@ -57,6 +56,7 @@ from controlplane.reconcile_persist import PersistMixin
 from controlplane.reconcile_placement import PlacementMixin
 from controlplane.reconcile_policies import PoliciesMixin
 from controlplane.store import INTENT_FAILED, BadRow, Intent, Store
+from controlplane.units import HOUR
 
 log = logging.getLogger(__name__)
 

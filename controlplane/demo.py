@@ -34,10 +34,10 @@ from typing import Any, TextIO
 from controlplane.client import SpotplaneClient
 from controlplane.config import REPO_ROOT
 from controlplane.live import LiveTable
+from controlplane.units import HOUR
 
 log = logging.getLogger(__name__)
 
-HOUR = 3600.0
 DEMO_SPEED = 3600.0  # simulated seconds per wall second of `spotplane up --demo`
 TRAIN_SCRIPT = REPO_ROOT / "examples" / "train_numpy.py"
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")

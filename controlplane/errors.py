@@ -95,6 +95,22 @@ class Unauthorized(SpotplaneError):
     exit_code = 2
 
 
+class Forbidden(SpotplaneError):
+    """An admin-only action called with a tenant's token."""
+
+    exit_code = 2
+
+
+class RateLimited(SpotplaneError):
+    """Too many requests, or too much work in flight: retry after ``retry_after_s`` seconds."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, retry_after_s: float, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.retry_after_s = retry_after_s
+
+
 class CloudError(SpotplaneError):
     """A cloud provider refused or failed a call in a way the caller cannot fix by retrying."""
 

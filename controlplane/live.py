@@ -12,7 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-HOUR = 3600.0
+from controlplane.units import HOUR
+
 BAR_WIDTH = 20
 _COLORS = {
     "RUNNING": "\x1b[32m",

@@ -19,8 +19,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model
 
 from controlplane.errors import Conflict
 
-HOUR = 3600.0
-
 # Input limits of a job's free-form parts (the API's body-size cap bounds the rest).
 MAX_ENV_VARS = 64
 MAX_ENV_VALUE = 4096
@@ -236,7 +234,7 @@ class JobSpec(BaseModel):
     env: dict[EnvKey, EnvValue] = Field(
         default_factory=dict, max_length=MAX_ENV_VARS,
         description=f"Environment variables (at most {MAX_ENV_VARS}, values up to {MAX_ENV_VALUE} characters).")
-    replicas: StrictInt = Field(default=1, ge=1, le=64, description="Executor replicas (issue 7).")
+    replicas: StrictInt = Field(default=1, ge=1, le=64, description="Executor replicas.")
     bag_id: str | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")

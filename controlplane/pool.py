@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from controlplane.models import HOUR, Job, JobKind, Market, Node, NodeState
+from controlplane.models import Job, JobKind, Market, Node, NodeState
+from controlplane.units import HOUR
 
 BUSY_STATES = frozenset({NodeState.REQUESTED, NodeState.PROVISIONING, NodeState.READY,
                          NodeState.NOTICED, NodeState.TERMINATING})

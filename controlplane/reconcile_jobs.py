@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from clusters.fleet import Offer
 from controlplane import metrics, workload
-from controlplane.models import HOUR, Event, Job, JobKind, JobState, Market, Node, NodeState
+from controlplane.models import Event, Job, JobKind, JobState, Market, Node, NodeState
 from controlplane.reconcile_base import UP_STATES, WITH_NODES, ReconcileState
+from controlplane.units import HOUR
 
 if TYPE_CHECKING:
     from controlplane.controller import ExecutorReport

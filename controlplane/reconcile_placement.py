@@ -9,10 +9,11 @@ from __future__ import annotations
 from clusters.fleet import LaunchRequest, Offer
 from clusters.fleet import Market as FleetMarket
 from controlplane import metrics
-from controlplane.models import HOUR, Job, JobKind, JobState, Market, Node, NodeState, new_id
+from controlplane.models import Job, JobKind, JobState, Market, Node, NodeState, new_id
 from controlplane.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile_base import WITH_NODES, ReconcileState
 from controlplane.store import Intent
+from controlplane.units import HOUR
 
 _KIND_ORDER = {JobKind.HP: 0, JobKind.DEADLINE: 1, JobKind.SPOT: 2}
 

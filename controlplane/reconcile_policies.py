@@ -6,9 +6,10 @@ import logging
 from typing import Any
 
 from controlplane import metrics, workload
-from controlplane.models import HOUR, Job, JobKind, JobState
+from controlplane.models import Job, JobKind, JobState
 from controlplane.policyhost import PolicyFailed, PolicyRequest
 from controlplane.reconcile_base import WITH_NODES, ReconcileState
+from controlplane.units import HOUR
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from controlplane.errors import InvalidInput, SpotplaneError, Unauthorized
+from controlplane.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
 from controlplane.metrics import ApiMetrics, build_registry, exposition
 from controlplane.models import (
     Bag,
@@ -43,28 +43,13 @@ from controlplane.models import (
     hash_token,
 )
 from controlplane.store import IdempotentCall, Store, StoredAnswer
+from controlplane.units import DB_FILE
 
 log = logging.getLogger(__name__)
 
-DB_FILE = "spotplane.db"
+
 _TOKEN_CACHE_MAX = 10_000
 _CATALOG_TTL_S = 10.0  # wall seconds an accelerator list is reused (a cache, not control-plane time)
-
-
-class Forbidden(SpotplaneError):
-    """An admin-only action called with a tenant's token."""
-
-    exit_code = 2
-
-
-class RateLimited(SpotplaneError):
-    """Too many requests, or too much work in flight: retry after ``retry_after_s`` seconds."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, *, retry_after_s: float, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix)
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,6 @@ from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.metrics import STORE_TX_BUCKETS, Buckets
 from controlplane.models import (
     ACTIVE_STATES,
-    HOUR,
     TERMINAL_STATES,
     Bag,
     BagSpec,
@@ -53,6 +52,7 @@ from controlplane.models import (
     new_id,
     new_token,
 )
+from controlplane.units import HOUR
 
 log = logging.getLogger(__name__)
 

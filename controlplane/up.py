@@ -30,6 +30,7 @@ from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, 
 from controlplane.config import load_settings
 from controlplane.errors import CloudError, ConfigError, InvalidInput
 from controlplane.store import BadRow, Store
+from controlplane.units import DB_FILE, SIMFLEET_DB
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def private_dir(state_dir: Path) -> None:
 def move_aside(state_dir: Path) -> None:
     """``--fresh``: keep the old databases under a timestamped name instead of deleting them."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for name in ("spotplane.db", "simfleet.db"):
+    for name in (DB_FILE, SIMFLEET_DB):
         for suffix in ("", "-wal", "-shm"):
             p = state_dir / f"{name}{suffix}"
             if p.exists():

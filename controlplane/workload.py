@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controlplane.models import HOUR, Job, JobState
+from controlplane.models import Job, JobState
+from controlplane.units import HOUR
 
 EPS = 1e-9
 

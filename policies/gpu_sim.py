@@ -124,7 +124,7 @@ class SimResult:
     records: dict[str, TaskRecord] = field(repr=False, default_factory=dict)
 
     def summary(self) -> dict[str, float]:
-        """The benchmark's JSON fields (issue 5)."""
+        """The benchmark's JSON fields."""
         return {"hp_jct": self.hp.jct_mean_s, "hp_jct_p99": self.hp.jct_p99_s, "hp_jqt": self.hp.jqt_mean_s,
                 "spot_jct": self.spot.jct_mean_s, "spot_jqt": self.spot.jqt_mean_s,
                 "eviction_rate": self.spot.eviction_rate, "allocation_rate": self.allocation_rate}

@@ -43,12 +43,11 @@ from typing import Any
 import numpy as np
 
 from controlplane.errors import InvalidInput
+from controlplane.units import DAY, HOUR
 from policies.placement import TaskRequest
 
 log = logging.getLogger(__name__)
 
-HOUR = 3600.0
-DAY = 86400.0
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from controlplane import __version__
 from controlplane.errors import (
     Conflict,
+    Forbidden,
     InvalidInput,
     NotFound,
+    RateLimited,
     SpotplaneError,
     Unauthorized,
 )
@@ -57,7 +59,7 @@ from controlplane.models import (
     TenantSpec,
     ZoneInfo,
 )
-from controlplane.service import Caps, ControlPlaneService, Forbidden, Principal, RateLimited
+from controlplane.service import Caps, ControlPlaneService, Principal
 from controlplane.store import StoredAnswer
 from serve.auth import bearer_scheme, bearer_token, hash_token
 from serve.dashboard import router as dashboard_router

@@ -21,13 +21,13 @@ from ray import serve
 from controlplane.errors import NotFound
 from controlplane.models import Event, Job, JobKind, JobState, Node
 from controlplane.service import ControlPlaneService, Principal
+from controlplane.units import HOUR
 from serve.auth import bearer_scheme
 from serve.schemas import ERROR_CODES, MAX_OFFSET, CostReport, declared_errors
 
 STATIC = Path(__file__).with_name("static")
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 HISTORY_POINTS = 48
-HOUR = 3600.0
 
 SortKey = Literal["submitted", "name", "state", "kind", "tenant", "cost", "preemptions",
                   "checkpoints", "progress", "slack"]

@@ -17,7 +17,6 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from controlplane.models import (
-    HOUR,
     Bag,
     BagSpec,
     CostSummary,
@@ -28,6 +27,7 @@ from controlplane.models import (
     ZoneInfo,
     unprintable,
 )
+from controlplane.units import HOUR
 
 __all__ = [
     "ERROR_CODES",

@@ -24,8 +24,7 @@ from controlplane.client import ServerUnreachable, SpotplaneClient, read_endpoin
 from controlplane.config import load_settings
 from controlplane.errors import ConfigError, InvalidInput, NotFound
 from controlplane.models import BagSpec, JobSpec
-
-HOUR = 3600.0
+from controlplane.units import HOUR
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,9 +16,10 @@ from clusters.simfleet import AWS_COLLECTION, AWS_P3_ON_DEMAND, AWS_P3_SPOT, Sim
 from clusters.traces import DataCatalog
 from controlplane.clock import SimClock
 from controlplane.controller import Controller, ControllerSettings, ExecutorReport
-from controlplane.models import HOUR, Job, JobSpec, JobState, Market, Node, NodeState
+from controlplane.models import Job, JobSpec, JobState, Market, Node, NodeState
 from controlplane.policyhost import PolicyRequest
 from controlplane.store import Store
+from controlplane.units import HOUR
 from policies.deadline import Action, Kind
 
 ZONE = "us-east-2a"  # one AWS p3.2xlarge (1x V100) zone, so every placement is in it

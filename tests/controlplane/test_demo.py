@@ -75,7 +75,7 @@ def test_default_scenario_matches_the_issue() -> None:
         assert 8 <= c <= 48
         assert 0.7 - 1e-3 <= c / r <= 0.9 + 1e-3
     assert s.spot_jobs and s.hp_jobs
-    # issue 7: the demo includes a real job; its script path works from any working directory
+    # the demo includes a real job; its script path works from any working directory
     (real,) = s.real_jobs
     script = Path(real["entrypoint"].split()[1])
     assert script.is_absolute() and script.is_file() and script.name == "train_numpy.py"

@@ -1,4 +1,4 @@
-"""The demo's real job (issue 7): ``examples/train_numpy.py`` submitted through the API runs as a
+"""The demo's real job: ``examples/train_numpy.py`` submitted through the API runs as a
 Ray job on the simulated fleet, an HP job that needs the whole V100 pool evicts it (its process
 dies), and it restores from its checkpoint artifact and finishes."""
 

@@ -25,8 +25,9 @@ from controlplane.clock import SimClock
 from controlplane.controller import Controller, ControllerSettings, ExecutorReport
 from controlplane.executor import artifact_totals
 from controlplane.metrics import CONTROLLER, ApiMetrics, build_registry, exposition
-from controlplane.models import HOUR, ForecastRow, Job, JobSpec, JobState, Node
+from controlplane.models import ForecastRow, Job, JobSpec, JobState, Node
 from controlplane.store import Store
+from controlplane.units import HOUR
 
 POOLS = {"V100": 6, "H100": 2}
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "spotplane.json"

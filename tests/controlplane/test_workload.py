@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane import workload
-from controlplane.models import HOUR, Job, JobKind, JobSpec, JobState
+from controlplane.models import Job, JobKind, JobSpec, JobState
+from controlplane.units import HOUR
 
 
 def _job(c: float = 2.0, d: float = 0.1, delta: float = 0.05) -> Job:

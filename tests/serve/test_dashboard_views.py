@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.models import HOUR, Event, JobSpec, JobState, Market, Node, NodeState
+from controlplane.models import Event, JobSpec, JobState, Market, Node, NodeState
 from controlplane.service import ControlPlaneService, Principal
 from controlplane.store import Store
+from controlplane.units import HOUR
 from serve.dashboard import JobRow, node_history, segments
 
 
