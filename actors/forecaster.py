@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import ray
 
+from actors.tenant import tenant_actor
 from controlplane.models import ForecastRow, JobKind
 from controlplane.store import Store
-from policies.forecast import HOURS_PER_WEEK, Forecast, LastWeekPeak
+from policies.forecast import HOURS_PER_WEEK, Forecast, LastWeekPeak, OrgLinear
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,6 @@ class ForecasterActor:
     def refit(self, now: float) -> int:
         """One refit: forecasts per pool, quotas pushed; returns the number of tenants (0: no
         refit, for want of tenants or of any HP demand in their history yet)."""
-        from actors.tenant import tenant_actor
 
         tenants = self.store.list_tenants()
         hours = HOURS_PER_WEEK
@@ -103,7 +103,6 @@ class ForecasterActor:
         if hist.shape[0] == 0:
             return Forecast(np.zeros((0, self.horizon)), np.zeros((0, self.horizon)))
         try:
-            from policies.forecast import OrgLinear
 
             if (hist > 0).sum(axis=1).min() >= HOURS_PER_WEEK // 2:
                 model = OrgLinear(horizon=self.horizon, maxiter=50).fit(hist)

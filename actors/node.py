@@ -13,6 +13,7 @@ from typing import Any
 
 import ray
 
+from clusters.metadata import NoticeWatch, PreemptionNotice, instance_identity, watcher_for
 from controlplane.clock import Clock, WallClock
 
 
@@ -47,7 +48,6 @@ class NodeActor:
         An actor made with an empty ``instance_id`` first asks the metadata server for it (the
         EC2 instance id or GCE VM name, what the fleet provider calls the instance). Returns it.
         """
-        from clusters.metadata import NoticeWatch, PreemptionNotice, instance_identity, watcher_for
 
         if not self.instance_id:
             self.instance_id = instance_identity(cloud, base_url)

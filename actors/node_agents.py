@@ -26,6 +26,7 @@ from typing import Any
 
 import ray
 
+from actors.node import RemoteNodeActor, node_actor_options
 from controlplane.clock import Clock, WallClock
 from controlplane.errors import InvalidInput
 
@@ -168,7 +169,6 @@ class NodeAgentSupervisor:
             return {**self.status(), "started": sorted(plan.start), "forgotten": sorted(plan.forget)}
 
     def _start(self, node_id: str) -> None:
-        from actors.node import RemoteNodeActor, node_actor_options
 
         instance_id = node_id if self.identity == "ray_node" else ""
         remote: Any = RemoteNodeActor

@@ -21,6 +21,15 @@ from typing import Any
 
 import ray
 
+from actors.controller import RemoteControllerActor
+from actors.forecaster import RemoteForecasterActor
+from actors.node_agents import (
+    node_agent_cloud,
+    node_agent_identity,
+    start_node_agents,
+    stop_node_agents,
+)
+from actors.quota import quota_actor
 from controlplane.controller import ControllerSettings
 from controlplane.store import Store
 from controlplane.units import DB_FILE
@@ -104,9 +113,6 @@ def _opts(name: str, settings: RuntimeSettings) -> dict[str, Any]:
 
 def start_control_plane(settings: RuntimeSettings) -> ControlPlaneHandles:
     """Start (or find, if already running in the namespace) every control-plane actor."""
-    from actors.controller import RemoteControllerActor
-    from actors.forecaster import RemoteForecasterActor
-    from actors.quota import quota_actor
 
     if not ray.is_initialized():
         ray.init(namespace=settings.namespace)
@@ -131,7 +137,6 @@ def start_control_plane(settings: RuntimeSettings) -> ControlPlaneHandles:
 
 def _start_node_agents(settings: RuntimeSettings, controller: Any) -> Any | None:
     """The node-agent supervisor for a real fleet (None for the simulated one, or when off)."""
-    from actors.node_agents import node_agent_cloud, node_agent_identity, start_node_agents
 
     cloud = node_agent_cloud(settings.fleet, settings.node_cloud)
     if cloud is None or not settings.node_agents:
@@ -153,7 +158,6 @@ def find_control_plane(namespace: str = "spotplane") -> Any | None:
 def stop_control_plane(handles: ControlPlaneHandles | None = None,
                        namespace: str = "spotplane") -> None:
     """Stop the loop cleanly, then kill every spotplane actor of the namespace (state is kept)."""
-    from actors.node_agents import stop_node_agents
 
     ns = handles.settings.namespace if handles is not None else namespace
     if handles is None or handles.node_agents is not None:  # agents first: no notice mid-shutdown

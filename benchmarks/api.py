@@ -26,6 +26,9 @@ import httpx
 import numpy as np
 
 from benchmarks import entry
+from controlplane.store import Store
+from serve.app import start_api, stop_api
+from serve.auth import new_admin_token
 
 TARGET_PER_SECOND = 100.0
 TARGET_P99_MS = 500.0
@@ -117,7 +120,6 @@ def local_api(db: Path, admin: str) -> Iterator[str]:
     """The API served from ``db`` on a free port (on a local Ray of its own unless one runs)."""
     import ray
 
-    from serve.app import start_api, stop_api
 
     own_ray = not ray.is_initialized()  # a test session may already run one
     if own_ray:
@@ -136,8 +138,6 @@ def local_api(db: Path, admin: str) -> Iterator[str]:
 
 def run(requests: int = 1600, clients: int = 16, warmup: int = 64) -> dict[str, Any]:
     """Start Ray + Serve over a fresh store, submit, verify; the result dict of ``--json``."""
-    from controlplane.store import Store
-    from serve.auth import new_admin_token
 
     state = Path(tempfile.mkdtemp(prefix="spotplane-bench-api-"))
     db = state / "spotplane.db"

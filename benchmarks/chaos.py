@@ -40,6 +40,15 @@ from typing import Any
 import httpx
 import numpy as np
 
+from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
+from controlplane.controller import ControllerSettings
+from controlplane.demo import real_job as demo_job
+from controlplane.executor import slot_resources
+from controlplane.raylocal import free_port, init_local_ray
+from controlplane.store import Store
+from serve.app import start_api, stop_api
+from serve.auth import new_admin_token
+
 KINDS = ("controller", "api_replica", "http_proxy", "deadline_policy", "quota", "forecaster",
          "checkpoint")
 TITLES = {"api_replica": "ray::ServeReplica:", "http_proxy": "ray::ProxyActor",
@@ -160,7 +169,6 @@ def submitter(url: str, token: str, tenant: int, per_s: float, stop: threading.E
 
 
 def real_job(name: str, steps: int, speed: float) -> dict[str, Any]:
-    from controlplane.demo import real_job as demo_job
 
     return demo_job(name, steps=steps, step_seconds=0.05, speed=speed)
 
@@ -329,13 +337,6 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
     made, at most 5 minutes more), drain, check; the ``--json`` dict."""
     import ray
 
-    from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
-    from controlplane.controller import ControllerSettings
-    from controlplane.executor import slot_resources
-    from controlplane.raylocal import free_port, init_local_ray
-    from controlplane.store import Store
-    from serve.app import start_api, stop_api
-    from serve.auth import new_admin_token
 
     rng = random.Random(seed)
     state = Path(tempfile.mkdtemp(prefix="spotplane-chaos-"))

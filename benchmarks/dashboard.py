@@ -26,6 +26,9 @@ import httpx
 from benchmarks import entry
 from benchmarks.api import local_api
 from controlplane.errors import ConfigError
+from controlplane.models import JobKind, JobSpec
+from controlplane.store import Store
+from serve.auth import new_admin_token
 
 TARGET_FIRST_PAINT_MS = 2000.0
 CHROMIUM = Path("/usr/bin/chromium")
@@ -36,8 +39,6 @@ SORTS = ("submitted", "cost", "progress", "slack")
 
 def fill_store(db: Path, jobs: int, tenants: int = 3) -> None:
     """``jobs`` PENDING jobs spread over ``tenants`` tenants, every third one a deadline job."""
-    from controlplane.models import JobKind, JobSpec
-    from controlplane.store import Store
 
     store = Store(db)
     try:
@@ -97,7 +98,6 @@ def sorted_page_ms(url: str, admin: str, repeats: int = 5) -> dict[str, float]:
 def run(jobs: int = 10_000, runs: int = 5) -> dict[str, Any]:
     """Fill a store, serve it, measure; the result dict of ``--json``."""
 
-    from serve.auth import new_admin_token
 
     db = Path(tempfile.mkdtemp(prefix="spotplane-bench-dashboard-")) / "spotplane.db"
     t0 = time.perf_counter()

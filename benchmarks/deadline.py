@@ -29,8 +29,9 @@ from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace, load_spot_trace
 from controlplane.config import data_dir
 from controlplane.errors import BadDataFile, InvalidInput
-from policies.deadline import DeadlinePolicy, DeadlineTask, make_policy
+from policies.deadline import DeadlinePolicy, DeadlineTask, Kind, Observation, make_policy
 from policies.deadline_sim import SimResult, lifetime_oracle, simulate, window_ticks
+from policies.omniscient import heterogeneous_plan, omniscient_plan
 
 COLLECTIONS = {
     "2w": "availability/1-node/aws-10-26-2022",
@@ -243,7 +244,6 @@ def table3(args: argparse.Namespace) -> dict[str, Any]:
 
 def decide_microseconds(task: DeadlineTask, reps: int = 20000) -> dict[str, float]:
     """Mean wall time of one decide() call (hysteresis-relevant state: on-demand, spot up)."""
-    from policies.deadline import Kind, Observation
 
     out = {}
     obs = [Observation(10.0 + i * 1e-4, 7.0, Kind.ON_DEMAND, None, bool(i % 2)) for i in range(64)]
@@ -377,7 +377,6 @@ def print_sweep(out: dict[str, Any]) -> None:
 # gang (Fig. 14, A.7.4)
 # ---------------------------------------------------------------------------------------------
 def gang(args: argparse.Namespace) -> dict[str, Any]:
-    from policies.omniscient import heterogeneous_plan, omniscient_plan
 
     t_start = time.perf_counter()
     cat = DataCatalog(data_dir())

@@ -24,6 +24,7 @@ import threading
 import time
 from typing import IO, Any, Protocol
 
+from actors.checkpoint import RemoteCheckpointActor
 from controlplane.raylocal import scrubbed_env
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,6 @@ class ActorOps:
         """Start a checkpoint actor and wait until it is placed and planned."""
         import ray
 
-        from actors.checkpoint import RemoteCheckpointActor
 
         actor = RemoteCheckpointActor.options(**options).remote(**kwargs)  # type: ignore[attr-defined]
         status = dict(ray.get(actor.status.remote()))  # type: ignore[attr-defined]

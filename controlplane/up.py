@@ -26,9 +26,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from clusters.providers import PROVIDERS
 from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
 from controlplane.config import load_settings
 from controlplane.errors import CloudError, ConfigError, InvalidInput
+from controlplane.raylocal import WorkloadRay, init_local_ray
 from controlplane.store import BadRow, Store
 from controlplane.units import DB_FILE, SIMFLEET_DB
 
@@ -72,7 +74,6 @@ def choose_port(requested: int | None, host: str) -> int:
 
 def check_fleet(name: str) -> None:
     """Fail fast, before Ray starts, on a provider that is unknown or not built."""
-    from clusters.providers import PROVIDERS
 
     if name not in PROVIDERS:
         raise ConfigError(f"fleet: unknown provider {name!r}", fix=f"use one of {', '.join(PROVIDERS)}")
@@ -227,6 +228,7 @@ def run_up(args: argparse.Namespace) -> int:
     if args.fresh:
         move_aside(state_dir)
     port = choose_port(args.port, args.host)
+    # deferred: Ray and Serve load only when `up` starts them; every other command starts in under a second
     from serve.auth import new_admin_token
 
     admin_token = os.environ.get("SPOTPLANE_ADMIN_TOKEN") or new_admin_token()
@@ -264,7 +266,6 @@ def start_ray(fleet: str) -> None:
                               fix="start one with `ray up ray-cluster.yaml` (or set RAY_ADDRESS), "
                                   "or use --fleet sim") from exc
         return
-    from controlplane.raylocal import init_local_ray
 
     init_local_ray(namespace="spotplane", include_dashboard=True, log_to_driver=False,
                    configure_logging=False, num_cpus=max(4, os.cpu_count() or 1))
@@ -278,7 +279,6 @@ def start_workload(args: argparse.Namespace, state_dir: Path, started: dict[str,
     given = workload_options(args)
     if given:
         return given
-    from controlplane.raylocal import WorkloadRay
 
     home = tempfile.mkdtemp(prefix="spotplane-workload-")
     started["workload_home"] = home
@@ -293,6 +293,7 @@ def start_workload(args: argparse.Namespace, state_dir: Path, started: dict[str,
 def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, admin_token: str,
            started: dict[str, Any]) -> str:
 
+    # deferred: Ray and Serve load only when `up` starts them; every other command starts in under a second
     from actors.runtime import RuntimeSettings, start_control_plane
     from controlplane.service import db_path
     from serve.app import start_api
@@ -367,6 +368,7 @@ def report_quarantine(rows: Sequence[BadRow], most: int = 20) -> None:
 
 
 def _demo(args: argparse.Namespace, url: str, admin_token: str, state_dir: Path, speed: float) -> int:
+    # deferred: Ray and Serve load only when `up` starts them; every other command starts in under a second
     from controlplane.demo import Scenario, run_demo, write_report_json
 
     plot = Path(args.plot) if args.plot else state_dir / "demo.png"

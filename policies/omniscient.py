@@ -40,6 +40,7 @@ from policies.deadline import (
     _RulesBase,
     register_policy,
 )
+from policies.deadline_sim import simulate
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -296,7 +297,6 @@ def brute_force_cost(task: DeadlineTask, spot_up: Sequence[bool], tick_hours: fl
     """Cheapest cost over every idle/spot/on-demand plan, each replayed in the simulator (tiny windows)."""
     import itertools
 
-    from policies.deadline_sim import simulate
 
     up = list(map(bool, spot_up))
     best = INF

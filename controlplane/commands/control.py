@@ -20,11 +20,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from controlplane.client import ServerUnreachable, SpotplaneClient, read_endpoint
+from controlplane.client import ServerUnreachable, SpotplaneClient, clear_endpoint, read_endpoint
 from controlplane.config import load_settings
 from controlplane.errors import ConfigError, InvalidInput, NotFound
+from controlplane.live import HEADER, LiveTable, job_row
 from controlplane.models import BagSpec, JobSpec
 from controlplane.units import HOUR
+from controlplane.up import run_up
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,7 +235,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from controlplane.live import LiveTable, job_row
 
     with client_of(args) as client:
         def fetch() -> list[dict[str, Any]]:
@@ -247,7 +248,6 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             return 0
         if not args.watch:
             now = float(client.clock()["now"])
-            from controlplane.live import HEADER
 
             print(HEADER)
             for j in fetch():
@@ -378,7 +378,6 @@ def cmd_down(args: argparse.Namespace) -> int:
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
-        from controlplane.client import clear_endpoint
 
         clear_endpoint(state_dir)
         print(f"`spotplane up` (pid {pid}) was not running; forgot its endpoint")
@@ -396,6 +395,5 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from controlplane.up import run_up
 
     return run_up(args)

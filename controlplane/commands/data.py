@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from clusters import fetch
+from clusters.traces import DataCatalog
 from controlplane.config import resolve_data_dir
 
 if TYPE_CHECKING:
@@ -32,7 +34,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from clusters.traces import DataCatalog
 
     root, source = resolve_data_dir(args.data_dir)
     catalog = DataCatalog(root)
@@ -93,7 +94,6 @@ def _exit_code(infos: list[DatasetInfo]) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from clusters import fetch
 
     root, _ = resolve_data_dir(args.data_dir)
     dest = root if args.dest is None else args.dest
