@@ -180,20 +180,20 @@ class Controller:
         w = self.state.work = TickWork()
         self._carry_metrics(w)
         w.report = TickReport(at=now, ms=0.0, jobs=0, nodes=0)
-        with self._phase("ingest"):
+        with self._phase("ingest"):  # 1. submissions and cancel flags
             self.ingest.run(now)
-        with self._phase("sync_fleet"):
+        with self._phase("sync_fleet"):  # 2. the fleet's state into nodes
             self.sync_fleet.run(now)
-        with self._phase("advance_jobs"):
+        with self._phase("advance_jobs"):  # 3. jobs on their nodes
             self.advance_jobs.run(now)
-        with self._phase("policies"):
+        with self._phase("policies"):  # 4. deadline policies, one batch
             self.policies.run(now)
-        with self._phase("place"):
+        with self._phase("place"):  # 5. queued jobs onto pools, idle nodes, demand
             self.place.run(now)
         with self._phase("reap_idle"):
             self.reap_idle.run(now)
         demand = account_demand(self.state, self.settings)
-        with self._phase("persist_intents"):
+        with self._phase("persist_intents"):  # 6. persist intents -> act -> persist
             self.persist.intents(now, demand)  # every intent is durable before we act
         if self.after_barrier is not None:
             self.after_barrier(len(w.launches))
