@@ -39,7 +39,7 @@ test: lint typecheck browser unit
 
 # Mutation testing, a standing check but not part of `make test` (slow; docs/mutation.md).
 # Config in pyproject's [tool.mutmut]; results are cached in mutants/ (rm -rf it to start over).
-# MUTANTS selects mutants, e.g. MUTANTS='controlplane.reconcile_jobs*'; MUTATION_JOBS workers.
+# MUTANTS selects mutants, e.g. MUTANTS='controlplane.reconcile.jobs*'; MUTATION_JOBS workers.
 MUTANTS ?=
 MUTATION_JOBS ?= 2
 mutation: $(STAMP)

@@ -1,11 +1,18 @@
-"""Section 2 of the reconcile loop: fold the fleet's state and events into nodes."""
+"""Step 2 of the reconcile loop: fold the fleet's state and events into nodes.
+
+One ``describe()`` and one ``poll_events()`` per tick; node agents' notices
+(:meth:`SyncFleet.external_notice`) are folded in first.
+"""
 
 from __future__ import annotations
 
-from clusters.fleet import Instance, InstanceState
+from clusters.fleet import FleetProvider, Instance, InstanceState
 from controlplane import metrics
 from controlplane.models import Node, NodeState, ZoneInfo
-from controlplane.reconcile_base import UP_STATES, ReconcileState
+from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.recorder import Recorder
+from controlplane.reconcile.state import UP_STATES, LoopState
+from controlplane.store import Store
 
 _NODE_OF_INSTANCE = {
     InstanceState.PENDING: NodeState.PROVISIONING,
@@ -16,26 +23,21 @@ _NODE_OF_INSTANCE = {
 }
 
 
-class FleetMixin(ReconcileState):
-    """Fleet state: ready, noticed, preempted and terminated instances become node states."""
+class SyncFleet:
+    """Ready, noticed, preempted and terminated instances become node states."""
+
+    def __init__(self, fleet: FleetProvider, store: Store, settings: ControllerSettings,
+                 state: LoopState, rec: Recorder) -> None:
+        self.fleet, self.store, self.settings = fleet, store, settings
+        self.state, self.rec = state, rec
 
     def external_notice(self, instance_id: str, seconds_left: float) -> None:
         """A node agent (NodeActor watching the metadata server) saw a preemption notice; it
         is folded in at the next tick, before the fleet's own event may arrive."""
-        self._external[instance_id] = float(seconds_left)
+        self.state.external[instance_id] = float(seconds_left)
 
-    def _fold_external(self, now: float) -> None:
-        external, self._external = self._external, {}
-        for iid, left in external.items():
-            node = self.nodes.get(self.by_instance.get(iid, ""))
-            if node is None or node.state not in UP_STATES:
-                continue
-            self._w.notices[node.id] = left
-            if node.state is NodeState.READY:
-                node.state, node.notice_at = NodeState.NOTICED, now
-                self._node_event(node, f"node agent: preemption notice, {left:.0f} s left", now)
-
-    def _sync_fleet(self, now: float) -> None:
+    def run(self, now: float) -> None:
+        s = self.state
         self._fold_external(now)
         insts = self.fleet.describe()
         events = self.fleet.poll_events()
@@ -43,32 +45,45 @@ class FleetMixin(ReconcileState):
         for e in events:
             when[(e.instance_id, e.kind.value)] = e.at
             if e.seconds_left is not None:
-                node_id = self.by_instance.get(e.instance_id)
+                node_id = s.by_instance.get(e.instance_id)
                 if node_id is not None:
-                    self._w.notices[node_id] = e.seconds_left
+                    s.work.notices[node_id] = e.seconds_left
         avail = getattr(self.fleet, "spot_availability", None)
         if avail is not None:
-            self.availability = avail()
-        elif not self.availability or self.ticks % self.settings.zones_every_ticks == 0:
+            s.availability = avail()
+        elif not s.availability or s.ticks % self.settings.zones_every_ticks == 0:
             # a real cloud's probe is an API call per zone: every few ticks, not every tick
-            self.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)
-                                 for o in self.offers}
+            s.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)
+                              for o in s.offers}
         for inst in insts:
-            node_id = self.by_instance.get(inst.instance_id)
-            node = self.nodes.get(node_id) if node_id is not None else None
+            node_id = s.by_instance.get(inst.instance_id)
+            node = s.nodes.get(node_id) if node_id is not None else None
             if node is not None:
                 self._fold(node, inst, when, now)
-        if self.ticks % self.settings.zones_every_ticks == 0:
+        if s.ticks % self.settings.zones_every_ticks == 0:
             self.store.put_zones([
                 ZoneInfo(cloud=o.cloud, zone=o.zone, region=o.region,
                          instance_type=o.instance_type, accelerator=o.accelerator,
                          accelerator_count=o.accelerator_count, spot_price=o.spot_price,
                          on_demand_price=o.on_demand_price,
-                         spot_available=self.availability.get(o.zone, False), updated_at=now)
-                for o in self.offers])
+                         spot_available=s.availability.get(o.zone, False), updated_at=now)
+                for o in s.offers])
+
+    def _fold_external(self, now: float) -> None:
+        s = self.state
+        external, s.external = s.external, {}
+        for iid, left in external.items():
+            node = s.nodes.get(s.by_instance.get(iid, ""))
+            if node is None or node.state not in UP_STATES:
+                continue
+            s.work.notices[node.id] = left
+            if node.state is NodeState.READY:
+                node.state, node.notice_at = NodeState.NOTICED, now
+                self.rec.node_event(node, f"node agent: preemption notice, {left:.0f} s left", now)
 
     def _fold(self, node: Node, inst: Instance, when: dict[tuple[str, str], float],
               now: float) -> None:
+        w = self.state.work
         new = _NODE_OF_INSTANCE[inst.state]
         old = node.state
         if new is old or (old is NodeState.TERMINATING and new not in (
@@ -88,14 +103,14 @@ class FleetMixin(ReconcileState):
         elif new is NodeState.NOTICED:
             node.ready_at = node.ready_at or when.get((iid, "ready"), now)
             node.notice_at = when.get((iid, "preemption_notice"), now)
-            self._w.notices.setdefault(node.id, 30.0)
+            w.notices.setdefault(node.id, 30.0)
         elif new is NodeState.PREEMPTED:
             node.ended_at = at
             node.notice_at = node.notice_at or when.get((iid, "preemption_notice"))
-            self.zone_preemptions.setdefault(node.zone, []).append(node.ended_at)
-            self._w.count("nodes_preempted_total")
-            metrics.count(self._w.counters, "node_preemptions_total", cloud=node.cloud,
+            self.state.zone_preemptions.setdefault(node.zone, []).append(node.ended_at)
+            w.count("nodes_preempted_total")
+            metrics.count(w.counters, "node_preemptions_total", cloud=node.cloud,
                           zone=node.zone, market=node.market.value)
         elif new is NodeState.TERMINATED:
             node.ended_at = node.ended_at or when.get((iid, "terminated"), now)
-        self._node_event(node, f"fleet: instance {iid} is {inst.state.value}", at)
+        self.rec.node_event(node, f"fleet: instance {iid} is {inst.state.value}", at)

@@ -1,0 +1,60 @@
+"""What the reconcile loop is configured with and the executor it talks to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controlplane.models import Job, Node
+from controlplane.units import HOUR
+
+
+@dataclass
+class ControllerSettings:
+    """Knobs of the reconcile loop (times in control-plane seconds)."""
+
+    tick_seconds: float = 60.0
+    pool_nodes: dict[str, int] = field(default_factory=lambda: {"V100": 48, "H100": 12})
+    default_pool_nodes: int = 16
+    scheduler: str = "gfs"
+    deadline_policy: str = "uniform_progress"
+    idle_node_seconds: float = 120.0
+    max_placements_per_tick: int = 64
+    provision_hours: float = 200.0 / HOUR  # worst provisioning delay, added to the policy's d
+    zone_penalty: float = 0.25  # spot price multiplier per recent preemption in a zone
+    zone_memory_seconds: float = 3 * HOUR
+    refused_seconds: float = 600.0  # skip a zone this long after it refused a spot launch
+    zones_every_ticks: int = 10  # how often the zone snapshot is written for the API
+    # A job whose only change is progress/cost is written every n-th tick (a tenth of them per
+    # tick): accounting restarts from the stored accounted_at/billed_at, so nothing is lost.
+    persist_progress_every: int = 10
+    seed: int = 0
+
+
+@dataclass
+class ExecutorReport:
+    """What a real executor reports for one job each tick."""
+
+    progress_hours: float
+    checkpointed_hours: float
+    checkpoints: int = 0
+    finished: bool = False
+    failed: str | None = None
+    checkpoint_bytes: int = 0  # the job's checkpoints so far, in bytes (cumulative)
+    restore_fallbacks: int = 0  # the job's restores that skipped a bad checkpoint (cumulative)
+
+
+class JobExecutor(Protocol):
+    """Runs jobs with an ``entrypoint`` on their nodes; simulated jobs need none."""
+
+    def start(self, job: Job, nodes: Sequence[Node]) -> None: ...
+
+    def stop(self, job: Job, reason: str) -> None: ...
+
+    def notice(self, job: Job, seconds_left: float) -> None: ...
+
+    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]: ...
+
+
+QuotaSource = Callable[[str], float | None]  # accelerator -> spot quota in GPUs (None = none)

@@ -1,0 +1,223 @@
+"""Step 3 of the reconcile loop: advance jobs on their nodes, and forget finished ones.
+
+The gang up -> RUNNING, progress and periodic checkpoints, billing, preemption notices,
+replica replacement, preemption back to the last checkpoint, and releasing nodes when a job
+ends. :class:`ForgetFinished` drops terminal jobs and gone nodes once the tick is persisted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from controlplane import metrics, workload
+from controlplane.clock import Clock
+from controlplane.models import Event, Job, JobKind, JobState, Market, Node, NodeState
+from controlplane.policyhost import DeadlinePolicyHost
+from controlplane.reconcile.contracts import ExecutorReport, JobExecutor
+from controlplane.reconcile.nodeops import NodeOps
+from controlplane.reconcile.recorder import Recorder
+from controlplane.reconcile.state import UP_STATES, WITH_NODES, LoopState
+from controlplane.store import Store
+from controlplane.units import HOUR
+
+
+class AdvanceJobs:
+    """Every job with nodes: up, progress, notices, replicas, preemption, done."""
+
+    def __init__(self, state: LoopState, rec: Recorder, ops: NodeOps,
+                 executor: JobExecutor | None, clock: Clock) -> None:
+        self.state, self.rec, self.ops = state, rec, ops
+        self.executor, self.clock = executor, clock
+
+    def run(self, now: float) -> None:
+        s = self.state
+        reports: dict[str, ExecutorReport] = {}
+        if self.executor is not None:
+            real = [j for j in s.jobs.values()
+                    if j.spec.entrypoint is not None and j.state in WITH_NODES]
+            if real:
+                reports = self.executor.poll(real)
+        for job in list(s.jobs.values()):
+            if job.state in WITH_NODES:
+                try:
+                    self._advance(job, now, reports.get(job.id))
+                except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
+                    self.ops.quarantine_job(job, now, f"advancing it raised {exc!r}")
+
+    def _advance(self, job: Job, now: float, report: ExecutorReport | None) -> None:
+        rec, ops = self.rec, self.ops
+        nodes = [self.state.nodes[i] for i in job.node_ids if i in self.state.nodes]
+        lost = [n for n in nodes if n.state in (NodeState.PREEMPTED, NodeState.FAILED,
+                                                NodeState.TERMINATED)]
+        missing = len(nodes) < len(job.node_ids)
+        if job.state is JobState.STARTING and not lost and not missing and nodes and all(
+                n.state in UP_STATES for n in nodes):
+            up = max([n.ready_at or now for n in nodes] + [job.accounted_at or now])
+            rec.move(job, JobState.RUNNING,
+                     f"all {len(nodes)} workers ready in {job.zone} ({job.market})", up)
+            workload.start(job)
+            job.accounted_at = up
+            if self.executor is not None and job.spec.entrypoint is not None:
+                self.executor.start(job, nodes)
+        if lost and not missing and self._replace_replicas(job, nodes, lost, now):
+            lost = []
+        if lost or missing:
+            end = min((n.ended_at or now for n in lost), default=now)
+            if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+                self._checkpoint_on_late_notice(job, lost, end)
+                rec.progress(job, max(end, job.accounted_at or end))
+            rec.bill(job, now)
+            if job.terminal:
+                ops.release(job, now, "job finished", keep=True)
+                return
+            ops.preempt(job, now, lost)
+            return
+        if job.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+            self._start_replacements(job, nodes)
+            self._handle_notices(job, nodes, now)
+            if report is not None:
+                self._apply_report(job, report, now)
+            else:
+                rec.progress(job, now)
+        rec.bill(job, now)
+        if job.state is JobState.SUCCEEDED:
+            ops.release(job, now, "job finished", keep=True)
+            if job.bag_id:
+                self.state.work.count("bag_jobs_succeeded_total")
+
+    def _handle_notices(self, job: Job, nodes: Sequence[Node], now: float) -> None:
+        w = self.state.work
+        for n in nodes:
+            left = w.notices.get(n.id)
+            if left is None:
+                continue
+            at = n.notice_at or now
+            self.rec.progress(job, min(max(at, job.accounted_at or at), now))
+            cause = f"preemption notice: {left:.0f} s left on {n.id} ({n.zone})"
+            if self.executor is not None and job.spec.entrypoint is not None:
+                self.executor.notice(job, left)
+            elif job.spec.checkpoint_hours * HOUR <= left:
+                workload.begin_checkpoint(job, self.rec.move, cause, at)
+            w.events.append(Event(at=at, tenant_id=job.tenant_id, job_id=job.id,
+                                  node_id=n.id, kind="notice", cause=cause))
+
+    def _replicated(self, job: Job) -> bool:
+        return (job.spec.replicas > 1 and job.spec.entrypoint is not None
+                and self.executor is not None and hasattr(self.executor, "node_preempted"))
+
+    def _replace_replicas(self, job: Job, nodes: Sequence[Node], lost: Sequence[Node],
+                          now: float) -> bool:
+        """Replication: a replica survives the loss of a node, so the job keeps
+        running (no rollback) and each lost node gets a replacement that restores from the
+        survivor's checkpoint. False when no replica survives (the usual preemption)."""
+        if not self._replicated(job) or job.state not in (JobState.RUNNING,
+                                                          JobState.CHECKPOINTING):
+            return False
+        w, ops = self.state.work, self.ops
+        executor: Any = self.executor
+        survive = False
+        for n in lost:
+            survive = bool(executor.node_preempted(job, n.id, f"node {n.id} {n.state.value.lower()}"))
+        if not survive:
+            return False
+        self.rec.bill(job, now)
+        market = job.market or Market.SPOT
+        offers = ops.zones(job, market, now) or ops.zones(job, Market.ON_DEMAND, now)
+        lost_ids = {n.id for n in lost}
+        job.node_ids = [i for i in job.node_ids if i not in lost_ids]
+        for n in lost:
+            n.job_id = n.tenant_id = None
+            w.nodes[n.id] = n
+        new = []
+        if offers:
+            m = market if ops.zones(job, market, now) else Market.ON_DEMAND
+            new = ops.launch(job, offers[0], m, len(lost), now)
+            for n in new:
+                n.replacement = True
+            job.node_ids += [n.id for n in new]
+        w.count("replica_replacements_total", len(lost))
+        w.events.append(Event(
+            at=now, tenant_id=job.tenant_id, job_id=job.id, kind="replica",
+            cause=f"{len(lost)} replica node(s) lost ({', '.join(sorted(lost_ids))}); a replica "
+                  f"survives, {len(new)} replacement(s) launched"))
+        w.jobs[job.id] = job
+        return True
+
+    def _start_replacements(self, job: Job, nodes: Sequence[Node]) -> None:
+        if not self._replicated(job):
+            return
+        executor: Any = self.executor
+        for n in nodes:
+            if n.replacement and n.state is NodeState.READY:
+                executor.start_replacement(job, n)
+                n.replacement = False
+                self.rec.node_event(n, f"replacement replica started for {job.id}",
+                                    self.clock.now())
+
+    def _checkpoint_on_late_notice(self, job: Job, lost: Sequence[Node], end: float) -> None:
+        """Notice and preemption fell in one tick: the node's agent checkpointed at the notice
+        (the checkpoint survives when it fits in the notice's seconds)."""
+        notices = [n for n in lost if n.notice_at is not None and n.notice_at <= end]
+        if not notices or job.state is not JobState.RUNNING or (
+                self.executor is not None and job.spec.entrypoint is not None):
+            return
+        n = min(notices, key=lambda x: x.notice_at or end)
+        at = max(n.notice_at or end, job.accounted_at or end)
+        self.rec.progress(job, at)
+        cause = f"preemption notice: {end - at:.0f} s left on {n.id} ({n.zone})"
+        self.state.work.events.append(Event(at=at, tenant_id=job.tenant_id, job_id=job.id,
+                                            node_id=n.id, kind="notice", cause=cause))
+        if job.spec.checkpoint_hours * HOUR <= end - at:
+            workload.begin_checkpoint(job, self.rec.move, cause, at)
+
+    def _apply_report(self, job: Job, r: ExecutorReport, now: float) -> None:
+        job.progress_hours = r.progress_hours
+        job.checkpointed_hours = r.checkpointed_hours
+        self._count_checkpoint_io(job, r)
+        job.checkpoints = max(job.checkpoints, r.checkpoints)
+        job.accounted_at = now
+        self.state.work.jobs[job.id] = job
+        if r.failed is not None:
+            self.ops.release(job, now, "job failed", keep=False)
+            self.rec.move(job, JobState.FAILED, f"executor: {r.failed}", now)
+        elif r.finished:
+            job.finished_at = now
+            self.rec.move(job, JobState.SUCCEEDED, "executor: finished", now)
+
+    def _count_checkpoint_io(self, job: Job, r: ExecutorReport) -> None:
+        """New checkpoints, bytes and restore fallbacks since the job's last report (the
+        totals are kept on the job, so a restart counts nothing twice)."""
+        c = self.state.work.counters
+        if r.checkpoints > job.checkpoints:
+            metrics.count(c, "checkpoint_writes_total", r.checkpoints - job.checkpoints,
+                          source="executor")
+        if r.checkpoint_bytes > job.checkpoint_bytes:
+            metrics.count(c, "checkpoint_bytes_total", r.checkpoint_bytes - job.checkpoint_bytes)
+            job.checkpoint_bytes = r.checkpoint_bytes
+        if r.restore_fallbacks > job.restore_fallbacks:
+            metrics.count(c, "checkpoint_restore_fallbacks_total",
+                          r.restore_fallbacks - job.restore_fallbacks)
+            job.restore_fallbacks = r.restore_fallbacks
+
+
+class ForgetFinished:
+    """Drops terminal jobs and gone nodes from the state once the tick is persisted."""
+
+    def __init__(self, store: Store, policy_host: DeadlinePolicyHost, state: LoopState) -> None:
+        self.store, self.policy_host, self.state = store, policy_host, state
+
+    def run(self) -> None:
+        s = self.state
+        done = [j for j in s.jobs.values() if j.terminal]
+        for j in done:
+            del s.jobs[j.id]
+            if j.bag_id and j.state is JobState.SUCCEEDED:
+                self.store.update_bag_estimate(j.bag_id)
+        deadline = [j.id for j in done if j.kind is JobKind.DEADLINE]
+        if deadline:
+            self.policy_host.forget(deadline)
+        for n in [n for n in s.nodes.values() if n.gone]:
+            del s.nodes[n.id]
+            if n.instance_id:
+                s.by_instance.pop(n.instance_id, None)

@@ -1,0 +1,213 @@
+"""Step 5 of the reconcile loop: place queued jobs, reap idle nodes, account demand.
+
+Queued jobs (HP, then deadline, then spot) are placed by the scheduler on per-accelerator pool
+snapshots with the spot quota and tenant GPU limits; HP (and deadline) jobs evict spot jobs
+when the pool is full. Idle nodes are then terminated, and per-tenant demand is accounted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusters.fleet import Offer
+from controlplane import metrics
+from controlplane.models import Job, JobKind, JobState, Market, NodeState
+from controlplane.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
+from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
+from controlplane.reconcile.nodeops import NodeOps
+from controlplane.reconcile.recorder import Recorder
+from controlplane.reconcile.state import WITH_NODES, LoopState
+from controlplane.store import Store
+from controlplane.units import HOUR
+
+_KIND_ORDER = {JobKind.HP: 0, JobKind.DEADLINE: 1, JobKind.SPOT: 2}
+
+Demand = dict[str, tuple[float, float]]  # tenant id -> (HP, spot) GPU-hours this tick
+
+
+class StoreQuota:
+    """The spot quota per accelerator from the store, re-read every tenth tick."""
+
+    def __init__(self, store: Store, state: LoopState) -> None:
+        self.store, self.state = store, state
+
+    def __call__(self, accelerator: str) -> float | None:
+        s = self.state
+        if s.ticks % 10 == 0 or accelerator not in s.quota_cache:
+            s.quota_cache = {q.accelerator: float(q.spot_quota_gpus) for q in self.store.quotas()}
+        return s.quota_cache.get(accelerator)
+
+
+class Place:
+    """Queued jobs onto pools: a plan per job, then its launches, reuses and evictions."""
+
+    def __init__(self, scheduler: Any, quota: QuotaSource, settings: ControllerSettings,
+                 state: LoopState, rec: Recorder, ops: NodeOps) -> None:
+        self.scheduler, self.quota, self.settings = scheduler, quota, settings
+        self.state, self.rec, self.ops = state, rec, ops
+
+    def run(self, now: float) -> None:
+        s = self.state
+        queue = sorted((j for j in s.jobs.values() if j.state is JobState.QUEUED),
+                       key=lambda j: (_KIND_ORDER[j.kind], j.submitted_at))
+        if not queue:
+            return
+        pools = pools_of(list(s.nodes.values()), self._capacity())
+        for acc, pool in pools.items():
+            q = self.quota(acc)
+            per_node = max((o.accelerator_count for o in s.offers if o.accelerator == acc),
+                           default=1)
+            pool.spot_quota_nodes = None if q is None else q / per_node
+        tenant_gpus = self._tenant_gpus()
+        for job in queue[: self.settings.max_placements_per_tick]:
+            if job.state is not JobState.QUEUED:
+                continue  # a victim of an earlier placement this tick
+            try:
+                self._place_one(job, pools, tenant_gpus, now)
+            except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
+                self.ops.quarantine_job(job, now, f"placing it raised {exc!r}")
+
+    def _place_one(self, job: Job, pools: dict[str, Pool], tenant_gpus: dict[str, int],
+                   now: float) -> None:
+        """Place one queued job (or say why it waits)."""
+        s = self.state
+        if job.tenant_id in s.bad_tenants:
+            self._wait(job, "its tenant's stored row does not load (quarantined)", now)
+            return
+        if not s.offers_for(job):
+            self.rec.move(job, JobState.FAILED, self._unplaceable(job), now)
+            return
+        market = _market(job)
+        if market is None:
+            return
+        offers = self.ops.zones(job, market, now)
+        if not offers:
+            self._wait(job, f"no {market.value} zone for {job.spec.accelerator or 'any GPU'}",
+                       now)
+            return
+        tenant = s.tenants.get(job.tenant_id)
+        if tenant is not None and tenant_gpus.get(tenant.id, 0) + job.gpus > tenant.max_gpus:
+            self._wait(job, f"tenant limit: {tenant.max_gpus} GPUs", now)
+            return
+        best = offers[0]
+        pool = pools.setdefault(best.accelerator, Pool(best.accelerator,
+                                                       self._capacity_of(best.accelerator)))
+        p = plan(self.scheduler, pool, s.jobs, job, market, [o.zone for o in offers],
+                 s.nodes, now)
+        if p is None:
+            self._wait(job, f"no room in the {best.accelerator} pool "
+                       f"({len(pool.nodes)}/{pool.capacity} nodes"
+                       + (f", spot quota {pool.spot_quota_nodes:.1f} nodes)"
+                          if pool.spot_quota_nodes is not None else ")"), now)
+            return
+        self._apply_plan(job, p, best, market, pool, now)
+        tenant_gpus[job.tenant_id] = tenant_gpus.get(job.tenant_id, 0) + job.gpus
+
+    def _unplaceable(self, job: Job) -> str:
+        shapes = sorted({f"{o.accelerator}x{o.accelerator_count}" for o in self.state.offers})
+        return (f"no zone offers {job.spec.accelerator or 'a GPU'} with "
+                f"{job.spec.gpus_per_worker} GPUs per worker; the fleet has {', '.join(shapes)}")
+
+    def _capacity_of(self, acc: str) -> int:
+        return self.settings.pool_nodes.get(acc, self.settings.default_pool_nodes)
+
+    def _capacity(self) -> dict[str, int]:
+        return {o.accelerator: self._capacity_of(o.accelerator) for o in self.state.offers}
+
+    def _tenant_gpus(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for j in self.state.jobs.values():
+            if j.state in WITH_NODES:
+                out[j.tenant_id] = out.get(j.tenant_id, 0) + j.gpus
+        return out
+
+    def _wait(self, job: Job, why: str, now: float) -> None:
+        if job.message != f"waiting: {why}":
+            job.message = f"waiting: {why}"
+            self.rec.decide(job, "placement", "wait", why, now)
+            self.state.work.jobs[job.id] = job
+
+    def _apply_plan(self, job: Job, p: PlacementPlan, offer: Offer, market: Market, pool: Pool,
+                    now: float) -> None:
+        s, w, rec, ops = self.state, self.state.work, self.rec, self.ops
+        for victim_id in p.victims:
+            victim = s.jobs.get(victim_id)
+            if victim is None or victim.state not in WITH_NODES:
+                continue
+            if victim.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+                rec.progress(victim, now)
+            rec.bill(victim, now)
+            if victim.terminal:
+                ops.release(victim, now, "job finished", keep=True)
+                continue
+            cause = f"preempted by {job.kind.value} job {job.id} (placement {p.policy})"
+            w.count("hp_evictions_total")
+            metrics.count(w.counters, "evictions_total", cause=f"{job.kind.value}_placement",
+                          **metrics.job_where(victim, s.nodes))
+            rec.decide(victim, p.policy, "preempt", cause, now)
+            ops.preempt(victim, now, [], cause)
+        for node_id in p.replace:
+            ops.terminate(s.nodes[node_id], now, f"replaced for job {job.id}")
+        reused = [s.nodes[i] for i in p.reuse]
+        for n in reused:
+            n.job_id, n.tenant_id, n.idle_since = job.id, job.tenant_id, None
+            w.nodes[n.id] = n
+        new = ops.launch(job, offer, market, p.launch, now) if p.launch else []
+        pool.nodes.extend(new)
+        pool.commit(p, job, {i: n.id for i, n in zip(p.launch_slots, new, strict=True)}, now)
+        job.node_ids = [n.id for n in reused] + [n.id for n in new]
+        job.market, job.zone = market, (new[0].zone if new else reused[0].zone)
+        job.attempts += 1
+        metrics.count(w.counters, "placements_total", kind=job.kind.value,
+                      **metrics.job_where(job, s.nodes))
+        job.billed_at = job.accounted_at = now
+        if job.kind is JobKind.SPOT:
+            w.count("spot_placements_total")
+        rec.decide(job, p.policy, "place", f"{len(new)} new + {len(reused)} reused "
+                   f"{offer.accelerator} nodes, {market.value} in {job.zone}"
+                   + (f", evicting {', '.join(p.victims)}" if p.victims else ""), now, job.zone)
+        rec.move(job, JobState.STARTING, f"placed on {len(job.node_ids)} {market.value} "
+                 f"node(s) in {job.zone}", now)
+
+
+def _market(job: Job) -> Market | None:
+    """HP jobs run on-demand, spot jobs on spot, deadline jobs where their policy says."""
+    if job.kind is JobKind.HP:
+        return Market.ON_DEMAND
+    if job.kind is JobKind.SPOT:
+        return Market.SPOT
+    if job.policy_action in (None, "idle"):
+        return None
+    return Market(job.policy_action)
+
+
+class ReapIdle:
+    """Terminates nodes no job holds: at once unless ready, after ``idle_node_seconds`` if so."""
+
+    def __init__(self, settings: ControllerSettings, state: LoopState, ops: NodeOps) -> None:
+        self.settings, self.state, self.ops = settings, state, ops
+
+    def run(self, now: float) -> None:
+        for n in list(self.state.nodes.values()):
+            if n.job_id is not None or n.state not in BUSY_STATES or n.state is NodeState.TERMINATING:
+                continue
+            idle = n.idle_since if n.idle_since is not None else now
+            if n.state is not NodeState.READY or now - idle >= self.settings.idle_node_seconds:
+                self.ops.terminate(n, now, "idle")
+
+
+def account_demand(state: LoopState, settings: ControllerSettings) -> Demand:
+    """GPU-hours demanded per tenant this tick (hp vs spot), the forecaster's input:
+    gpus x tick_seconds / HOUR for every active job."""
+    dt = settings.tick_seconds / HOUR
+    demand: Demand = {}
+    for j in state.jobs.values():
+        if j.terminal:
+            continue
+        hp, sp = demand.get(j.tenant_id, (0.0, 0.0))
+        if j.kind is JobKind.HP:
+            hp += j.gpus * dt
+        else:
+            sp += j.gpus * dt
+        demand[j.tenant_id] = (hp, sp)
+    return demand

@@ -1,0 +1,139 @@
+"""The recording helpers every phase shares: transitions, node events, decisions, progress, bills.
+
+A :class:`Recorder` writes into the tick's work (``LoopState.work``); phases receive it
+explicitly. Progress follows ``controlplane.workload`` with periodic checkpoints from the
+checkpoint planner; a bill charges each node's price for the time it served the job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusters.fleet import FleetProvider
+from controlplane import metrics, workload
+from controlplane.models import (
+    Decision,
+    Event,
+    Job,
+    JobKind,
+    JobState,
+    Market,
+    Node,
+    check_transition,
+)
+from controlplane.reconcile.contracts import JobExecutor
+from controlplane.reconcile.state import IntervalPlanner, LoopState
+from controlplane.units import HOUR
+
+
+class Recorder:
+    """Records what phases do to jobs and nodes into the tick's work."""
+
+    def __init__(self, state: LoopState, fleet: FleetProvider,
+                 executor: JobExecutor | None) -> None:
+        self.state, self.fleet, self.executor = state, fleet, executor
+
+    # -- events, transitions, decisions ---------------------------------------------------------
+    def move(self, job: Job, dst: JobState, cause: str, at: float) -> None:
+        """Move a job to ``dst`` (a legal transition), with its event and counters."""
+        w = self.state.work
+        check_transition(job.id, job.state, dst)
+        self._count_transition(job, dst, at)
+        w.events.append(Event(at=at, tenant_id=job.tenant_id, job_id=job.id,
+                              kind="transition", src=job.state.value, dst=dst.value,
+                              cause=cause))
+        job.state = dst
+        job.message = cause
+        w.jobs[job.id] = job
+        if dst is JobState.RUNNING and job.started_at is None:
+            job.started_at = at
+        if dst in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+            job.finished_at = job.finished_at if dst is JobState.SUCCEEDED else at
+            w.count(f"jobs_{dst.value.lower()}_total")
+            if w.report is not None:
+                w.report.finished += 1
+
+    def _count_transition(self, job: Job, dst: JobState, at: float) -> None:
+        c = self.state.work.counters
+        if job.state is JobState.CHECKPOINTING and dst is JobState.RUNNING:
+            metrics.count(c, "checkpoint_writes_total", source="simulated")
+            metrics.observe(c, "checkpoint_duration_seconds", job.spec.checkpoint_hours * HOUR)
+        if dst is JobState.SUCCEEDED and job.kind is JobKind.DEADLINE and job.deadline_at:
+            slack = job.deadline_at - (job.finished_at if job.finished_at is not None else at)
+            if slack >= 0:
+                metrics.observe(c, "deadline_slack_at_finish_seconds", slack)
+            else:
+                metrics.count(c, "deadline_misses_total")
+                metrics.observe(c, "deadline_lateness_seconds", -slack)
+
+    def node_event(self, node: Node, cause: str, at: float) -> None:
+        """Record a node's new state (and persist the node this tick)."""
+        w = self.state.work
+        w.events.append(Event(at=at, tenant_id=node.tenant_id, job_id=node.job_id,
+                              node_id=node.id, kind="node", dst=node.state.value, cause=cause))
+        w.nodes[node.id] = node
+
+    def decide(self, job: Job, policy: str, action: str, reason: str, at: float,
+               zone: str | None = None, obs: dict[str, Any] | None = None) -> None:
+        """Record a policy's decision for a job."""
+        self.state.work.decisions.append(Decision(
+            at=at, job_id=job.id, tenant_id=job.tenant_id, policy=policy, action=action,
+            zone=zone, reason=reason, observation=obs or {}))
+
+    # -- progress and billing --------------------------------------------------------------------
+    def progress(self, job: Job, until: float) -> None:
+        """Advance a simulated job's progress (and its periodic checkpoints) to ``until``."""
+        if job.accounted_at is None:
+            job.accounted_at = until
+        if job.spec.entrypoint is not None and self.executor is not None:
+            job.accounted_at = until
+            return
+        if until > job.accounted_at:
+            workload.advance(job, job.accounted_at, until, self.move, self._interval)
+            job.accounted_at = until
+            self.state.work.progress[job.id] = job
+
+    def bill(self, job: Job, until: float) -> None:
+        """Charge the job for its nodes' time since it was last billed (provisioning included):
+        cost = sum over nodes of price x (min(until, end) - max(billed_at, launched)) / HOUR."""
+        start = job.billed_at if job.billed_at is not None else until
+        if until <= start:
+            job.billed_at = max(start, until)
+            return
+        cost = gpu_h = 0.0
+        for node_id in job.node_ids:
+            n = self.state.nodes.get(node_id)
+            if n is None or n.launched_at is None:
+                continue
+            a = max(start, n.launched_at)
+            b = min(until, n.ended_at if n.ended_at is not None else until)
+            if b > a:
+                cost += n.price_per_hour * (b - a) / HOUR
+                gpu_h += n.accelerator_count * (b - a) / HOUR
+        job.cost += cost
+        job.gpu_hours += gpu_h
+        job.billed_at = until
+        od = self._od_price(job)
+        job.on_demand_cost = max(job.on_demand_cost, job.progress_hours * job.spec.workers * od)
+        self.state.work.progress[job.id] = job
+
+    def _od_price(self, job: Job) -> float:
+        prices = [o.on_demand_price for o in self.state.offers_for(job)]
+        return min(prices, default=0.0)
+
+    def _interval(self, job: Job) -> float:
+        if job.market is Market.ON_DEMAND:  # nothing preempts it: no periodic checkpoints
+            return max(job.spec.compute_hours - job.progress_hours, 1e-3) + 1.0
+        return self._planner(job).interval_hours(job.progress_hours - job.segment_start_hours)
+
+    def _planner(self, job: Job) -> IntervalPlanner:
+        key = round(job.spec.checkpoint_hours, 6)
+        cache = self.state.planners
+        if key not in cache:
+            from controlplane.standins import load_checkpoint_planner, load_lifetime_model
+
+            model = getattr(self.fleet, "lifetimes", None)
+            if model is None or not hasattr(model, "sf"):
+                model = load_lifetime_model()
+            cache[key] = load_checkpoint_planner(model, job.spec.checkpoint_hours)
+        return cache[key]

@@ -1,0 +1,91 @@
+"""The reconcile loop's state (:class:`LoopState`) and what one tick accumulates (:class:`TickWork`).
+
+Every phase reads and writes one ``LoopState``: the controller's in-memory view of active jobs
+and live nodes, tenants, the fleet's offers and spot availability, and the caches the loop
+keeps between ticks. ``LoopState.work`` is the current tick's :class:`TickWork`, replaced at
+the start of every tick (and of ``recover``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from clusters.fleet import LaunchRequest, Offer
+from controlplane.models import Decision, Event, Job, JobState, Node, NodeState, Tenant
+from controlplane.store import BadRow, Intent
+
+UP_STATES = frozenset({NodeState.READY, NodeState.NOTICED})
+WITH_NODES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CHECKPOINTING})
+
+
+class IntervalPlanner(Protocol):
+    """Periodic checkpoint intervals for one checkpoint cost."""
+
+    def interval_hours(self, done_since_start_hours: float) -> float: ...
+
+
+@dataclass
+class TickReport:
+    at: float
+    ms: float
+    jobs: int
+    nodes: int
+    launched: int = 0
+    terminated: int = 0
+    preempted: int = 0
+    finished: int = 0
+
+
+@dataclass
+class TickWork:
+    """What one tick accumulates before it persists."""
+
+    events: list[Event] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    jobs: dict[str, Job] = field(default_factory=dict)  # changed state: persisted this tick
+    progress: dict[str, Job] = field(default_factory=dict)  # only progress/cost moved
+    nodes: dict[str, Node] = field(default_factory=dict)
+    intents: list[Intent] = field(default_factory=list)
+    launches: list[tuple[Intent, LaunchRequest, list[str]]] = field(default_factory=list)
+    terminations: list[tuple[Intent, list[str]]] = field(default_factory=list)
+    counters: dict[str, float] = field(default_factory=dict)
+    notices: dict[str, float] = field(default_factory=dict)  # node id -> seconds left
+    quarantine: list[BadRow] = field(default_factory=list)  # rows set aside this tick
+    report: TickReport | None = None
+
+    def count(self, name: str, by: float = 1.0) -> None:
+        self.counters[name] = self.counters.get(name, 0.0) + by
+
+
+@dataclass
+class LoopState:
+    """What the reconcile loop knows between ticks, and the current tick's work."""
+
+    offers: list[Offer]  # the fleet's zones and instance types, with prices
+    jobs: dict[str, Job] = field(default_factory=dict)  # active (non-PENDING) jobs
+    nodes: dict[str, Node] = field(default_factory=dict)  # live nodes
+    by_instance: dict[str, str] = field(default_factory=dict)  # instance id -> node id
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+    bad_tenants: set[str] = field(default_factory=set)  # rows that do not load: not placed
+    availability: dict[str, bool] = field(default_factory=dict)  # zone -> spot available
+    zone_preemptions: dict[str, list[float]] = field(default_factory=dict)  # zone -> times
+    refused: dict[str, float] = field(default_factory=dict)  # zone -> last refused spot launch
+    external: dict[str, float] = field(default_factory=dict)  # instance id -> s left (agents)
+    quarantined: set[tuple[str, str]] = field(default_factory=set)  # (table, id) set aside
+    ticks: int = 0
+    offer_cache: dict[tuple[str | None, int], list[Offer]] = field(default_factory=dict)
+    quota_cache: dict[str, float | None] = field(default_factory=dict)
+    planners: dict[float, IntervalPlanner] = field(default_factory=dict)  # by checkpoint hours
+    work: TickWork = field(default_factory=TickWork)
+
+    def offers_for(self, job: Job) -> list[Offer]:
+        """The offers whose accelerator and GPUs per node fit the job (cached by shape)."""
+        key = (job.spec.accelerator, job.spec.gpus_per_worker)
+        hit = self.offer_cache.get(key)
+        if hit is None:
+            acc = job.spec.accelerator
+            hit = [o for o in self.offers if (acc is None or o.accelerator.lower() == acc.lower())
+                   and o.accelerator_count >= job.spec.gpus_per_worker]
+            self.offer_cache[key] = hit
+        return hit

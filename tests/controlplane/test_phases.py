@@ -1,0 +1,452 @@
+"""Each phase of the reconcile loop alone, on a hand-built LoopState.
+
+Real parts: the real Store on a tmp SQLite file and a small fleet that really keeps its
+instances (launch is idempotent on the intent id, spot can be refused, instances change state
+with events). Each test asserts the exact state a phase leaves behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from clusters.fleet import (
+    EventKind,
+    FleetEvent,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Offer,
+)
+from clusters.fleet import Market as FleetMarket
+from controlplane.clock import SimClock
+from controlplane.errors import CapacityUnavailable
+from controlplane.models import Job, JobSpec, JobState, Market, Node, NodeState, Tenant
+from controlplane.policyhost import PolicyFailed, PolicyRequest
+from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.fleet import SyncFleet
+from controlplane.reconcile.ingest import Ingest
+from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
+from controlplane.reconcile.nodeops import NodeOps
+from controlplane.reconcile.persist import Act, Persist
+from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, account_demand
+from controlplane.reconcile.policies import AskPolicies
+from controlplane.reconcile.recorder import Recorder
+from controlplane.reconcile.state import LoopState, TickWork
+from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Store
+from controlplane.units import HOUR
+from policies.deadline import Action, Kind
+from policies.schedulers import make_scheduler
+
+OFFERS = [
+    Offer("aws", "us-a", "p3.2xlarge", "V100", 1, spot_price=1.0, on_demand_price=3.0,
+          region="us"),
+    Offer("aws", "us-b", "p3.2xlarge", "V100", 1, spot_price=0.8, on_demand_price=3.2,
+          region="us"),
+]
+
+
+class KeptFleet:
+    """A fleet that keeps its instances: idempotent launches, refusable spot, state changes."""
+
+    name = "kept"
+
+    def __init__(self, clock: SimClock) -> None:
+        self.clock = clock
+        self.spot_up = {"us-a": True, "us-b": True}
+        self.instances: dict[str, Instance] = {}
+        self.by_intent: dict[str, list[str]] = {}
+        self.events: list[FleetEvent] = []
+
+    def offers(self) -> list[Offer]:
+        return list(OFFERS)
+
+    def spot_available(self, zone: str, instance_type: str) -> bool:
+        return self.spot_up[zone]
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        if request.intent_id in self.by_intent:
+            return [self.instances[i] for i in self.by_intent[request.intent_id]]
+        if request.market is FleetMarket.SPOT and not self.spot_up[request.zone]:
+            raise CapacityUnavailable(request.zone, request.instance_type, "no spot here")
+        offer = next(o for o in OFFERS if o.zone == request.zone)
+        price = offer.spot_price if request.market is FleetMarket.SPOT else offer.on_demand_price
+        made = [Instance(f"i-{len(self.instances) + k}", "aws", request.zone,
+                         request.instance_type, request.market, InstanceState.PENDING,
+                         self.clock.now(), price, "V100", 1, request.intent_id,
+                         dict(request.tags)) for k in range(request.count)]
+        for inst in made:
+            self.instances[inst.instance_id] = inst
+        self.by_intent[request.intent_id] = [i.instance_id for i in made]
+        return made
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        for iid in instance_ids:
+            self.become(iid, InstanceState.TERMINATED, EventKind.TERMINATED, self.clock.now())
+
+    def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:
+        ids = list(self.instances) if instance_ids is None else instance_ids
+        return [self.instances[i] for i in ids if i in self.instances]
+
+    def poll_events(self) -> list[FleetEvent]:
+        out, self.events = self.events, []
+        return out
+
+    def become(self, iid: str, state: InstanceState, kind: EventKind, at: float,
+               seconds_left: float | None = None) -> None:
+        inst = self.instances[iid]
+        self.instances[iid] = replace(inst, state=state)
+        self.events.append(FleetEvent(kind, iid, inst.zone, at, seconds_left=seconds_left))
+
+
+class ScriptedHost:
+    """A deadline-policy host that answers what the test says (and remembers what it forgot)."""
+
+    def __init__(self, answers: dict[str, Action | PolicyFailed]) -> None:
+        self.answers = answers
+        self.asked: list[PolicyRequest] = []
+        self.forgotten: list[str] = []
+
+    def decide(self, requests: Sequence[PolicyRequest]) -> dict[str, Action | PolicyFailed]:
+        self.asked += requests
+        return {r.job_id: self.answers[r.job_id] for r in requests if r.job_id in self.answers}
+
+    def forget(self, job_ids: Sequence[str]) -> None:
+        self.forgotten += job_ids
+
+
+_INSTANCE_OF_NODE = {
+    NodeState.PROVISIONING: InstanceState.PENDING, NodeState.READY: InstanceState.RUNNING,
+    NodeState.NOTICED: InstanceState.NOTICED, NodeState.TERMINATING: InstanceState.RUNNING,
+    NodeState.PREEMPTED: InstanceState.PREEMPTED, NodeState.TERMINATED: InstanceState.TERMINATED,
+}
+
+
+@dataclass
+class World:
+    clock: SimClock
+    store: Store
+    fleet: KeptFleet
+    settings: ControllerSettings
+    state: LoopState
+    rec: Recorder
+    ops: NodeOps
+    tenant: Tenant
+
+    def job(self, name: str, kind: str = "spot", workers: int = 1, **spec: object) -> Job:
+        """A submitted job, known to the state in its stored (PENDING) form."""
+        job = self.store.submit_job(self.tenant.id, JobSpec(
+            name=name, kind=kind, workers=workers, compute_hours=spec.pop("compute_hours", 2.0),
+            accelerator=spec.pop("accelerator", "V100"), **spec), now=0.0)
+        self.state.jobs[job.id] = job
+        return job
+
+    def node(self, job: Job | None, state: NodeState, zone: str = "us-a",
+             market: Market = Market.SPOT, **fields: object) -> Node:
+        """A node on a real instance of the fleet, in ``state``, held by ``job``."""
+        inst, = self.fleet.launch(LaunchRequest(f"intent-{len(self.fleet.instances)}", zone,
+                                                "p3.2xlarge", FleetMarket(market.value), 1))
+        iid = inst.instance_id
+        self.fleet.instances[iid] = replace(inst, state=_INSTANCE_OF_NODE[state])
+        offer = next(o for o in OFFERS if o.zone == zone)
+        n = Node(id=f"node-{inst.instance_id}", provider="kept", cloud="aws", zone=zone,
+                 instance_type="p3.2xlarge", accelerator="V100", accelerator_count=1,
+                 market=market, state=state, intent_id=inst.intent_id,
+                 instance_id=iid, price_per_hour=inst.price_per_hour,
+                 on_demand_price_per_hour=offer.on_demand_price, requested_at=0.0,
+                 launched_at=0.0, job_id=job.id if job else None,
+                 tenant_id=job.tenant_id if job else None, **fields)
+        self.state.nodes[n.id] = n
+        self.state.by_instance[iid] = n.id
+        if job is not None:
+            job.node_ids.append(n.id)
+        return n
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    clock = SimClock(start=0.0)
+    store = Store(tmp_path / "spotplane.db")
+    fleet = KeptFleet(clock)
+    settings = ControllerSettings()
+    state = LoopState(offers=fleet.offers())
+    rec = Recorder(state, fleet, None)
+    ops = NodeOps(state, rec, fleet, settings, None)
+    tenant, _ = store.create_tenant("t", max_gpus=4)
+    return World(clock, store, fleet, settings, state, rec, ops, tenant)
+
+
+def _transitions(w: TickWork, job: Job) -> list[tuple[str | None, str | None]]:
+    return [(e.src, e.dst) for e in w.events if e.job_id == job.id and e.kind == "transition"]
+
+
+# -- recording helpers --------------------------------------------------------------------------
+def test_recorder_bills_each_node_for_the_time_it_served_the_job(world: World) -> None:
+    job = world.job("a", workers=2)
+    job.state, job.billed_at = JobState.RUNNING, 600.0
+    a = world.node(job, NodeState.READY)  # spot in us-a: 1 $/h
+    b = world.node(job, NodeState.PREEMPTED, zone="us-b")  # 0.8 $/h, gone at 1200 s
+    b.ended_at = 1200.0
+    world.rec.bill(job, 2400.0)
+    assert a.price_per_hour == 1.0 and b.price_per_hour == 0.8
+    assert job.cost == pytest.approx(1.0 * 1800 / HOUR + 0.8 * 600 / HOUR)
+    assert job.gpu_hours == pytest.approx((1800 + 600) / HOUR)
+    assert job.billed_at == 2400.0
+    assert job.on_demand_cost == 0.0  # no progress yet
+    assert world.state.work.progress == {job.id: job}
+
+
+def test_recorder_move_records_the_transition_and_counts_the_end(world: World) -> None:
+    job = world.job("a")
+    world.rec.move(job, JobState.QUEUED, "accepted", 10.0)
+    world.rec.move(job, JobState.CANCELLED, "cancelled", 20.0)
+    w = world.state.work
+    assert job.state is JobState.CANCELLED and job.finished_at == 20.0
+    assert _transitions(w, job) == [("PENDING", "QUEUED"), ("QUEUED", "CANCELLED")]
+    assert w.counters == {"jobs_cancelled_total": 1.0}
+    assert w.jobs == {job.id: job}
+
+
+def test_quarantine_job_fails_it_and_terminates_its_nodes(world: World) -> None:
+    job = world.job("a")
+    job.state = JobState.RUNNING
+    n = world.node(job, NodeState.READY)
+    world.ops.quarantine_job(job, 300.0, "its policy raised")
+    w = world.state.work
+    assert job.state is JobState.FAILED and job.message == "quarantined: its policy raised"
+    assert job.node_ids == [] and n.job_id is None
+    assert n.state is NodeState.TERMINATING and n.ended_at == 300.0
+    assert [ids for _, ids in w.terminations] == [[n.instance_id]]
+    assert ("jobs", job.id) in world.state.quarantined
+    assert [b.id for b in w.quarantine] == [job.id]
+    assert w.counters == {"rows_quarantined_total": 1.0, "jobs_failed_total": 1.0}
+
+
+# -- 1. ingest ----------------------------------------------------------------------------------
+def test_ingest_queues_new_jobs_then_cancels_a_flagged_one(world: World) -> None:
+    job = world.store.submit_job(world.tenant.id, JobSpec(name="a", compute_hours=1.0), now=0.0)
+    ingest = Ingest(world.store, world.state, world.rec, world.ops)
+    ingest.run(60.0)
+    w = world.state.work
+    assert list(world.state.jobs) == [job.id]
+    assert world.state.jobs[job.id].state is JobState.QUEUED
+    assert list(world.state.tenants) == [world.tenant.id]
+    assert _transitions(w, job) == [("PENDING", "QUEUED")]
+
+    world.state.work = w = TickWork()
+    world.store.request_cancel(job.id)
+    ingest.run(120.0)
+    held = world.state.jobs[job.id]
+    assert held.state is JobState.CANCELLED and held.finished_at == 120.0
+    assert held.cancel_requested
+    assert _transitions(w, held) == [("QUEUED", "CANCELLED")]
+    assert w.counters == {"jobs_cancelled_total": 1.0}
+
+
+# -- 2. sync fleet ------------------------------------------------------------------------------
+def test_sync_fleet_folds_ready_notice_and_preemption_into_nodes(world: World) -> None:
+    s = world.state
+    job = world.job("a", workers=2)
+    up = world.node(None, NodeState.PROVISIONING)
+    noticed = world.node(job, NodeState.READY)
+    gone = world.node(job, NodeState.READY, zone="us-b")
+    world.fleet.become(up.instance_id or "", InstanceState.RUNNING, EventKind.READY, 100.0)
+    world.fleet.become(noticed.instance_id or "", InstanceState.NOTICED,
+                       EventKind.PREEMPTION_NOTICE, 110.0, seconds_left=120.0)
+    world.fleet.become(gone.instance_id or "", InstanceState.PREEMPTED, EventKind.PREEMPTED,
+                       115.0)
+    world.fleet.spot_up["us-b"] = False
+    SyncFleet(world.fleet, world.store, world.settings, s, world.rec).run(120.0)
+    assert (up.state, up.ready_at, up.idle_since) == (NodeState.READY, 100.0, 100.0)
+    assert (noticed.state, noticed.notice_at) == (NodeState.NOTICED, 110.0)
+    assert (gone.state, gone.ended_at) == (NodeState.PREEMPTED, 115.0)
+    assert s.work.notices == {noticed.id: 120.0}
+    assert s.zone_preemptions == {"us-b": [115.0]}
+    assert s.availability == {"us-a": True, "us-b": False}
+    assert s.work.counters["nodes_preempted_total"] == 1.0
+    assert set(s.work.nodes) == {up.id, noticed.id, gone.id}
+    zones = {z.zone: z.spot_available for z in world.store.zones()}  # tick 0 writes them
+    assert zones == {"us-a": True, "us-b": False}
+
+
+def test_sync_fleet_takes_a_node_agents_notice_first(world: World) -> None:
+    n = world.node(None, NodeState.READY)
+    sync = SyncFleet(world.fleet, world.store, world.settings, world.state, world.rec)
+    sync.external_notice(n.instance_id or "", 90)
+    sync.run(200.0)
+    assert (n.state, n.notice_at) == (NodeState.NOTICED, 200.0)
+    assert world.state.work.notices == {n.id: 90.0}
+    assert world.state.external == {}
+
+
+# -- 3. advance jobs ----------------------------------------------------------------------------
+def _advance(world: World) -> AdvanceJobs:
+    return AdvanceJobs(world.state, world.rec, world.ops, None, world.clock)
+
+
+def test_advance_starts_a_gang_when_every_worker_is_ready(world: World) -> None:
+    job = world.job("a", kind="hp", workers=2)
+    job.state, job.market, job.zone = JobState.STARTING, Market.ON_DEMAND, "us-a"
+    job.accounted_at = job.billed_at = 50.0
+    a = world.node(job, NodeState.READY, market=Market.ON_DEMAND, ready_at=100.0)
+    world.node(job, NodeState.READY, market=Market.ON_DEMAND, ready_at=130.0)
+    _advance(world).run(200.0)
+    assert job.state is JobState.RUNNING and job.started_at == 130.0
+    assert job.accounted_at == 200.0
+    assert job.progress_hours == 0.0  # 70 s of the 180 s changeover
+    assert a.price_per_hour == 3.0
+    assert job.cost == pytest.approx(2 * 3.0 * 150 / HOUR)
+    assert _transitions(world.state.work, job) == [("STARTING", "RUNNING")]
+
+
+def test_advance_requeues_a_job_that_lost_a_worker(world: World) -> None:
+    job = world.job("a", workers=2)
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.accounted_at = job.billed_at = 500.0
+    lost = world.node(job, NodeState.PREEMPTED, ended_at=500.0)
+    kept = world.node(job, NodeState.READY)
+    _advance(world).run(560.0)
+    w = world.state.work
+    assert job.state is JobState.QUEUED and job.preemptions == 1 and job.node_ids == []
+    assert lost.job_id is None and kept.job_id is None
+    assert (kept.state, kept.ended_at) == (NodeState.TERMINATING, 560.0)
+    assert [ids for _, ids in w.terminations] == [[kept.instance_id]]
+    assert _transitions(w, job) == [("RUNNING", "PREEMPTED"), ("PREEMPTED", "QUEUED")]
+    assert w.counters["job_preemptions_total"] == 1.0
+
+
+def test_forget_finished_drops_terminal_jobs_and_gone_nodes(world: World) -> None:
+    done = world.job("done", kind="deadline", deadline_hours=10.0)
+    live = world.job("live")
+    done.state, live.state = JobState.SUCCEEDED, JobState.QUEUED
+    gone = world.node(None, NodeState.TERMINATED)
+    up = world.node(None, NodeState.READY)
+    host = ScriptedHost({})
+    ForgetFinished(world.store, host, world.state).run()
+    assert list(world.state.jobs) == [live.id]
+    assert list(world.state.nodes) == [up.id]
+    assert gone.instance_id not in world.state.by_instance
+    assert host.forgotten == [done.id]
+
+
+# -- 4. policies --------------------------------------------------------------------------------
+def test_policies_switch_a_job_and_quarantine_a_failed_policy(world: World) -> None:
+    job = world.job("a", kind="deadline", deadline_hours=10.0)
+    bad = world.job("b", kind="deadline", deadline_hours=10.0)
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.accounted_at = job.billed_at = 600.0
+    bad.state = JobState.QUEUED
+    n = world.node(job, NodeState.READY)
+    world.state.availability = {"us-a": True, "us-b": False}
+    host = ScriptedHost({job.id: Action(Kind.ON_DEMAND), bad.id: PolicyFailed("boom")})
+    AskPolicies(host, world.settings, world.state, world.rec, world.ops).run(600.0)
+    w = world.state.work
+    (asked, _) = host.asked
+    assert asked.obs.state is Kind.SPOT and asked.obs.zone == "us-a" and asked.obs.spot_available
+    assert asked.task.compute_hours == 2.0 and asked.policy == "uniform_progress"
+    assert [(d.job_id, d.policy, d.action) for d in w.decisions] == [
+        (job.id, "uniform_progress", "on_demand")]
+    assert job.policy_action == "on_demand"
+    assert job.state is JobState.QUEUED and job.message == "policy: switch spot -> on_demand"
+    assert (n.state, n.job_id, n.idle_since) == (NodeState.READY, None, 600.0)
+    assert bad.state is JobState.FAILED and bad.message == "quarantined: boom"
+
+
+# -- 5. placement -------------------------------------------------------------------------------
+def _place(world: World) -> Place:
+    return Place(make_scheduler("gfs", seed=0), StoreQuota(world.store, world.state),
+                 world.settings, world.state, world.rec, world.ops)
+
+
+def test_place_launches_a_gang_fails_the_unplaceable_and_keeps_tenant_limits(world: World) -> None:
+    hp = world.job("hp", kind="hp", workers=2, gpus_per_worker=1)
+    a100 = world.job("x", kind="hp", accelerator="A100")
+    spot = world.job("sp", kind="spot", workers=3)
+    for j in (hp, a100, spot):
+        j.state = JobState.QUEUED
+    world.state.tenants = {world.tenant.id: world.tenant}  # max 4 GPUs
+    world.state.availability = {"us-a": True, "us-b": True}
+    _place(world).run(60.0)
+    w = world.state.work
+    assert hp.state is JobState.STARTING
+    assert (hp.market, hp.zone, hp.attempts) == (Market.ON_DEMAND, "us-a", 1)  # cheaper on-demand
+    assert (hp.billed_at, hp.accounted_at) == (60.0, 60.0)
+    nodes = [world.state.nodes[i] for i in hp.node_ids]
+    assert [(n.state, n.job_id, n.price_per_hour) for n in nodes] == [
+        (NodeState.REQUESTED, hp.id, 3.0)] * 2
+    (intent, req, node_ids), = w.launches
+    assert (req.zone, req.market, req.count, node_ids) == ("us-a", FleetMarket.ON_DEMAND, 2,
+                                                           hp.node_ids)
+    assert intent.payload["job_id"] == hp.id and w.intents == [intent]
+    assert a100.state is JobState.FAILED
+    assert a100.message == ("no zone offers A100 with 1 GPUs per worker; the fleet has V100x1")
+    assert spot.state is JobState.QUEUED and spot.message == "waiting: tenant limit: 4 GPUs"
+    assert [(d.job_id, d.action) for d in w.decisions] == [(hp.id, "place"), (spot.id, "wait")]
+
+
+def test_reap_idle_terminates_what_no_job_holds(world: World) -> None:
+    old = world.node(None, NodeState.READY, idle_since=0.0)
+    fresh = world.node(None, NodeState.READY, idle_since=100.0)
+    booting = world.node(None, NodeState.PROVISIONING)
+    held = world.node(world.job("a"), NodeState.READY)
+    ReapIdle(world.settings, world.state, world.ops).run(150.0)  # idle_node_seconds = 120
+    assert old.state is NodeState.TERMINATING and booting.state is NodeState.TERMINATING
+    assert fresh.state is NodeState.READY and held.state is NodeState.READY
+    assert [ids for _, ids in world.state.work.terminations] == [[old.instance_id],
+                                                                 [booting.instance_id]]
+    assert world.state.work.counters["idle_cost_dollars"] == pytest.approx(1.0 * 150 / HOUR)
+
+
+def test_account_demand_splits_hp_and_spot_gpu_hours_per_tenant(world: World) -> None:
+    world.job("hp", kind="hp", workers=2).state = JobState.RUNNING
+    world.job("sp", kind="spot", workers=3).state = JobState.QUEUED
+    world.job("old", kind="spot").state = JobState.SUCCEEDED
+    tick_h = world.settings.tick_seconds / HOUR
+    assert account_demand(world.state, world.settings) == {
+        world.tenant.id: (pytest.approx(2 * tick_h), pytest.approx(3 * tick_h))}
+
+
+# -- 6. persist intents, act, persist -----------------------------------------------------------
+def test_intents_are_durable_before_the_fleet_is_called_then_done(world: World) -> None:
+    hp = world.job("hp", kind="hp", workers=2)
+    hp.state = JobState.QUEUED
+    _place(world).run(60.0)
+    persist = Persist(world.store, world.settings, world.state, None)
+    persist.intents(60.0, {})
+    (stored,) = world.store.pending_intents()
+    assert stored.kind == "launch" and stored.payload["node_ids"] == hp.node_ids
+    assert world.fleet.instances == {} and world.store.get_job(hp.id).state is JobState.STARTING
+    Act(world.fleet, world.store, world.state, world.rec, world.ops).run(60.0)
+    nodes = [world.state.nodes[i] for i in hp.node_ids]
+    assert [n.state for n in nodes] == [NodeState.PROVISIONING] * 2
+    assert sorted(world.fleet.instances) == sorted(n.instance_id for n in nodes)
+    assert {world.state.by_instance[n.instance_id or ""] for n in nodes} == set(hp.node_ids)
+    persist.results(60.0)
+    assert world.store.pending_intents() == []
+    assert [i.status for i in world.store.intents("launch")] == [INTENT_DONE]
+    stored_nodes = world.store.job_nodes(hp.id, hp.node_ids)
+    assert sorted(n.instance_id or "" for n in stored_nodes) == sorted(world.fleet.instances)
+    assert world.state.work.launches == [] and world.state.work.intents == []
+
+
+def test_a_refused_spot_launch_fails_its_nodes_and_requeues_the_job(world: World) -> None:
+    spot = world.job("sp", kind="spot", workers=1)
+    spot.state = JobState.QUEUED
+    world.state.availability = {"us-a": True, "us-b": True}
+    _place(world).run(60.0)
+    assert spot.zone == "us-b"  # the cheaper spot zone
+    (node,) = [world.state.nodes[i] for i in spot.node_ids]
+    world.fleet.spot_up["us-b"] = False
+    Persist(world.store, world.settings, world.state, None).intents(60.0, {})
+    assert [i.status for i in world.store.pending_intents()] == [INTENT_PENDING]
+    Act(world.fleet, world.store, world.state, world.rec, world.ops).run(60.0)
+    w = world.state.work
+    assert (node.state, node.ended_at) == (NodeState.FAILED, 60.0)
+    assert spot.state is JobState.QUEUED and spot.preemptions == 0 and spot.node_ids == []
+    assert world.state.refused == {"us-b": 60.0}
+    assert w.counters["launches_refused_total"] == 1.0
+    assert [i.status for i in w.intents] == [INTENT_FAILED]
+    assert world.fleet.instances == {}
