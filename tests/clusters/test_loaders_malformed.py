@@ -15,7 +15,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clusters.traces import (
-    HOUR,
     DataCatalog,
     load_dlrm_demand,
     load_gce_lifetimes,
@@ -25,6 +24,7 @@ from clusters.traces import (
     load_spot_trace,
 )
 from controlplane.errors import BadDataFile, DataNotFound
+from controlplane.units import HOUR
 from policies.workloads import tasks_from_pods
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
