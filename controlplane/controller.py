@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from clusters.fleet import FleetProvider, Offer
-from controlplane import metrics
+from controlplane import counters
 from controlplane.clock import Clock
 from controlplane.models import Job, JobState, Node, Tenant
 from controlplane.policyhost import DeadlinePolicyHost, LocalDeadlineHost
@@ -82,7 +82,7 @@ class Controller:
         self.after_barrier: Callable[[int], None] | None = None  # fault injection (tests)
         self._recovered = False
         self._metrics_carry: dict[str, float] = {}  # phase timings, committed next tick
-        self._tx_seen: metrics.Buckets | None = None  # store latency already recorded
+        self._tx_seen: counters.Buckets | None = None  # store latency already recorded
         rec = Recorder(state, fleet, executor)
         ops = NodeOps(state, rec, fleet, settings, executor)
         self.ingest = Ingest(store, state, rec, ops)
@@ -203,7 +203,7 @@ class Controller:
             self.persist.results(now)
         self.forget_finished.run()
         self.state.ticks += 1
-        metrics.observe(self._metrics_carry, "reconcile_tick_duration_seconds",
+        counters.observe(self._metrics_carry, "reconcile_tick_duration_seconds",
                         time.perf_counter() - t0, phase="total")
         w.report.ms = (time.perf_counter() - t0) * 1000
         w.report.jobs, w.report.nodes = len(self.state.jobs), len(self.state.nodes)
@@ -216,7 +216,7 @@ class Controller:
         try:
             yield
         finally:
-            metrics.observe(self._metrics_carry, "reconcile_tick_duration_seconds",
+            counters.observe(self._metrics_carry, "reconcile_tick_duration_seconds",
                             time.perf_counter() - t0, phase=name)
 
     def _carry_metrics(self, w: TickWork) -> None:

@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from controlplane.counters import STORE_TX_BUCKETS, Buckets
 from controlplane.errors import Conflict, InvalidInput, NotFound
-from controlplane.metrics import STORE_TX_BUCKETS, Buckets
 from controlplane.models import (
     ACTIVE_STATES,
     TERMINAL_STATES,
@@ -777,7 +777,7 @@ class Store:
             return self.tx_seconds.copy()
 
     def metrics_snapshot(self) -> dict[str, Any]:
-        """Everything ``controlplane.metrics.StoreCollector`` exports, read at scrape time."""
+        """Everything ``serve.metrics.StoreCollector`` exports, read at scrape time."""
         now = self.control_time()
         names = dict(self._q("SELECT id, name FROM tenants"))
         queue: dict[tuple[str, str, str], tuple[float, float]] = {}

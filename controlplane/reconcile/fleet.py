@@ -7,7 +7,7 @@ One ``describe()`` and one ``poll_events()`` per tick; node agents' notices
 from __future__ import annotations
 
 from clusters.fleet import FleetProvider, Instance, InstanceState
-from controlplane import metrics
+from controlplane import counters
 from controlplane.models import Node, NodeState, ZoneInfo
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.recorder import Recorder
@@ -109,7 +109,7 @@ class SyncFleet:
             node.notice_at = node.notice_at or when.get((iid, "preemption_notice"))
             self.state.zone_preemptions.setdefault(node.zone, []).append(node.ended_at)
             w.count("nodes_preempted_total")
-            metrics.count(w.counters, "node_preemptions_total", cloud=node.cloud,
+            counters.count(w.counters, "node_preemptions_total", cloud=node.cloud,
                           zone=node.zone, market=node.market.value)
         elif new is NodeState.TERMINATED:
             node.ended_at = node.ended_at or when.get((iid, "terminated"), now)

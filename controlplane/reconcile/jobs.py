@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from controlplane import metrics, workload
+from controlplane import counters, workload
 from controlplane.clock import Clock
 from controlplane.models import Event, Job, JobKind, JobState, Market, Node, NodeState
 from controlplane.policyhost import DeadlinePolicyHost
@@ -190,13 +190,13 @@ class AdvanceJobs:
         totals are kept on the job, so a restart counts nothing twice)."""
         c = self.state.work.counters
         if r.checkpoints > job.checkpoints:
-            metrics.count(c, "checkpoint_writes_total", r.checkpoints - job.checkpoints,
+            counters.count(c, "checkpoint_writes_total", r.checkpoints - job.checkpoints,
                           source="executor")
         if r.checkpoint_bytes > job.checkpoint_bytes:
-            metrics.count(c, "checkpoint_bytes_total", r.checkpoint_bytes - job.checkpoint_bytes)
+            counters.count(c, "checkpoint_bytes_total", r.checkpoint_bytes - job.checkpoint_bytes)
             job.checkpoint_bytes = r.checkpoint_bytes
         if r.restore_fallbacks > job.restore_fallbacks:
-            metrics.count(c, "checkpoint_restore_fallbacks_total",
+            counters.count(c, "checkpoint_restore_fallbacks_total",
                           r.restore_fallbacks - job.restore_fallbacks)
             job.restore_fallbacks = r.restore_fallbacks
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from clusters.fleet import FleetProvider, LaunchRequest, Offer
 from clusters.fleet import Market as FleetMarket
-from controlplane import metrics, workload
+from controlplane import counters, workload
 from controlplane.models import (
     Event,
     Job,
@@ -142,7 +142,7 @@ class NodeOps:
                      else f"node {n.id} {n.state.value.lower()} in {n.zone}")
         w = self.state.work
         was = job.state
-        where = metrics.job_where(job, self.state.nodes)
+        where = counters.job_where(job, self.state.nodes)
         hours = workload.roll_back(job)
         if self.executor is not None and job.spec.entrypoint is not None:
             self.executor.stop(job, cause)
@@ -152,7 +152,7 @@ class NodeOps:
             return
         job.preemptions += 1
         w.count("job_preemptions_total")
-        metrics.count(w.counters, "preemptions_total", cause=_preemption_cause(cause, lost),
+        counters.count(w.counters, "preemptions_total", cause=_preemption_cause(cause, lost),
                       **where)
         if w.report is not None:
             w.report.preempted += 1

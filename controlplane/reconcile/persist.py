@@ -13,7 +13,7 @@ import zlib
 
 from clusters.fleet import FleetProvider, LaunchRequest
 from clusters.fleet import Market as FleetMarket
-from controlplane import metrics
+from controlplane import counters
 from controlplane.errors import CapacityUnavailable, CloudError
 from controlplane.models import Job, JobState, NodeState
 from controlplane.reconcile.contracts import ControllerSettings
@@ -94,7 +94,7 @@ class Act:
             w.intents.append(intent)
             s.refused[req.zone] = now
             w.count("launches_refused_total")
-            metrics.count(w.counters, "launch_failures_total", provider=self.fleet.name,
+            counters.count(w.counters, "launch_failures_total", provider=self.fleet.name,
                           error=type(exc).__name__)
             for n in nodes:
                 n.state, n.ended_at = NodeState.FAILED, now
@@ -105,15 +105,15 @@ class Act:
             return
         except CloudError as exc:  # the tick aborts and the intent is retried: count it apart,
             # since the tick's own counters are rolled back with it
-            self.store.incr(metrics.counter_key("launch_failures_total", provider=self.fleet.name,
+            self.store.incr(counters.counter_key("launch_failures_total", provider=self.fleet.name,
                                                 error=type(exc).__name__))
             raise
         intent.status, intent.done_at = INTENT_DONE, now
         w.intents.append(intent)
         w.count("nodes_launched_total", len(insts))
-        metrics.count(w.counters, "launches_total", provider=self.fleet.name,
+        counters.count(w.counters, "launches_total", provider=self.fleet.name,
                       market=req.market.value)
-        metrics.count(w.counters, "launched_nodes_total", len(insts), provider=self.fleet.name,
+        counters.count(w.counters, "launched_nodes_total", len(insts), provider=self.fleet.name,
                       market=req.market.value)
         if w.report is not None:
             w.report.launched += len(insts)

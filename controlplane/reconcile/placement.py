@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from clusters.fleet import Offer
-from controlplane import metrics
+from controlplane import counters
 from controlplane.models import Job, JobKind, JobState, Market, NodeState
 from controlplane.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
@@ -142,8 +142,8 @@ class Place:
                 continue
             cause = f"preempted by {job.kind.value} job {job.id} (placement {p.policy})"
             w.count("hp_evictions_total")
-            metrics.count(w.counters, "evictions_total", cause=f"{job.kind.value}_placement",
-                          **metrics.job_where(victim, s.nodes))
+            counters.count(w.counters, "evictions_total", cause=f"{job.kind.value}_placement",
+                          **counters.job_where(victim, s.nodes))
             rec.decide(victim, p.policy, "preempt", cause, now)
             ops.preempt(victim, now, [], cause)
         for node_id in p.replace:
@@ -158,8 +158,8 @@ class Place:
         job.node_ids = [n.id for n in reused] + [n.id for n in new]
         job.market, job.zone = market, (new[0].zone if new else reused[0].zone)
         job.attempts += 1
-        metrics.count(w.counters, "placements_total", kind=job.kind.value,
-                      **metrics.job_where(job, s.nodes))
+        counters.count(w.counters, "placements_total", kind=job.kind.value,
+                      **counters.job_where(job, s.nodes))
         job.billed_at = job.accounted_at = now
         if job.kind is JobKind.SPOT:
             w.count("spot_placements_total")

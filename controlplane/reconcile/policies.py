@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from controlplane import metrics, workload
+from controlplane import counters, workload
 from controlplane.models import Job, JobKind, JobState
 from controlplane.policyhost import DeadlinePolicyHost, PolicyFailed, PolicyRequest
 from controlplane.reconcile.contracts import ControllerSettings
@@ -100,7 +100,7 @@ class AskPolicies:
                              "state": o.state.value, "zone": o.zone,
                              "spot_available": o.spot_available})
             job.policy_action, job.policy_zone = kind, act.zone
-            metrics.count(w.counters, "deadline_decisions_total", policy=req.policy,
+            counters.count(w.counters, "deadline_decisions_total", policy=req.policy,
                           action=kind)
             w.jobs[job.id] = job
         if job.state not in WITH_NODES:
@@ -119,7 +119,7 @@ class AskPolicies:
         if job.terminal:
             return
         workload.keep_progress(job)
-        metrics.count(w.counters, "evictions_total", cause="policy_switch",
-                      **metrics.job_where(job, self.state.nodes))
+        counters.count(w.counters, "evictions_total", cause="policy_switch",
+                      **counters.job_where(job, self.state.nodes))
         self.ops.release(job, now, switch, keep=True)
         self.rec.move(job, JobState.QUEUED, switch, now)

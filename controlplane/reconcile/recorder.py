@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from clusters.fleet import FleetProvider
-from controlplane import metrics, workload
+from controlplane import counters, workload
 from controlplane.models import (
     Decision,
     Event,
@@ -56,15 +56,15 @@ class Recorder:
     def _count_transition(self, job: Job, dst: JobState, at: float) -> None:
         c = self.state.work.counters
         if job.state is JobState.CHECKPOINTING and dst is JobState.RUNNING:
-            metrics.count(c, "checkpoint_writes_total", source="simulated")
-            metrics.observe(c, "checkpoint_duration_seconds", job.spec.checkpoint_hours * HOUR)
+            counters.count(c, "checkpoint_writes_total", source="simulated")
+            counters.observe(c, "checkpoint_duration_seconds", job.spec.checkpoint_hours * HOUR)
         if dst is JobState.SUCCEEDED and job.kind is JobKind.DEADLINE and job.deadline_at:
             slack = job.deadline_at - (job.finished_at if job.finished_at is not None else at)
             if slack >= 0:
-                metrics.observe(c, "deadline_slack_at_finish_seconds", slack)
+                counters.observe(c, "deadline_slack_at_finish_seconds", slack)
             else:
-                metrics.count(c, "deadline_misses_total")
-                metrics.observe(c, "deadline_lateness_seconds", -slack)
+                counters.count(c, "deadline_misses_total")
+                counters.observe(c, "deadline_lateness_seconds", -slack)
 
     def node_event(self, node: Node, cause: str, at: float) -> None:
         """Record a node's new state (and persist the node this tick)."""

@@ -23,8 +23,9 @@ from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
 from controlplane.controller import Controller, ControllerSettings, ExecutorReport
+from controlplane.counters import CONTROLLER
 from controlplane.executor import artifact_totals
-from controlplane.metrics import CONTROLLER, ApiMetrics, build_registry, exposition
+from controlplane.metrics import ApiMetrics, build_registry, exposition
 from controlplane.models import ForecastRow, Job, JobSpec, JobState, Node
 from controlplane.store import Store
 from controlplane.units import HOUR
