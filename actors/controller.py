@@ -21,8 +21,9 @@ import ray
 
 from clusters.providers import make_provider
 from controlplane.clock import Clock, SimClock, WallClock
-from controlplane.controller import Controller, ControllerSettings
+from controlplane.controller import Controller
 from controlplane.errors import Conflict
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from controlplane.units import DB_FILE, SIMFLEET_DB
 

@@ -30,7 +30,7 @@ from actors.node_agents import (
     stop_node_agents,
 )
 from actors.quota import quota_actor
-from controlplane.controller import ControllerSettings
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from controlplane.units import DB_FILE
 

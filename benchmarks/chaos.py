@@ -41,10 +41,10 @@ import httpx
 import numpy as np
 
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
-from controlplane.controller import ControllerSettings
 from controlplane.demo import real_job as demo_job
 from controlplane.executor import slot_resources
 from controlplane.raylocal import free_port, init_local_ray
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from serve.app import start_api, stop_api
 from serve.auth import new_admin_token

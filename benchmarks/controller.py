@@ -25,8 +25,9 @@ import numpy as np
 from benchmarks import entry
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings
+from controlplane.controller import Controller
 from controlplane.models import JobKind, JobSpec, JobState
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 
 TARGET_MS = 200.0

@@ -28,7 +28,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from clusters.fleet import FleetProvider, Offer
 from controlplane import counters
@@ -37,7 +36,6 @@ from controlplane.models import Job, JobState, Node, Tenant
 from controlplane.policyhost import DeadlinePolicyHost, LocalDeadlineHost
 from controlplane.reconcile.contracts import (
     ControllerSettings,
-    ExecutorReport,
     JobExecutor,
     QuotaSource,
 )
@@ -51,9 +49,10 @@ from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import Store
+from policies.placement import FrameworkScheduler
+from policies.schedulers import make_scheduler
 
-__all__ = ["Controller", "ControllerSettings", "ExecutorReport", "JobExecutor", "QuotaSource",
-           "TickReport"]
+__all__ = ["Controller"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ class Controller:
                  settings: ControllerSettings | None = None, *,
                  policy_host: DeadlinePolicyHost | None = None,
                  executor: JobExecutor | None = None, quota: QuotaSource | None = None,
-                 scheduler: Any = None, epoch: int | None = None) -> None:
+                 scheduler: FrameworkScheduler | None = None, epoch: int | None = None) -> None:
         self.store, self.fleet, self.clock = store, fleet, clock
         self.epoch = epoch  # fencing token from Store.take_controller_lease (None: unfenced)
         self.settings = settings = settings or ControllerSettings()
@@ -75,7 +74,6 @@ class Controller:
         self.state = state = LoopState(offers=fleet.offers())
         self.quota: QuotaSource = quota or StoreQuota(store, state)
         if scheduler is None:
-            from policies.schedulers import make_scheduler
 
             scheduler = make_scheduler(settings.scheduler, seed=settings.seed)
         self.scheduler = scheduler

@@ -47,9 +47,9 @@ from controlplane import jobenv, sdk
 from controlplane.actorbridge import ActorBridge, Actors, LocalActors
 from controlplane.clock import Clock, WallClock
 from controlplane.config import REPO_ROOT
-from controlplane.controller import ExecutorReport
 from controlplane.errors import InvalidInput, NotFound
 from controlplane.models import Job, Node
+from controlplane.reconcile.contracts import ExecutorReport
 
 log = logging.getLogger(__name__)
 

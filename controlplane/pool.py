@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
 from controlplane.models import Job, JobKind, Market, Node, NodeState
 from controlplane.units import HOUR
+from policies.placement import ClusterSnapshot, FrameworkScheduler, RunningTask, TaskRequest
 
 BUSY_STATES = frozenset({NodeState.REQUESTED, NodeState.PROVISIONING, NodeState.READY,
                          NodeState.NOTICED, NodeState.TERMINATING})
@@ -35,18 +36,16 @@ class Pool:
     capacity: int  # nodes
     nodes: list[Node] = field(default_factory=list)
     spot_quota_nodes: float | None = None
-    _snap: Any = field(default=None, repr=False)
+    _snap: ClusterSnapshot | None = field(default=None, repr=False)
     _slots: list[str | None] = field(default_factory=list, repr=False)
 
-    def snapshot(self, jobs: dict[str, Job], now: float) -> tuple[Any, list[str | None]]:
+    def snapshot(self, jobs: dict[str, Job], now: float) -> tuple[ClusterSnapshot, list[str | None]]:
         """A ClusterSnapshot (one card per slot) and, per slot, the node id (None = empty)."""
         if self._snap is None:
             self._snap, self._slots = self._build(jobs, now)
         return self._snap, self._slots
 
-    def _build(self, jobs: dict[str, Job], now: float) -> tuple[Any, list[str | None]]:
-        from policies.placement import ClusterSnapshot
-
+    def _build(self, jobs: dict[str, Job], now: float) -> tuple[ClusterSnapshot, list[str | None]]:
         slots: list[str | None] = [n.id for n in self.nodes]
         slots += [None] * max(0, self.capacity - len(self.nodes))
         n = len(slots)
@@ -87,7 +86,6 @@ class Pool:
 
     def commit(self, p: PlacementPlan, job: Job, node_of_slot: dict[int, str], now: float) -> None:
         """Patch the snapshot after ``p`` was applied: victims gone, the job on its slots."""
-        from policies.placement import ClusterSnapshot
 
         snap = self._snap
         if snap is None:
@@ -125,9 +123,7 @@ class Pool:
 
 
 def _task(job: Job, prio: Literal["hp", "spot"], cards: tuple[tuple[int, int, float], ...],
-          now: float) -> Any:
-    from policies.placement import RunningTask
-
+          now: float) -> RunningTask:
     started = job.started_at if job.started_at is not None else now
     ckpt = now - max(0.0, job.progress_hours - job.checkpointed_hours) * HOUR
     return RunningTask(job.id, prio, 1.0, len(cards), cards, started, ckpt, job.tenant_id)
@@ -148,14 +144,12 @@ class PlacementPlan:
     launch_slots: tuple[int, ...] = ()  # of those, the ones that get a new node
 
 
-def task_request(job: Job, accelerator: str) -> Any:
-    from policies.placement import TaskRequest
-
+def task_request(job: Job, accelerator: str) -> TaskRequest:
     prio: Literal["hp", "spot"] = "spot" if job.kind is JobKind.SPOT else "hp"
     return TaskRequest(job.id, prio, 1.0, job.nodes_needed, (accelerator,), job.tenant_id)
 
 
-def plan(scheduler: Any, pool: Pool, jobs: dict[str, Job], job: Job, market: Market,
+def plan(scheduler: FrameworkScheduler, pool: Pool, jobs: dict[str, Job], job: Job, market: Market,
          zone_ok: Iterable[str] | None, nodes: dict[str, Node], now: float) -> PlacementPlan | None:
     """Ask the placement policy where ``job`` goes in ``pool``; None when it does not fit now."""
     snap, slots = pool.snapshot(jobs, now)
@@ -178,7 +172,7 @@ def plan(scheduler: Any, pool: Pool, jobs: dict[str, Job], job: Job, market: Mar
             replace.append(node.id)
             launch_slots.append(pod.node)
     return PlacementPlan(job.id, pool.accelerator, tuple(reuse), len(launch_slots),
-                         tuple(replace), tuple(placed.victims), getattr(scheduler, "name", ""),
+                         tuple(replace), tuple(placed.victims), scheduler.name,
                          tuple(p.node for p in placed.pods), tuple(launch_slots))
 
 

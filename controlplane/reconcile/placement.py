@@ -7,8 +7,6 @@ when the pool is full. Idle nodes are then terminated, and per-tenant demand is 
 
 from __future__ import annotations
 
-from typing import Any
-
 from clusters.fleet import Offer
 from controlplane import counters
 from controlplane.models import Job, JobKind, JobState, Market, NodeState
@@ -19,6 +17,7 @@ from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from controlplane.store import Store
 from controlplane.units import HOUR
+from policies.placement import FrameworkScheduler
 
 _KIND_ORDER = {JobKind.HP: 0, JobKind.DEADLINE: 1, JobKind.SPOT: 2}
 
@@ -41,7 +40,7 @@ class StoreQuota:
 class Place:
     """Queued jobs onto pools: a plan per job, then its launches, reuses and evictions."""
 
-    def __init__(self, scheduler: Any, quota: QuotaSource, settings: ControllerSettings,
+    def __init__(self, scheduler: FrameworkScheduler, quota: QuotaSource, settings: ControllerSettings,
                  state: LoopState, rec: Recorder, ops: NodeOps) -> None:
         self.scheduler, self.quota, self.settings = scheduler, quota, settings
         self.state, self.rec, self.ops = state, rec, ops

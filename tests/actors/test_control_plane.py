@@ -17,8 +17,8 @@ import pytest
 import ray
 
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
-from controlplane.controller import ControllerSettings
 from controlplane.models import TERMINAL_STATES, JobSpec, JobState
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from tests.support import assert_no_tick_failed
 
@@ -154,7 +154,7 @@ DRIVER = """
 import sys, time, ray
 from pathlib import Path
 from actors.runtime import RuntimeSettings, start_control_plane
-from controlplane.controller import ControllerSettings
+from controlplane.reconcile.contracts import ControllerSettings
 ray.init(address=sys.argv[1], namespace=sys.argv[3], log_to_driver=False)
 s = RuntimeSettings(state_dir=Path(sys.argv[2]), namespace=sys.argv[3], detached=False,
                     forecaster=False, policy_actors=False, speed=3 * 3600.0,

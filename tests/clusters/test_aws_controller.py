@@ -13,8 +13,9 @@ import pytest
 from clusters.aws import AwsFleet
 from clusters.providers import make_provider
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings
+from controlplane.controller import Controller
 from controlplane.models import JobKind, JobSpec, JobState, NodeState
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 
 

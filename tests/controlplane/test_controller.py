@@ -9,8 +9,9 @@ import pytest
 
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings, ExecutorReport
+from controlplane.controller import Controller
 from controlplane.models import Job, JobSpec, JobState, Node
+from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
 from controlplane.store import Store
 
 

@@ -15,9 +15,10 @@ import pytest
 from clusters.simfleet import AWS_COLLECTION, AWS_P3_ON_DEMAND, AWS_P3_SPOT, SimulatedFleet
 from clusters.traces import DataCatalog
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings, ExecutorReport
+from controlplane.controller import Controller
 from controlplane.models import Job, JobSpec, JobState, Market, Node, NodeState
 from controlplane.policyhost import PolicyRequest
+from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
 from controlplane.store import Store
 from controlplane.units import HOUR
 from policies.deadline import Action, Kind

@@ -85,7 +85,7 @@ def test_default_scenario_matches_the_issue() -> None:
 @pytest.fixture
 def control_plane(ray_cluster, tmp_path: Path) -> Iterator[str]:  # type: ignore[no-untyped-def]
     from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
-    from controlplane.controller import ControllerSettings
+    from controlplane.reconcile.contracts import ControllerSettings
     from serve.app import start_api, stop_api
 
     settings = RuntimeSettings(state_dir=tmp_path / "state", speed=3600.0, namespace="spotplane-demo-test",

@@ -40,7 +40,7 @@ def realjob_scenario() -> Scenario:
 @pytest.fixture
 def control_plane(ray_cluster: Any, workload_ray: Any, tmp_path: Path) -> Iterator[str]:
     from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
-    from controlplane.controller import ControllerSettings
+    from controlplane.reconcile.contracts import ControllerSettings
     from serve.app import start_api, stop_api
 
     settings = RuntimeSettings(

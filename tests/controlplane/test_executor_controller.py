@@ -14,10 +14,11 @@ from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
 from controlplane import sdk
 from controlplane.clock import SimClock, WallClock
-from controlplane.controller import Controller, ControllerSettings
+from controlplane.controller import Controller
 from controlplane.executor import RayJobExecutor
 from controlplane.metrics import build_registry, exposition
 from controlplane.models import JobSpec, JobState
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
 from tests.support import require_job_agent, train_reference

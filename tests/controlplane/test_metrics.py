@@ -22,11 +22,12 @@ from actors.quota import QuotaAllocatorActor
 from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings, ExecutorReport
+from controlplane.controller import Controller
 from controlplane.counters import CONTROLLER
 from controlplane.executor import artifact_totals
 from controlplane.metrics import ApiMetrics, build_registry, exposition
 from controlplane.models import ForecastRow, Job, JobSpec, JobState, Node
+from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
 from controlplane.store import Store
 from controlplane.units import HOUR
 

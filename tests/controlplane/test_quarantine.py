@@ -13,9 +13,10 @@ import pytest
 
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings
+from controlplane.controller import Controller
 from controlplane.models import Job, JobSpec, JobState, NodeState
 from controlplane.policyhost import PolicyBook, PolicyRequest
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from policies.deadline import Action, Observation
 

@@ -32,8 +32,9 @@ from schemathesis.specs.openapi.checks import (
 from actors.quota import QuotaAllocatorActor
 from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
-from controlplane.controller import Controller, ControllerSettings
+from controlplane.controller import Controller
 from controlplane.models import ForecastRow, JobState
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from tests.support import free_port
 

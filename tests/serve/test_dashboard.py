@@ -55,7 +55,7 @@ def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
 @pytest.fixture(scope="module")
 def control_plane(ray_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # type: ignore[no-untyped-def]
     from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
-    from controlplane.controller import ControllerSettings
+    from controlplane.reconcile.contracts import ControllerSettings
     from serve.app import start_api, stop_api
 
     state = Path(tmp_path_factory.mktemp("dashboard")) / "state"
