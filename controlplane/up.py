@@ -391,7 +391,7 @@ def _stop(started: dict[str, Any], state_dir: Path) -> None:
         clear_endpoint(state_dir)
     if started.pop("api", False):
         try:
-            from serve.app import stop_api
+            from serve.app import stop_api  # deferred, as in _start
 
             stop_api()
         except Exception as exc:  # noqa: BLE001
@@ -399,7 +399,7 @@ def _stop(started: dict[str, Any], state_dir: Path) -> None:
     handles = started.pop("control_plane", None)
     if handles is not None:
         try:
-            from actors.runtime import stop_control_plane
+            from actors.runtime import stop_control_plane  # deferred, as in _start
 
             stop_control_plane(handles)
         except Exception as exc:  # noqa: BLE001
