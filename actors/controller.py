@@ -24,6 +24,7 @@ from controlplane.clock import Clock, SimClock, WallClock
 from controlplane.controller import Controller, ControllerSettings
 from controlplane.errors import Conflict
 from controlplane.store import Store
+from policies.preemption import default_gce_model
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class ControllerActor:
         if config["fleet"] == "sim":
             fleet_opts.setdefault("state_path", str(state / "simfleet.db"))
             fleet_opts.setdefault("seed", config.get("seed", 0))
+            fleet_opts.setdefault("lifetime_model", default_gce_model())  # seed 001's GCE fit
         self.fleet = make_provider(config["fleet"], clock=self.clock, **fleet_opts)
         host = None
         if config.get("policy_actors", True):
