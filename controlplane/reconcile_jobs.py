@@ -30,12 +30,13 @@ class JobsMixin(ReconcileState):
         key = round(job.spec.checkpoint_hours, 6)
         cache = self.__dict__.setdefault("_planners", {})
         if key not in cache:
-            from controlplane.standins import load_checkpoint_planner, load_lifetime_model
+            from policies.checkpoint import CheckpointIntervals
+            from policies.preemption import PreemptionModel, default_gce_model
 
             model = getattr(self.fleet, "lifetimes", None)
-            if model is None or not hasattr(model, "sf"):
-                model = load_lifetime_model()
-            cache[key] = load_checkpoint_planner(model, job.spec.checkpoint_hours)
+            if not isinstance(model, PreemptionModel):
+                model = default_gce_model()
+            cache[key] = CheckpointIntervals(model, job.spec.checkpoint_hours)
         return cache[key]
 
     def _progress(self, job: Job, until: float) -> None:
