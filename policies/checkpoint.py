@@ -363,17 +363,12 @@ PLAN_HORIZON_HOURS = 4.0  # ... and its default plan: the first 4 h of work on a
 
 
 class CheckpointIntervals:
-    """Work until the next checkpoint after w hours of work since the VM started, on the optimal
-    schedule (Eq. 9-13) solved once for ``horizon_hours`` of work from ``start_age_hours``.
-
-    The checkpoint cost is rounded to whole steps (at least one). Past the schedule's last
-    checkpoint the job outlives the plan: the last interval repeats. :meth:`checkpoints` gives
-    the positions themselves, also for less work left (after a restore on a new VM).
-    """
+    """Next checkpoint interval after w hours of work since the VM started: the DP of Eq. 9-13."""
 
     def __init__(self, model: PreemptionModel, delta_hours: float, *,
                  horizon_hours: float = PLAN_HORIZON_HOURS, start_age_hours: float = 0.0,
                  step_hours: float = STEP_HOURS, restart_hours: float = 0.0) -> None:
+        # one solve for horizon_hours of work from start_age_hours; the cost in whole steps (>= 1)
         d = max(1, round(delta_hours / step_hours))
         planner = OptimalCheckpointPlanner(model, step_hours=step_hours, delta_hours=d * step_hours,
                                            restart_hours=restart_hours)
@@ -383,14 +378,14 @@ class CheckpointIntervals:
         self.last = float(iv[-2] if len(iv) > 1 else iv[-1])
 
     def interval_hours(self, done_since_start_hours: float) -> float:
-        """Hours of work from ``done_since_start_hours`` to the next checkpoint (>= 1e-3)."""
+        """Hours of work to the next checkpoint (>= 1e-3); past the last one, the last interval."""
         w = max(done_since_start_hours, 0.0)
         nxt = self.schedule.next_checkpoint_after(w)
         return max(float(nxt) - w, 1e-3) if nxt is not None else self.last
 
     def checkpoints(self, remaining_hours: float | None = None) -> tuple[float, ...]:
         """Checkpoint positions (work hours from the start) with ``remaining_hours`` of work left
-        at the start age (rounded to whole steps, at most the horizon; default: the horizon)."""
+        at the start age, e.g. after a restore on a new VM (whole steps, at most the horizon)."""
         if remaining_hours is None:
             return self.schedule.checkpoints
         p = self.policy
