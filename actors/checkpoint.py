@@ -1,12 +1,13 @@
 """CheckpointActor: one per running replica, on the replica's node; says when to checkpoint.
 
-The decisions are seed 001's DP schedule (``policies.checkpoint.OptimalCheckpointPlanner``,
-Eq. 9-13) for the replica's remaining work, from the node's preemption model, the node's age and
-the job's *measured* checkpoint cost (the first save is measured, later ones update a running
-mean; the plan is redone when the mean moves by more than 25%). A restore means a new VM, so the
-plan is redone from that node's age (0 for a fresh one). On a preemption notice the actor asks the
-job for an immediate checkpoint and, when the node dies, reports whether that checkpoint
-completed in time and how much progress was lost. Every artifact the job saved is recorded.
+The decisions are seed 001's DP schedule (``policies.checkpoint.CheckpointIntervals``, Eq. 9-13,
+the planner of the simulated jobs and of the migration benchmark) for the replica's remaining
+work, from the node's preemption model, the node's age and the job's *measured* checkpoint cost
+(the first save is measured, later ones update a running mean; the plan is redone when the mean
+moves by more than 25%). A restore means a new VM, so the plan is redone from that node's age (0
+for a fresh one). On a preemption notice the actor asks the job for an immediate checkpoint and,
+when the node dies, reports whether that checkpoint completed in time and how much progress was
+lost. Every artifact the job saved is recorded.
 
 Times: the model and the plan are in model hours; the job measures wall seconds. ``hours_per_second``
 converts (1/3600 on a real fleet; the simulated fleet's clock speed / 3600 in the demo).

@@ -26,6 +26,7 @@ from controlplane.errors import Conflict
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from controlplane.units import DB_FILE, SIMFLEET_DB
+from policies.preemption import default_gce_model
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class ControllerActor:
         if config["fleet"] == "sim":
             fleet_opts.setdefault("state_path", str(state / SIMFLEET_DB))
             fleet_opts.setdefault("seed", config.get("seed", 0))
+            fleet_opts.setdefault("lifetime_model", default_gce_model())  # seed 001's GCE fit
         self.fleet = make_provider(config["fleet"], clock=self.clock, **fleet_opts)
         host = None
         if config.get("policy_actors", True):

@@ -44,6 +44,8 @@ import numpy as np
 from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace
 from controlplane.config import data_dir
+from policies.checkpoint import CheckpointIntervals
+from policies.preemption import PreemptionModel, WeibullModel
 from policies.replication import ReplicationInputs, decide
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,7 @@ class Zones:
     up: np.ndarray  # bool [zones, ticks]
     gap_hours: float
     mean_up_hours: np.ndarray  # per zone
-    model: Any  # pooled preemption model (hazard for replication, DP planning)
+    model: PreemptionModel  # pooled preemption model (hazard for replication, DP planning)
     mean_wait_hours: float  # mean time until some zone is up, from a tick where none is
     up_age_ticks: np.ndarray  # int [zones, ticks]: how long the zone has been up (0 when down)
     other_up_at_preemption: float  # P(another zone is up at a zone's preemption and R before it)
@@ -134,8 +136,6 @@ def up_runs(available: np.ndarray, gap_hours: float) -> tuple[np.ndarray, np.nda
 
 
 def load_zones(catalog: DataCatalog, collection: str = TRACES) -> Zones:
-    from policies.preemption import WeibullModel
-
     traces: list[SpotTrace] = catalog.spot_traces(collection)
     up = np.array([t.available > 0 for t in traces])
     gap = traces[0].gap_hours
@@ -207,23 +207,19 @@ class Periodic:
 class DPSchedule:
     """Seed 001's DP schedule (Eq. 9-13), re-planned at age 0 for the remaining work after each restore."""
 
-    def __init__(self, model: Any, job: JobParams, step_hours: float) -> None:
-        from policies.checkpoint import OptimalCheckpointPlanner
-
-        planner = OptimalCheckpointPlanner(
+    def __init__(self, model: PreemptionModel, job: JobParams, step_hours: float) -> None:
+        self.planner = CheckpointIntervals(  # one solve answers every (work left, age 0)
             model,
+            job.checkpoint_hours,
+            horizon_hours=job.work_hours,
             step_hours=step_hours,
-            delta_hours=job.checkpoint_hours,
             restart_hours=job.restart_hours,
         )
-        self.policy = planner.solve(
-            job.work_hours, 0.0
-        )  # one solve answers every (work left, age 0)
         self.step = step_hours
         self._plan = lru_cache(maxsize=8192)(self._plan_uncached)
 
     def _plan_uncached(self, steps: int) -> tuple[float, ...]:
-        return tuple(self.policy.restart_checkpoints(steps * self.step))
+        return self.planner.checkpoints(steps * self.step)
 
     def plan_for(self, remaining: float) -> tuple[float, ...]:
         return self._plan(max(1, round(remaining / self.step)))

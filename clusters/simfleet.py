@@ -5,8 +5,8 @@
   p3.2xlarge price (``AWS_P3_ON_DEMAND``), spot its typical ~70 % discount (``AWS_P3_SPOT``).
 * GCP: the 13 a3-highgpu-8g (8x H100) zones of ``multiregion-h100`` (600 s ticks) with their
   own spot and on-demand prices. Spot VMs live at most 24 h; their lifetimes are drawn from the
-  preemption model (``policies.preemption.default_gce_model`` when present, else the empirical
-  GCE lifetimes).
+  ``lifetime_model`` the assembly passes in (the control plane passes seed 001's GCE fit,
+  ``policies.preemption.default_gce_model``); without one they live until the 24 h cap.
 
 A spot instance is preempted at the first trace tick when its zone has no spot (the replay),
 or at the end of its drawn lifetime (GCP), whichever is first; a notice comes
@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -59,6 +59,12 @@ AWS_P3_SPOT = 0.918  # $/h, ~70 % below on-demand (typical p3.2xlarge spot price
 NOTICE_SECONDS = {"aws": 120.0, "gcp": 30.0}
 PROVISION_SECONDS = {"aws": 90.0, "gcp": 150.0}
 GCP_SPOT_MAX_HOURS = 24.0
+
+
+class LifetimeModel(Protocol):
+    """What the simulated fleet needs from a preemption model: ``n`` VM lifetimes in hours."""
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray: ...
 
 
 @dataclass
@@ -146,7 +152,7 @@ class SimulatedFleet:
     name = "sim"
 
     def __init__(self, zones: Sequence[SimZone], clock: Clock, *, seed: int = 0,
-                 lifetime_model: Any = None, epoch: float | None = None,
+                 lifetime_model: LifetimeModel | None = None, epoch: float | None = None,
                  trace_offset_hours: float = 0.0, state_path: str | Path | None = None,
                  provision_seconds: dict[str, float] | None = None) -> None:
         if not zones:
@@ -190,10 +196,6 @@ class SimulatedFleet:
         if wanted:
             zones = [z for z in zones if z.zone in set(wanted)]
         lifetime = options.pop("lifetime_model", None)
-        if lifetime is None:
-            from controlplane.standins import load_lifetime_model
-
-            lifetime = load_lifetime_model(cat.root)
         unknown = set(options) - {"seed", "state_path", "trace_offset_hours", "provision_seconds",
                                   "epoch"}
         if unknown:

@@ -43,6 +43,7 @@ FINISH = -1  # choice code: run to the end of the job, no checkpoint
 RUN_TO_DEATH = -2  # choice code: every option surely fails; run until the VM dies
 
 __all__ = [
+    "CheckpointIntervals",
     "CheckpointPolicy",
     "CheckpointSchedule",
     "OptimalCheckpointPlanner",
@@ -357,6 +358,45 @@ class _HullStore:
 
 
 # ------------------------------------------------------------------------------------------------
+STEP_HOURS = 1 / 60  # CheckpointIntervals' default grid: a minute
+PLAN_HORIZON_HOURS = 4.0  # ... and its default plan: the first 4 h of work on a new VM
+
+
+class CheckpointIntervals:
+    """Next checkpoint interval after w hours of work since the VM started: the DP of Eq. 9-13."""
+
+    def __init__(self, model: PreemptionModel, delta_hours: float, *,
+                 horizon_hours: float = PLAN_HORIZON_HOURS, start_age_hours: float = 0.0,
+                 step_hours: float = STEP_HOURS, restart_hours: float = 0.0) -> None:
+        # one solve for horizon_hours of work from start_age_hours; the cost in whole steps (>= 1)
+        d = max(1, round(delta_hours / step_hours))
+        planner = OptimalCheckpointPlanner(model, step_hours=step_hours, delta_hours=d * step_hours,
+                                           restart_hours=restart_hours)
+        self.policy = planner.solve(horizon_hours, start_age_hours)
+        self.schedule = self.policy.schedule
+        iv = self.schedule.intervals_hours  # the last one runs to the horizon, not to a checkpoint
+        self.last = float(iv[-2] if len(iv) > 1 else iv[-1])
+
+    def interval_hours(self, done_since_start_hours: float) -> float:
+        """Hours of work to the next checkpoint (>= 1e-3); past the last one, the last interval."""
+        w = max(done_since_start_hours, 0.0)
+        nxt = self.schedule.next_checkpoint_after(w)
+        return max(float(nxt) - w, 1e-3) if nxt is not None else self.last
+
+    def checkpoints(self, remaining_hours: float | None = None) -> tuple[float, ...]:
+        """Checkpoint positions (work hours from the start) with ``remaining_hours`` of work left
+        at the start age, e.g. after a restore on a new VM (whole steps, at most the horizon)."""
+        if remaining_hours is None:
+            return self.schedule.checkpoints
+        p = self.policy
+        j = max(1, round(remaining_hours / p.grid.step))
+        if j > p.work_steps:
+            raise InvalidInput("remaining_hours", f"{remaining_hours} h is past the plan's "
+                               f"{p.work_steps * p.grid.step} h", fix="plan a longer horizon")
+        return p.checkpoints_from(j, p.start_age_steps)
+
+
+# ------------------------------------------------------------------------------------------------
 class YoungDalyPlanner:
     """Periodic checkpoints every sqrt(2 delta MTTF), MTTF = 1 / hazard(0) (Young-Daly, Sec. 4.3)."""
 
@@ -406,13 +446,13 @@ def plan_positions(model: PreemptionModel | None, remaining_hours: float, age_ho
         interval = young_daly_interval(max(cost_hours, 1e-9), FALLBACK_MTTF_HOURS)
         n = int(remaining_hours // interval)
         return tuple(interval * (i + 1) for i in range(n) if interval * (i + 1) < remaining_hours)
-    limit = float(getattr(model, "max_lifetime", 24.0))
     step = max(min(remaining_hours / 240, cost_hours), remaining_hours / max_plan_steps,
-               limit / max_grid_steps)
+               model.max_lifetime / max_grid_steps)
     steps = max(1, math.ceil(remaining_hours / step - 1e-9))
     d = max(1, math.ceil(cost_hours / step - 1e-9))
-    planner = OptimalCheckpointPlanner(model, step_hours=step, delta_hours=d * step)
-    return tuple(planner.plan(steps * step, round(age_hours / step) * step).checkpoints)
+    plan = CheckpointIntervals(model, d * step, horizon_hours=steps * step,
+                               start_age_hours=round(age_hours / step) * step, step_hours=step)
+    return plan.checkpoints()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -22,8 +22,10 @@ from controlplane.models import (
     check_transition,
 )
 from controlplane.reconcile.contracts import JobExecutor
-from controlplane.reconcile.state import IntervalPlanner, LoopState
+from controlplane.reconcile.state import LoopState
 from controlplane.units import HOUR
+from policies.checkpoint import CheckpointIntervals
+from policies.preemption import PreemptionModel, default_gce_model
 
 
 class Recorder:
@@ -126,14 +128,12 @@ class Recorder:
             return max(job.spec.compute_hours - job.progress_hours, 1e-3) + 1.0
         return self._planner(job).interval_hours(job.progress_hours - job.segment_start_hours)
 
-    def _planner(self, job: Job) -> IntervalPlanner:
+    def _planner(self, job: Job) -> CheckpointIntervals:
         key = round(job.spec.checkpoint_hours, 6)
         cache = self.state.planners
         if key not in cache:
-            from controlplane.standins import load_checkpoint_planner, load_lifetime_model
-
             model = getattr(self.fleet, "lifetimes", None)
-            if model is None or not hasattr(model, "sf"):
-                model = load_lifetime_model()
-            cache[key] = load_checkpoint_planner(model, job.spec.checkpoint_hours)
+            if not isinstance(model, PreemptionModel):
+                model = default_gce_model()
+            cache[key] = CheckpointIntervals(model, job.spec.checkpoint_hours)
         return cache[key]

@@ -9,20 +9,14 @@ the start of every tick (and of ``recover``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from clusters.fleet import LaunchRequest, Offer
 from controlplane.models import Decision, Event, Job, JobState, Node, NodeState, Tenant
 from controlplane.store import BadRow, Intent
+from policies.checkpoint import CheckpointIntervals
 
 UP_STATES = frozenset({NodeState.READY, NodeState.NOTICED})
 WITH_NODES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CHECKPOINTING})
-
-
-class IntervalPlanner(Protocol):
-    """Periodic checkpoint intervals for one checkpoint cost."""
-
-    def interval_hours(self, done_since_start_hours: float) -> float: ...
 
 
 @dataclass
@@ -76,7 +70,7 @@ class LoopState:
     ticks: int = 0
     offer_cache: dict[tuple[str | None, int], list[Offer]] = field(default_factory=dict)
     quota_cache: dict[str, float | None] = field(default_factory=dict)
-    planners: dict[float, IntervalPlanner] = field(default_factory=dict)  # by checkpoint hours
+    planners: dict[float, CheckpointIntervals] = field(default_factory=dict)  # by checkpoint hours
     work: TickWork = field(default_factory=TickWork)
 
     def offers_for(self, job: Job) -> list[Offer]:

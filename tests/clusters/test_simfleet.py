@@ -13,10 +13,13 @@ from clusters.simfleet import AWS_COLLECTION, SimulatedFleet
 from clusters.traces import DataCatalog
 from controlplane.clock import SimClock
 from controlplane.errors import CapacityUnavailable
+from policies.preemption import default_gce_model
 
 
 def _fleet(data_root: Path, clock: SimClock, **kw: object) -> SimulatedFleet:
-    return SimulatedFleet.from_options(clock=clock, data_dir=data_root, **kw)
+    """The fleet as the control plane assembles it: GCP lifetimes from seed 001's GCE fit."""
+    return SimulatedFleet.from_options(clock=clock, data_dir=data_root,
+                                       lifetime_model=default_gce_model(), **kw)
 
 
 def test_offers_cover_both_clouds_with_trace_prices(data_root: Path) -> None:

@@ -13,6 +13,7 @@ from controlplane.controller import Controller
 from controlplane.models import Job, JobSpec, JobState, Node
 from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
 from controlplane.store import Store
+from policies.preemption import default_gce_model
 
 
 class Crash(Exception):
@@ -23,7 +24,8 @@ def _world(tmp: Path, data_root: Path, clock: SimClock, pools: dict[str, int],
            seed: int = 5) -> tuple[Store, SimulatedFleet, Controller]:
     store = Store(tmp / "spotplane.db")
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=seed,
-                                        state_path=tmp / "simfleet.db")
+                                        state_path=tmp / "simfleet.db",
+                                        lifetime_model=default_gce_model())
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes=pools),
                      epoch=store.take_controller_lease())
     return store, fleet, ctl
@@ -94,7 +96,8 @@ def test_crash_between_intent_and_launch_launches_once(tmp_path: Path, data_root
     assert len(pending) == 3 and fleet.instances_per_intent() == {}
     # a new process: new store connection, the cloud's state file, a new controller
     fleet2 = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
-                                         state_path=tmp_path / "simfleet.db")
+                                         state_path=tmp_path / "simfleet.db",
+                                         lifetime_model=default_gce_model())
     store2 = Store(tmp_path / "spotplane.db")
     ctl2 = Controller(store2, fleet2, clock, ControllerSettings(pool_nodes={"V100": 8}),
                       epoch=store2.take_controller_lease())

@@ -22,6 +22,7 @@ from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
 from controlplane.store import Store
 from controlplane.units import HOUR
 from policies.deadline import Action, Kind
+from policies.preemption import default_gce_model
 
 ZONE = "us-east-2a"  # one AWS p3.2xlarge (1x V100) zone, so every placement is in it
 
@@ -133,7 +134,8 @@ def _world(tmp: Path, data_root: Path, clock: SimClock, pools: dict[str, int],
            **fleet_options: object) -> tuple[Store, SimulatedFleet, Controller]:
     store = Store(tmp / "spotplane.db")
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
-                                        state_path=tmp / "simfleet.db", **fleet_options)
+                                        state_path=tmp / "simfleet.db",
+                                        lifetime_model=default_gce_model(), **fleet_options)
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes=pools),
                      epoch=store.take_controller_lease())
     return store, fleet, ctl

@@ -30,6 +30,7 @@ from controlplane.models import ForecastRow, Job, JobSpec, JobState, Node
 from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
 from controlplane.store import Store
 from controlplane.units import HOUR
+from policies.preemption import default_gce_model
 
 POOLS = {"V100": 6, "H100": 2}
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "spotplane.json"
@@ -76,7 +77,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Run:
     clock = SimClock(start=0.0)
     store = Store(tmp / "spotplane.db")
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
-                                        state_path=tmp / "simfleet.db", spot_capacity=2)
+                                        state_path=tmp / "simfleet.db", spot_capacity=2,
+                                        lifetime_model=default_gce_model())
 
     def controller() -> Controller:
         return Controller(store, fleet, clock, ControllerSettings(pool_nodes=POOLS),
@@ -383,7 +385,8 @@ def test_a_launch_that_aborts_the_tick_is_still_counted(tmp_path: Path, data_roo
     clock = SimClock(start=0.0)
     store = Store(tmp_path / "spotplane.db")
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
-                                        state_path=tmp_path / "simfleet.db")
+                                        state_path=tmp_path / "simfleet.db",
+                                        lifetime_model=default_gce_model())
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes=POOLS),
                      epoch=store.take_controller_lease())
     tenant, _ = store.create_tenant("t")

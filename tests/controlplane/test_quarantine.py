@@ -19,6 +19,7 @@ from controlplane.policyhost import PolicyBook, PolicyRequest
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from policies.deadline import Action, Observation
+from policies.preemption import default_gce_model
 
 DEADLINE_NEEDS = ("spec: Value error, deadline_hours: a deadline job needs deadline_hours (or "
                   "deadline); give deadline_hours > compute_hours + overhead_hours")
@@ -28,7 +29,8 @@ def _world(tmp: Path, data_root: Path, clock: SimClock,
            policy_host: PolicyBook | None = None) -> tuple[Store, SimulatedFleet, Controller]:
     store = Store(tmp / "spotplane.db")
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
-                                        state_path=tmp / "simfleet.db")
+                                        state_path=tmp / "simfleet.db",
+                                        lifetime_model=default_gce_model())
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 8, "H100": 4}),
                      epoch=store.take_controller_lease(), policy_host=policy_host)
     return store, fleet, ctl

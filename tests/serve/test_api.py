@@ -36,6 +36,7 @@ from controlplane.controller import Controller
 from controlplane.models import ForecastRow, JobState
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
+from policies.preemption import default_gce_model
 from tests.support import free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -294,7 +295,8 @@ def test_metrics_scrape_counts_requests_and_has_every_dashboard_family(
     counts this replica's requests exactly, and names every family the Grafana dashboard asks for."""
     clock = SimClock(start=api.store.control_time())
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
-                                        state_path=tmp_path / "simfleet.db", spot_capacity=2)
+                                        state_path=tmp_path / "simfleet.db", spot_capacity=2,
+                                        lifetime_model=default_gce_model())
     ctl = Controller(api.store, fleet, clock, ControllerSettings(pool_nodes={"V100": 6, "H100": 2}),
                      epoch=api.store.take_controller_lease())
     ctl.tick()
