@@ -34,6 +34,7 @@ from clusters.cloudcalls import Backoff, env_list
 from clusters.fleet import (
     EventKind,
     FleetEvent,
+    FleetProvider,
     Instance,
     InstanceState,
     LaunchRequest,
@@ -115,7 +116,7 @@ class AwsLaunchTemplate:
     spot_max_price: str = ""  # empty: capped at the on-demand price (AWS default)
 
 
-class AwsFleet:
+class AwsFleet(FleetProvider):
     """FleetProvider over one EC2 region."""
 
     name = CLOUD

@@ -34,6 +34,7 @@ from clusters.cloudcalls import Backoff, env_list
 from clusters.fleet import (
     EventKind,
     FleetEvent,
+    FleetProvider,
     Instance,
     InstanceState,
     LaunchRequest,
@@ -147,7 +148,7 @@ class GcpLaunchTemplate:
     termination_action: str = "DELETE"  # or STOP
 
 
-class GcpFleet:
+class GcpFleet(FleetProvider):
     """FleetProvider over some zones of one GCP project."""
 
     name = CLOUD

@@ -30,6 +30,7 @@ from typing import Any
 from clusters.fleet import (
     EventKind,
     FleetEvent,
+    FleetProvider,
     Instance,
     InstanceState,
     LaunchRequest,
@@ -182,7 +183,7 @@ def _request(bundles: list[Bundle]) -> None:
     request_resources(bundles=bundles)
 
 
-class RayAutoscalerFleet:
+class RayAutoscalerFleet(FleetProvider):
     """FleetProvider that asks the Ray autoscaler for whole nodes of its configured node types."""
 
     name = CLOUD

@@ -40,6 +40,7 @@ import numpy as np
 from clusters.fleet import (
     EventKind,
     FleetEvent,
+    FleetProvider,
     Instance,
     InstanceState,
     LaunchRequest,
@@ -49,6 +50,7 @@ from clusters.fleet import (
 from clusters.traces import DataCatalog, SpotTrace
 from controlplane.clock import Clock, SimClock
 from controlplane.errors import CapacityUnavailable, ConfigError, InvalidInput
+from controlplane.standins import LifetimeModel
 
 log = logging.getLogger(__name__)
 
@@ -140,13 +142,13 @@ class _Sim:
         return cls(inst, d["ready_at"], d["preempt_at"], d["notice_at"])
 
 
-class SimulatedFleet:
+class SimulatedFleet(FleetProvider):
     """A FleetProvider over replayed spot traces (see the module docstring)."""
 
     name = "sim"
 
     def __init__(self, zones: Sequence[SimZone], clock: Clock, *, seed: int = 0,
-                 lifetime_model: Any = None, epoch: float | None = None,
+                 lifetime_model: LifetimeModel | None = None, epoch: float | None = None,
                  trace_offset_hours: float = 0.0, state_path: str | Path | None = None,
                  provision_seconds: dict[str, float] | None = None) -> None:
         if not zones:
