@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 import math
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,6 +21,14 @@ class LifetimeModel(Protocol):
     """What the simulated fleet needs from the preemption model (hours)."""
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray: ...
+
+
+@runtime_checkable
+class SurvivalModel(LifetimeModel, Protocol):
+    """A lifetime model with its survival function S(t): what the optimal checkpoint planner
+    needs (``policies.preemption.PreemptionModel``; the empirical stand-in has none)."""
+
+    def sf(self, t: np.ndarray) -> np.ndarray: ...
 
 
 class EmpiricalLifetimes:
