@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from clusters.fleet import FleetProvider, LaunchRequest, Offer
 from clusters.fleet import Market as FleetMarket
 from controlplane import metrics
-from controlplane.clock import Clock
+from controlplane.clock import Clock, ManualClock
 from controlplane.models import (
     HOUR,
     Decision,
@@ -169,7 +169,7 @@ class Controller(FleetMixin, JobsMixin, PoliciesMixin, PlacementMixin, PersistMi
 
         A row that does not load is quarantined (:meth:`_quarantine_rows`), never fatal.
         """
-        set_time = getattr(self.clock, "set", None)
+        set_time = self.clock.set if isinstance(self.clock, ManualClock) else None
         if set_time is not None:
             set_time(self.store.control_time())
         now = self.clock.now()

@@ -12,11 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from controlplane.models import HOUR, Job, JobKind, Market, Node, NodeState
+
+if TYPE_CHECKING:
+    from policies.placement import FrameworkScheduler
 
 BUSY_STATES = frozenset({NodeState.REQUESTED, NodeState.PROVISIONING, NodeState.READY,
                          NodeState.NOTICED, NodeState.TERMINATING})
@@ -154,7 +157,7 @@ def task_request(job: Job, accelerator: str) -> Any:
     return TaskRequest(job.id, prio, 1.0, job.nodes_needed, (accelerator,), job.tenant_id)
 
 
-def plan(scheduler: Any, pool: Pool, jobs: dict[str, Job], job: Job, market: Market,
+def plan(scheduler: FrameworkScheduler, pool: Pool, jobs: dict[str, Job], job: Job, market: Market,
          zone_ok: Iterable[str] | None, nodes: dict[str, Node], now: float) -> PlacementPlan | None:
     """Ask the placement policy where ``job`` goes in ``pool``; None when it does not fit now."""
     snap, slots = pool.snapshot(jobs, now)
@@ -177,7 +180,7 @@ def plan(scheduler: Any, pool: Pool, jobs: dict[str, Job], job: Job, market: Mar
             replace.append(node.id)
             launch_slots.append(pod.node)
     return PlacementPlan(job.id, pool.accelerator, tuple(reuse), len(launch_slots),
-                         tuple(replace), tuple(placed.victims), getattr(scheduler, "name", ""),
+                         tuple(replace), tuple(placed.victims), scheduler.name,
                          tuple(p.node for p in placed.pods), tuple(launch_slots))
 
 

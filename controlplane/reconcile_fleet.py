@@ -46,9 +46,9 @@ class FleetMixin(ReconcileState):
                 node_id = self.by_instance.get(e.instance_id)
                 if node_id is not None:
                     self._w.notices[node_id] = e.seconds_left
-        avail = getattr(self.fleet, "spot_availability", None)
+        avail = self.fleet.spot_availability()
         if avail is not None:
-            self.availability = avail()
+            self.availability = avail
         elif not self.availability or self.ticks % self.settings.zones_every_ticks == 0:
             # a real cloud's probe is an API call per zone: every few ticks, not every tick
             self.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from clusters.fleet import Offer
-from controlplane import metrics, workload
+from controlplane import metrics, replicas, standins, workload
 from controlplane.models import HOUR, Event, Job, JobKind, JobState, Market, Node, NodeState
 from controlplane.reconcile_base import UP_STATES, WITH_NODES, ReconcileState
 
@@ -32,8 +32,8 @@ class JobsMixin(ReconcileState):
         if key not in cache:
             from controlplane.standins import load_checkpoint_planner, load_lifetime_model
 
-            model = getattr(self.fleet, "lifetimes", None)
-            if model is None or not hasattr(model, "sf"):
+            model = self.fleet.lifetimes
+            if not isinstance(model, standins.SurvivalModel):
                 model = load_lifetime_model()
             cache[key] = load_checkpoint_planner(model, job.spec.checkpoint_hours)
         return cache[key]
@@ -157,7 +157,7 @@ class JobsMixin(ReconcileState):
 
     def _replicated(self, job: Job) -> bool:
         return (job.spec.replicas > 1 and job.spec.entrypoint is not None
-                and self.executor is not None and hasattr(self.executor, "node_preempted"))
+                and isinstance(self.executor, replicas.ReplicatingExecutor))
 
     def _replace_replicas(self, job: Job, nodes: Sequence[Node], lost: Sequence[Node],
                           now: float) -> bool:
@@ -167,7 +167,7 @@ class JobsMixin(ReconcileState):
         if not self._replicated(job) or job.state not in (JobState.RUNNING,
                                                           JobState.CHECKPOINTING):
             return False
-        executor: Any = self.executor
+        executor = replicas.replicating(self.executor)
         survive = False
         for n in lost:
             survive = bool(executor.node_preempted(job, n.id, f"node {n.id} {n.state.value.lower()}"))
@@ -199,7 +199,7 @@ class JobsMixin(ReconcileState):
     def _start_replacements(self, job: Job, nodes: Sequence[Node]) -> None:
         if not self._replicated(job):
             return
-        executor: Any = self.executor
+        executor = replicas.replicating(self.executor)
         for n in nodes:
             if n.replacement and n.state is NodeState.READY:
                 executor.start_replacement(job, n)
