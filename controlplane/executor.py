@@ -1,7 +1,8 @@
 """Executors: run a job's replicas on their nodes and report progress to the controller.
 
 Both speak ``controlplane.controller.JobExecutor`` (``start(job, nodes)``, ``stop(job, reason)``,
-``notice(job, seconds_left)``, ``poll(jobs) -> {job_id: ExecutorReport}``):
+``notice(job, seconds_left)``, ``poll(jobs) -> {job_id: ExecutorReport}``); the Ray one also
+keeps replicas through a node's loss (``controlplane.replicas.ReplicatingExecutor``):
 
 - :class:`RayJobExecutor` runs each replica's ``entrypoint`` as a Ray job
   (``ray.job_submission.JobSubmissionClient``) with the job, replica, artifact store and the
