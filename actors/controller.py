@@ -20,10 +20,10 @@ from typing import Any
 import ray
 
 from clusters.providers import make_provider
-from controlplane.clock import Clock, SimClock, WallClock
+from controlplane.clock import Clock, ManualClock, SimClock, WallClock
 from controlplane.controller import Controller
 from controlplane.errors import Conflict
-from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.contracts import ControllerSettings, JobExecutor
 from controlplane.store import Store
 from controlplane.units import DB_FILE, SIMFLEET_DB
 from policies.preemption import default_gce_model
@@ -73,16 +73,18 @@ class ControllerActor:
         if config.get("autostart", True):
             self._thread.start()
 
-    def _executor(self) -> Any:
+    def _executor(self) -> JobExecutor | None:
         """The JobExecutor for jobs with an entrypoint: ``executor_factory`` ("module:function",
         called as ``f(clock=..., fleet=..., namespace=..., **executor_options)``) or none."""
         spec = self.config.get("executor_factory")
         if not spec:
             return None
         module, _, name = str(spec).partition(":")
-        factory = getattr(importlib.import_module(module), name)
-        return factory(clock=self.clock, fleet=self.fleet, namespace=self.config["namespace"],
-                       **dict(self.config.get("executor_options") or {}))
+        factory = getattr(importlib.import_module(module), name)  # the configured function
+        executor: JobExecutor = factory(clock=self.clock, fleet=self.fleet,
+                                        namespace=self.config["namespace"],
+                                        **dict(self.config.get("executor_options") or {}))
+        return executor
 
     @staticmethod
     def _crash_hook(marker: Path, nth: int) -> Any:
@@ -122,9 +124,8 @@ class ControllerActor:
                 continue
             t0 = time.monotonic()
             try:
-                advance = getattr(self.clock, "advance", None)
-                if advance is not None:
-                    advance(tick_s)
+                if isinstance(self.clock, ManualClock):
+                    self.clock.advance(tick_s)
                 self.tick()
             except Conflict as exc:  # fenced: a newer controller took over the store
                 log.error("controller stops: %s", exc)
@@ -156,9 +157,8 @@ class ControllerActor:
 
     def step(self, seconds: float) -> dict[str, Any]:
         """Advance a manual (speed 0) clock by ``seconds`` and tick (deterministic tests)."""
-        advance = getattr(self.clock, "advance", None)
-        if advance is not None:
-            advance(seconds)
+        if isinstance(self.clock, ManualClock):
+            self.clock.advance(seconds)
         return self.tick()
 
     def status(self) -> dict[str, Any]:
@@ -183,8 +183,7 @@ class ControllerActor:
         return agent_id
 
     def launches_per_intent(self) -> dict[str, int]:
-        per = getattr(self.fleet, "instances_per_intent", None)
-        return per() if per is not None else {}
+        return self.fleet.instances_per_intent()
 
     def pause(self) -> None:
         self._paused.set()

@@ -9,12 +9,16 @@ the controller folds the fleet's events itself and NodeActors are optional.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
+from ray.actor import ActorHandle
 
 from clusters.metadata import NoticeWatch, PreemptionNotice, instance_identity, watcher_for
 from controlplane.clock import Clock, WallClock
+
+if TYPE_CHECKING:
+    from clusters.metadata import NoticeWatch
 
 
 class NodeActor:
@@ -24,6 +28,7 @@ class NodeActor:
         self.started_at = self.clock.now()
         self.last_beat = self.started_at
         self.notices: list[dict[str, Any]] = []
+        self._watch: NoticeWatch | None = None
 
     def heartbeat(self) -> float:
         self.last_beat = self.clock.now()
@@ -56,16 +61,18 @@ class NodeActor:
         def on_notice(n: PreemptionNotice) -> None:
             self.notice(n.seconds_left, source=f"{n.cloud}-metadata")
             for handle, method in listeners:
-                fn = getattr(handle, method)
-                getattr(fn, "remote", fn)(self.instance_id, n.seconds_left)
+                fn = getattr(handle, method)  # the listener's method named in ``listeners``
+                if isinstance(handle, ActorHandle):
+                    fn.remote(self.instance_id, n.seconds_left)
+                else:
+                    fn(self.instance_id, n.seconds_left)
 
         self._watch = NoticeWatch(watcher_for(cloud, base_url, self.clock), on_notice).start()
         return self.instance_id
 
     def stop_watching(self) -> None:
-        watch = getattr(self, "_watch", None)
-        if watch is not None:
-            watch.stop()
+        if self._watch is not None:
+            self._watch.stop()
 
     def ray_node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())

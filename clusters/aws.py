@@ -34,14 +34,15 @@ from clusters.cloudcalls import Backoff, env_list
 from clusters.fleet import (
     EventKind,
     FleetEvent,
+    FleetProvider,
     Instance,
     InstanceState,
     LaunchRequest,
-    Market,
     Offer,
 )
 from controlplane.clock import Clock, WallClock
 from controlplane.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
+from controlplane.models import Market
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class AwsLaunchTemplate:
     spot_max_price: str = ""  # empty: capped at the on-demand price (AWS default)
 
 
-class AwsFleet:
+class AwsFleet(FleetProvider):
     """FleetProvider over one EC2 region."""
 
     name = CLOUD

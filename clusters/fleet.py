@@ -7,21 +7,30 @@ nothing: which zone, which market and when are the policies' business.
 Idempotency: every launch carries an ``intent_id`` written to the store *before* the call; a
 provider must return the instances of an earlier launch with the same ``intent_id`` instead of
 creating new ones (AWS ``ClientToken``, GCP ``request_id``, the simulator's own table).
+
+Like Ray's autoscaler ``NodeProvider``, :class:`FleetProvider` is a base class: every provider
+subclasses it, implements its abstract methods and may override the optional ones, whose
+defaults give the controller's generic path (probe each zone, no lifetime model...).
+tests/clusters/conformance.py checks every provider against this contract.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, Self
+
+import numpy as np
+
+from controlplane.models import Market
 
 
-class Market(StrEnum):
-    """How an instance is bought."""
+class LifetimeModel(Protocol):
+    """Spot VM lifetimes a provider draws from: ``n`` lifetimes in hours (a preemption model)."""
 
-    SPOT = "spot"
-    ON_DEMAND = "on_demand"
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray: ...
 
 
 class InstanceState(StrEnum):
@@ -96,32 +105,48 @@ class Offer:
     region: str = ""
 
 
-@runtime_checkable
-class FleetProvider(Protocol):
-    """What the controller needs from a cloud."""
+class FleetProvider(ABC):
+    """What the controller needs from a cloud: required methods, and optional ones with defaults."""
 
     name: str
+    lifetimes: LifetimeModel | None = None
+    """The model spot lifetimes are drawn from (hours); None: the cloud's own, unknown."""
 
+    @classmethod
+    def from_options(cls, **options: Any) -> Self:
+        """Build from ``spotplane up --fleet NAME`` options (default: the constructor's keywords)."""
+        return cls(**options)
+
+    @abstractmethod
     def offers(self) -> list[Offer]:
         """The price catalog: every (zone, instance type) with spot and on-demand prices."""
-        ...
 
+    @abstractmethod
     def spot_available(self, zone: str, instance_type: str) -> bool:
         """Best-effort probe: could a spot instance be launched there now?"""
-        ...
 
+    def spot_availability(self) -> dict[str, bool] | None:
+        """Every zone's spot availability in one call; None (the default): probe each zone with
+        :meth:`spot_available`, a cloud API call each, so only every few ticks."""
+        return None
+
+    @abstractmethod
     def launch(self, request: LaunchRequest) -> list[Instance]:
         """Launch (idempotent on ``intent_id``); raises ``CapacityUnavailable`` when out of spot."""
-        ...
 
+    @abstractmethod
     def terminate(self, instance_ids: Sequence[str]) -> None:
         """Terminate; unknown or already-gone ids are ignored."""
-        ...
 
+    @abstractmethod
     def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:
         """Current view of the given instances (all of ours when None)."""
-        ...
 
+    @abstractmethod
     def poll_events(self) -> list[FleetEvent]:
         """Events since the previous poll, oldest first."""
-        ...
+
+    def instances_per_intent(self) -> dict[str, int]:
+        """How many instances each launch intent created, where the provider counts them (a
+        relaunch would show up here); empty (the default) when it does not."""
+        return {}

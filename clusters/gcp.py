@@ -34,14 +34,15 @@ from clusters.cloudcalls import Backoff, env_list
 from clusters.fleet import (
     EventKind,
     FleetEvent,
+    FleetProvider,
     Instance,
     InstanceState,
     LaunchRequest,
-    Market,
     Offer,
 )
 from controlplane.clock import Clock, WallClock
 from controlplane.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
+from controlplane.models import Market
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class GcpLaunchTemplate:
     termination_action: str = "DELETE"  # or STOP
 
 
-class GcpFleet:
+class GcpFleet(FleetProvider):
     """FleetProvider over some zones of one GCP project."""
 
     name = CLOUD

@@ -31,5 +31,5 @@ def make_provider(name: str, **options: Any) -> FleetProvider:
         if exc.name != module_name:
             raise
         raise ConfigError(f"fleet: provider {name!r} is not available in this build") from exc
-    provider: FleetProvider = getattr(module, cls_name).from_options(**options)
-    return provider
+    provider: type[FleetProvider] = getattr(module, cls_name)  # the registered class
+    return provider.from_options(**options)

@@ -30,14 +30,15 @@ from typing import Any
 from clusters.fleet import (
     EventKind,
     FleetEvent,
+    FleetProvider,
     Instance,
     InstanceState,
     LaunchRequest,
-    Market,
     Offer,
 )
 from controlplane.clock import Clock, WallClock
 from controlplane.errors import CapacityUnavailable, CloudError, ConfigError, InvalidInput
+from controlplane.models import Market
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ def _request(bundles: list[Bundle]) -> None:
     request_resources(bundles=bundles)
 
 
-class RayAutoscalerFleet:
+class RayAutoscalerFleet(FleetProvider):
     """FleetProvider that asks the Ray autoscaler for whole nodes of its configured node types."""
 
     name = CLOUD

@@ -33,22 +33,24 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from clusters.fleet import (
     EventKind,
     FleetEvent,
+    FleetProvider,
     Instance,
     InstanceState,
     LaunchRequest,
-    Market,
+    LifetimeModel,
     Offer,
 )
 from clusters.traces import DataCatalog, SpotTrace
 from controlplane.clock import Clock, SimClock
 from controlplane.errors import CapacityUnavailable, ConfigError, InvalidInput
+from controlplane.models import Market
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +61,6 @@ AWS_P3_SPOT = 0.918  # $/h, ~70 % below on-demand (typical p3.2xlarge spot price
 NOTICE_SECONDS = {"aws": 120.0, "gcp": 30.0}
 PROVISION_SECONDS = {"aws": 90.0, "gcp": 150.0}
 GCP_SPOT_MAX_HOURS = 24.0
-
-
-class LifetimeModel(Protocol):
-    """What the simulated fleet needs from a preemption model: ``n`` VM lifetimes in hours."""
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray: ...
 
 
 @dataclass
@@ -146,7 +142,7 @@ class _Sim:
         return cls(inst, d["ready_at"], d["preempt_at"], d["notice_at"])
 
 
-class SimulatedFleet:
+class SimulatedFleet(FleetProvider):
     """A FleetProvider over replayed spot traces (see the module docstring)."""
 
     name = "sim"

@@ -3,6 +3,9 @@
 ``WallClock`` for real fleets; ``SimClock`` for the simulated fleet, either stepped by hand
 (tests, replays) or running ``speed`` simulated seconds per wall second (``--speed 3600``).
 Times are float seconds since the Unix epoch (simulated epoch for ``SimClock``).
+
+Every component reads a :class:`Clock`; the loop and the replays also move a :class:`ManualClock`
+by hand, and ask ``isinstance(clock, ManualClock)`` rather than whether a method is there.
 """
 
 from __future__ import annotations
@@ -25,7 +28,26 @@ class Clock(Protocol):
         ...
 
 
-class WallClock:
+@runtime_checkable
+class ManualClock(Clock, Protocol):
+    """A clock that is also moved by hand (``SimClock``): the control loop steps it one tick at a
+    time, a restart sets it to the stored control time."""
+
+    @property
+    def speed(self) -> float:
+        """Simulated seconds per wall second (0: it only moves by hand)."""
+        ...
+
+    def advance(self, seconds: float) -> float:
+        """Move forward by ``seconds``; returns the new time."""
+        ...
+
+    def set(self, t: float) -> None:
+        """Jump to ``t`` if it is ahead."""
+        ...
+
+
+class WallClock(Clock):
     """Real time."""
 
     def now(self) -> float:
@@ -36,7 +58,7 @@ class WallClock:
             time.sleep(seconds)
 
 
-class SimClock:
+class SimClock(ManualClock):
     """Simulated time: ``start + speed * wall seconds elapsed + manual advances``.
 
     With ``speed=0`` it only moves by :meth:`advance` (deterministic tests and replays).

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 
 from clusters.fleet import FleetProvider, Offer
 from controlplane import counters
-from controlplane.clock import Clock
+from controlplane.clock import Clock, ManualClock
 from controlplane.models import Job, JobState, Node, Tenant
 from controlplane.policyhost import DeadlinePolicyHost, LocalDeadlineHost
 from controlplane.reconcile.contracts import (
@@ -137,7 +137,7 @@ class Controller:
 
         A row that does not load is quarantined (``NodeOps.quarantine_rows``), never fatal.
         """
-        set_time = getattr(self.clock, "set", None)
+        set_time = self.clock.set if isinstance(self.clock, ManualClock) else None
         if set_time is not None:
             set_time(self.store.control_time())
         now = self.clock.now()

@@ -1,7 +1,8 @@
 """Executors: run a job's replicas on their nodes and report progress to the controller.
 
 Both speak ``controlplane.controller.JobExecutor`` (``start(job, nodes)``, ``stop(job, reason)``,
-``notice(job, seconds_left)``, ``poll(jobs) -> {job_id: ExecutorReport}``):
+``notice(job, seconds_left)``, ``poll(jobs) -> {job_id: ExecutorReport}``); the Ray one also
+keeps replicas through a node's loss (``controlplane.reconcile.contracts.ReplicatingExecutor``):
 
 - :class:`RayJobExecutor` runs each replica's ``entrypoint`` as a Ray job
   (``ray.job_submission.JobSubmissionClient``) with the job, replica, artifact store and the
@@ -43,13 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from clusters.artifacts import ArtifactStore, check_id, open_store
+from clusters.fleet import FleetProvider
 from controlplane import jobenv, sdk
 from controlplane.actorbridge import ActorBridge, Actors, LocalActors
-from controlplane.clock import Clock, WallClock
+from controlplane.clock import Clock, ManualClock, WallClock
 from controlplane.config import REPO_ROOT
 from controlplane.errors import InvalidInput, NotFound
 from controlplane.models import Job, Node
-from controlplane.reconcile.contracts import ExecutorReport
+from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
+from policies.preemption import PreemptionModel
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +129,7 @@ class SlotMap:
                 self.free.append(slot)
 
 
-class RayJobExecutor:
+class RayJobExecutor(JobExecutor, ReplicatingExecutor):
     """Runs replicas as Ray jobs pinned to their nodes, each with a checkpoint actor."""
 
     def __init__(
@@ -774,7 +777,7 @@ class _SimRun:
     notice_deadline: float | None = None
 
 
-class SimulatedExecutor:
+class SimulatedExecutor(JobExecutor):
     """Simulated progress on the clock: one work-hour per hour, checkpoints on the DP plan
     (each pausing progress for the checkpoint cost), an immediate checkpoint on a notice when
     it fits before the node dies. Same protocol as :class:`RayJobExecutor`."""
@@ -905,7 +908,8 @@ def _same_endpoint(a: str, b: str) -> bool:
 
 
 def runtime_executor(
-    *, clock: Clock, fleet: Any = None, namespace: str = "spotplane", **options: Any
+    *, clock: Clock, fleet: FleetProvider | None = None, namespace: str = "spotplane",
+    **options: Any
 ) -> RayJobExecutor | SimulatedExecutor:
     """``RuntimeSettings(executor_factory="controlplane.executor:runtime_executor", executor_options=...)``.
 
@@ -919,8 +923,8 @@ def runtime_executor(
     fleet's), else seed 001's GCE fit.
     """
     kind = options.pop("kind", "ray")
-    model = getattr(fleet, "lifetimes", None)
-    model_factory = (lambda node: model) if model is not None and hasattr(model, "sf") else None
+    model = fleet.lifetimes if fleet is not None else None
+    model_factory = (lambda node: model) if isinstance(model, PreemptionModel) else None
     if kind == "simulated":
         return SimulatedExecutor(clock, model_factory=model_factory)
     dashboard = options.pop("workload_address", None)
@@ -941,7 +945,7 @@ def runtime_executor(
         from controlplane.config import load_settings
 
         uri = str(load_settings().state_dir / "artifacts")
-    speed = float(getattr(clock, "speed", 0.0) or 0.0)
+    speed = clock.speed if isinstance(clock, ManualClock) else 0.0
     scale = float(options.pop("hours_per_second", speed / HOUR if speed > 0 else 1 / HOUR))
     gcs = options.pop("workload_gcs", None) or default_gcs(str(dashboard))
     return RayJobExecutor(

@@ -150,6 +150,8 @@ def check_transition(job_id: str, src: JobState, dst: JobState) -> None:
 
 
 class Market(StrEnum):
+    """How capacity is bought: spot (preemptible, cheap) or on demand; jobs and instances alike."""
+
     SPOT = "spot"
     ON_DEMAND = "on_demand"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from controlplane.models import Job, Node
 from controlplane.units import HOUR
@@ -58,3 +58,23 @@ class JobExecutor(Protocol):
 
 
 QuotaSource = Callable[[str], float | None]  # accelerator -> spot quota in GPUs (None = none)
+
+
+@runtime_checkable
+class ReplicatingExecutor(Protocol):
+    """Replica bookkeeping the loop calls when a node of a replicated job is lost or replaced."""
+
+    def node_preempted(self, job: Job, node_id: str, reason: str = "node preempted") -> bool:
+        """The replica on ``node_id`` is gone; True when another replica of ``job`` survives."""
+        ...
+
+    def start_replacement(self, job: Job, node: Node) -> object:
+        """Start a replica on the replacement ``node``, restoring from a survivor's checkpoint."""
+        ...
+
+
+def replicating(executor: object) -> ReplicatingExecutor:
+    """``executor`` as a :class:`ReplicatingExecutor`; the caller has checked that it is one."""
+    if not isinstance(executor, ReplicatingExecutor):
+        raise TypeError(f"{type(executor).__name__} does not replicate jobs")
+    return executor

@@ -48,9 +48,9 @@ class SyncFleet:
                 node_id = s.by_instance.get(e.instance_id)
                 if node_id is not None:
                     s.work.notices[node_id] = e.seconds_left
-        avail = getattr(self.fleet, "spot_availability", None)
+        avail = self.fleet.spot_availability()
         if avail is not None:
-            s.availability = avail()
+            s.availability = avail
         elif not s.availability or s.ticks % self.settings.zones_every_ticks == 0:
             # a real cloud's probe is an API call per zone: every few ticks, not every tick
             s.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)

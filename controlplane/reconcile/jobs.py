@@ -8,13 +8,17 @@ ends. :class:`ForgetFinished` drops terminal jobs and gone nodes once the tick i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from controlplane import counters, workload
 from controlplane.clock import Clock
 from controlplane.models import Event, Job, JobKind, JobState, Market, Node, NodeState
 from controlplane.policyhost import DeadlinePolicyHost
-from controlplane.reconcile.contracts import ExecutorReport, JobExecutor
+from controlplane.reconcile.contracts import (
+    ExecutorReport,
+    JobExecutor,
+    ReplicatingExecutor,
+    replicating,
+)
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import UP_STATES, WITH_NODES, LoopState
@@ -104,7 +108,7 @@ class AdvanceJobs:
 
     def _replicated(self, job: Job) -> bool:
         return (job.spec.replicas > 1 and job.spec.entrypoint is not None
-                and self.executor is not None and hasattr(self.executor, "node_preempted"))
+                and isinstance(self.executor, ReplicatingExecutor))
 
     def _replace_replicas(self, job: Job, nodes: Sequence[Node], lost: Sequence[Node],
                           now: float) -> bool:
@@ -115,7 +119,7 @@ class AdvanceJobs:
                                                           JobState.CHECKPOINTING):
             return False
         w, ops = self.state.work, self.ops
-        executor: Any = self.executor
+        executor = replicating(self.executor)
         survive = False
         for n in lost:
             survive = bool(executor.node_preempted(job, n.id, f"node {n.id} {n.state.value.lower()}"))
@@ -147,7 +151,7 @@ class AdvanceJobs:
     def _start_replacements(self, job: Job, nodes: Sequence[Node]) -> None:
         if not self._replicated(job):
             return
-        executor: Any = self.executor
+        executor = replicating(self.executor)
         for n in nodes:
             if n.replacement and n.state is NodeState.READY:
                 executor.start_replacement(job, n)

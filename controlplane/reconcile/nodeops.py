@@ -12,7 +12,6 @@ import logging
 from collections.abc import Sequence
 
 from clusters.fleet import FleetProvider, LaunchRequest, Offer
-from clusters.fleet import Market as FleetMarket
 from controlplane import counters, workload
 from controlplane.models import (
     Event,
@@ -82,7 +81,7 @@ class NodeOps:
         for n in nodes:
             self.state.nodes[n.id] = n
             w.nodes[n.id] = n
-        req = LaunchRequest(intent.id, offer.zone, offer.instance_type, FleetMarket(market.value),
+        req = LaunchRequest(intent.id, offer.zone, offer.instance_type, market,
                             count, {"job_id": job.id, "tenant_id": job.tenant_id})
         w.intents.append(intent)
         w.launches.append((intent, req, [n.id for n in nodes]))

@@ -12,10 +12,9 @@ import logging
 import zlib
 
 from clusters.fleet import FleetProvider, LaunchRequest
-from clusters.fleet import Market as FleetMarket
 from controlplane import counters
 from controlplane.errors import CapacityUnavailable, CloudError
-from controlplane.models import Job, JobState, NodeState
+from controlplane.models import Job, JobState, Market, NodeState
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.placement import Demand
@@ -137,7 +136,7 @@ def resume_intent(work: TickWork, intent: Intent, now: float) -> None:
     try:
         if intent.kind == "launch":
             req = LaunchRequest(intent.id, p["zone"], p["instance_type"],
-                                FleetMarket(p["market"]), int(p["count"]),
+                                Market(p["market"]), int(p["count"]),
                                 {"job_id": p["job_id"]})
             work.launches.append((intent, req, [str(i) for i in p["node_ids"]]))
         elif intent.kind == "terminate":

@@ -132,7 +132,7 @@ class Recorder:
         key = round(job.spec.checkpoint_hours, 6)
         cache = self.state.planners
         if key not in cache:
-            model = getattr(self.fleet, "lifetimes", None)
+            model = self.fleet.lifetimes
             if not isinstance(model, PreemptionModel):
                 model = default_gce_model()
             cache[key] = CheckpointIntervals(model, job.spec.checkpoint_hours)

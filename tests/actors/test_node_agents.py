@@ -25,8 +25,9 @@ from actors.node_agents import (
     plan_agents,
 )
 from actors.runtime import RuntimeSettings, _start_node_agents
-from clusters.fleet import Instance, InstanceState, Market
+from clusters.fleet import Instance, InstanceState
 from controlplane.errors import InvalidInput
+from controlplane.models import Market
 from tests.support import free_port
 
 

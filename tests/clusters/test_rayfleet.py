@@ -29,7 +29,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
 
 from clusters.cloudcalls import launch_first_available  # noqa: E402
-from clusters.fleet import EventKind, FleetProvider, LaunchRequest, Market  # noqa: E402
+from clusters.fleet import EventKind, LaunchRequest, Market  # noqa: E402
 from clusters.rayfleet import RayAutoscalerFleet, node_types_from_config  # noqa: E402
 from controlplane.clock import SimClock, WallClock  # noqa: E402
 from controlplane.errors import CapacityUnavailable, ConfigError, InvalidInput  # noqa: E402
@@ -92,17 +92,17 @@ def test_node_types_from_the_shipped_yaml() -> None:
     assert types["gpu_spot_v100"].on_demand_price == pytest.approx(3.06)
 
 
-def test_launch_validates_and_is_idempotent() -> None:
+def test_launch_validates_and_asks_the_autoscaler_once() -> None:
+    """Idempotency and refusals in general: test_conformance; here, slots and their bundles."""
     state, clock = FakeState(), SimClock()
     fleet = logic_fleet(clock, state)
-    assert isinstance(fleet, FleetProvider)
     with pytest.raises(InvalidInput, match="instance_type"):
         fleet.launch(LaunchRequest("x", "fake-zone-a", "g5.xlarge", Market.SPOT))
     with pytest.raises(InvalidInput, match="market"):
         fleet.launch(LaunchRequest("x", "fake-zone-a", "gpu_on_demand_fake", Market.SPOT))
     first = fleet.launch(LaunchRequest("a", "fake-zone-a", "gpu_spot_fake", Market.SPOT, 2))
-    again = fleet.launch(LaunchRequest("a", "fake-zone-a", "gpu_spot_fake", Market.SPOT, 2))
-    assert [i.instance_id for i in first] == [i.instance_id for i in again] == ["a/0", "a/1"]
+    fleet.launch(LaunchRequest("a", "fake-zone-a", "gpu_spot_fake", Market.SPOT, 2))
+    assert [i.instance_id for i in first] == ["a/0", "a/1"]
     assert len(state.requests) == 1 and len(state.requests[0]) == 2
     assert state.requests[0][0] == {"CPU": 1.0, "spot": 1.0, "accelerator_type:FAKE": 1.0}
     assert not fleet.spot_available("fake-zone-a", "gpu_spot_fake")

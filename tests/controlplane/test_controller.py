@@ -11,7 +11,7 @@ from clusters.simfleet import SimulatedFleet
 from controlplane.clock import SimClock
 from controlplane.controller import Controller
 from controlplane.models import Job, JobSpec, JobState, Node
-from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
+from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport, ReplicatingExecutor
 from controlplane.store import Store
 from policies.preemption import default_gce_model
 
@@ -154,7 +154,7 @@ def test_a_job_no_zone_can_host_fails_with_the_reason(tmp_path: Path, data_root:
     assert "V100 with 4 GPUs per worker" in j.message and "H100x8" in j.message
 
 
-class FakeReplicaExecutor:
+class FakeReplicaExecutor(ReplicatingExecutor):
     """Reports time-based progress for entrypoint jobs and records the replication hooks."""
 
     def __init__(self, clock: SimClock) -> None:

@@ -16,12 +16,12 @@ import pytest
 from clusters.fleet import (
     EventKind,
     FleetEvent,
+    FleetProvider,
     Instance,
     InstanceState,
     LaunchRequest,
     Offer,
 )
-from clusters.fleet import Market as FleetMarket
 from controlplane.clock import SimClock
 from controlplane.errors import CapacityUnavailable
 from controlplane.models import Job, JobSpec, JobState, Market, Node, NodeState, Tenant
@@ -49,7 +49,7 @@ OFFERS = [
 ]
 
 
-class KeptFleet:
+class KeptFleet(FleetProvider):
     """A fleet that keeps its instances: idempotent launches, refusable spot, state changes."""
 
     name = "kept"
@@ -70,10 +70,10 @@ class KeptFleet:
     def launch(self, request: LaunchRequest) -> list[Instance]:
         if request.intent_id in self.by_intent:
             return [self.instances[i] for i in self.by_intent[request.intent_id]]
-        if request.market is FleetMarket.SPOT and not self.spot_up[request.zone]:
+        if request.market is Market.SPOT and not self.spot_up[request.zone]:
             raise CapacityUnavailable(request.zone, request.instance_type, "no spot here")
         offer = next(o for o in OFFERS if o.zone == request.zone)
-        price = offer.spot_price if request.market is FleetMarket.SPOT else offer.on_demand_price
+        price = offer.spot_price if request.market is Market.SPOT else offer.on_demand_price
         made = [Instance(f"i-{len(self.instances) + k}", "aws", request.zone,
                          request.instance_type, request.market, InstanceState.PENDING,
                          self.clock.now(), price, "V100", 1, request.intent_id,
@@ -148,7 +148,7 @@ class World:
              market: Market = Market.SPOT, **fields: object) -> Node:
         """A node on a real instance of the fleet, in ``state``, held by ``job``."""
         inst, = self.fleet.launch(LaunchRequest(f"intent-{len(self.fleet.instances)}", zone,
-                                                "p3.2xlarge", FleetMarket(market.value), 1))
+                                                "p3.2xlarge", market, 1))
         iid = inst.instance_id
         self.fleet.instances[iid] = replace(inst, state=_INSTANCE_OF_NODE[state])
         offer = next(o for o in OFFERS if o.zone == zone)
@@ -378,7 +378,7 @@ def test_place_launches_a_gang_fails_the_unplaceable_and_keeps_tenant_limits(wor
     assert [(n.state, n.job_id, n.price_per_hour) for n in nodes] == [
         (NodeState.REQUESTED, hp.id, 3.0)] * 2
     (intent, req, node_ids), = w.launches
-    assert (req.zone, req.market, req.count, node_ids) == ("us-a", FleetMarket.ON_DEMAND, 2,
+    assert (req.zone, req.market, req.count, node_ids) == ("us-a", Market.ON_DEMAND, 2,
                                                            hp.node_ids)
     assert intent.payload["job_id"] == hp.id and w.intents == [intent]
     assert a100.state is JobState.FAILED
