@@ -24,6 +24,7 @@ run: data
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache --no-logo
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -43,7 +44,7 @@ test: lint typecheck browser unit
 MUTANTS ?=
 MUTATION_JOBS ?= 2
 mutation: $(STAMP)
-	SPOTPLANE_DATA_DIR=$${SPOTPLANE_DATA_DIR:-$$($(BIN)/python -c 'from controlplane.config import data_dir; print(data_dir())')} \
+	SPOTPLANE_DATA_DIR=$${SPOTPLANE_DATA_DIR:-$$($(BIN)/python -c 'from controlplane.core.config import data_dir; print(data_dir())')} \
 	  nice -n 10 $(BIN)/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
 	$(BIN)/mutmut results
 

@@ -15,7 +15,7 @@ converts (1/3600 on a real fleet; the simulated fleet's clock speed / 3600 in th
 The logic lives in :class:`CheckpointCoordinator` (plain Python, tested without Ray);
 :data:`RemoteCheckpointActor` is the same class as a Ray actor. :func:`checkpoint_actor_options`
 places it on the replica's node through the node's custom resource (see
-``controlplane.executor``).
+``actors.executor``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 import ray
 
-from controlplane.clock import Clock, WallClock
-from controlplane.errors import InvalidInput
+from controlplane.core.clock import Clock, WallClock
+from controlplane.core.errors import InvalidInput
 from policies.checkpoint import plan_positions
 
 log = logging.getLogger(__name__)

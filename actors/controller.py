@@ -19,13 +19,14 @@ from typing import Any
 
 import ray
 
+from actors.deadline import RayDeadlineHost
 from clusters.providers import make_provider
-from controlplane.clock import Clock, ManualClock, SimClock, WallClock
-from controlplane.controller import Controller
-from controlplane.errors import Conflict
+from controlplane.core.clock import Clock, ManualClock, SimClock, WallClock
+from controlplane.core.errors import Conflict
+from controlplane.core.units import DB_FILE, SIMFLEET_DB
 from controlplane.reconcile.contracts import ControllerSettings, JobExecutor
+from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
-from controlplane.units import DB_FILE, SIMFLEET_DB
 from policies.preemption import default_gce_model
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,6 @@ class ControllerActor:
         self.fleet = make_provider(config["fleet"], clock=self.clock, **fleet_opts)
         host = None
         if config.get("policy_actors", True):
-            from actors.deadline import RayDeadlineHost
 
             host = RayDeadlineHost(str(state / DB_FILE), namespace=config["namespace"],
                                    shards=int(config.get("policy_actor_shards", 0)),

@@ -22,7 +22,7 @@ from typing import Any
 
 import ray
 
-from controlplane.policyhost import PolicyBook, PolicyFailed, PolicyRequest
+from controlplane.reconcile.policyhost import PolicyBook, PolicyFailed, PolicyRequest
 from controlplane.store import Store
 from policies.deadline import Action
 

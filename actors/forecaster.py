@@ -17,7 +17,7 @@ import numpy as np
 import ray
 
 from actors.tenant import tenant_actor
-from controlplane.models import ForecastRow, JobKind
+from controlplane.core.models import ForecastRow, JobKind
 from controlplane.store import Store
 from policies.forecast import HOURS_PER_WEEK, Forecast, LastWeekPeak, OrgLinear
 

@@ -15,7 +15,7 @@ import ray
 from ray.actor import ActorHandle
 
 from clusters.metadata import NoticeWatch, PreemptionNotice, instance_identity, watcher_for
-from controlplane.clock import Clock, WallClock
+from controlplane.core.clock import Clock, WallClock
 
 if TYPE_CHECKING:
     from clusters.metadata import NoticeWatch

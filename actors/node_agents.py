@@ -27,8 +27,8 @@ from typing import Any
 import ray
 
 from actors.node import RemoteNodeActor, node_actor_options
-from controlplane.clock import Clock, WallClock
-from controlplane.errors import InvalidInput
+from controlplane.core.clock import Clock, WallClock
+from controlplane.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import ray
 
-from controlplane.models import JobKind, Quota
+from controlplane.core.models import JobKind, Quota
 from controlplane.store import Store
 from policies.forecast import Forecast
 from policies.quota import QuotaParams, SpotQuotaAllocator

@@ -30,9 +30,9 @@ from actors.node_agents import (
     stop_node_agents,
 )
 from actors.quota import quota_actor
+from controlplane.core.units import DB_FILE
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
-from controlplane.units import DB_FILE
 
 log = logging.getLogger(__name__)
 

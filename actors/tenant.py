@@ -10,7 +10,7 @@ from typing import Any
 
 import ray
 
-from controlplane.models import ACTIVE_STATES, JobState
+from controlplane.core.models import ACTIVE_STATES, JobState
 from controlplane.store import Store
 
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import ParamSpec
 
-from controlplane.errors import SpotplaneError
+from controlplane.core.errors import SpotplaneError
 
 P = ParamSpec("P")
 

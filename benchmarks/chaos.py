@@ -14,7 +14,7 @@ accepted = stored, no job lost or duplicated, no node launched twice per launch 
 
 The HTTP proxy is restarted by the Serve controller's health check (Ray 2.60: every
 ``RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S`` = 10 s, unhealthy after 3 failures in a row, so ~20-30 s
-of refused connections); :func:`controlplane.raylocal.init_local_ray` sets the period to 1 s.
+of refused connections); :func:`actors.raylocal.init_local_ray` sets the period to 1 s.
 Worker raylets are not killed: everything here runs on the one local raylet (the simulated
 fleet's nodes are not Ray nodes), and killing the head raylet ends the whole cluster by design.
 """
@@ -40,10 +40,10 @@ from typing import Any
 import httpx
 import numpy as np
 
+from actors.executor import slot_resources
+from actors.raylocal import free_port, init_local_ray
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
-from controlplane.demo import real_job as demo_job
-from controlplane.executor import slot_resources
-from controlplane.raylocal import free_port, init_local_ray
+from controlplane.cli.demo import real_job as demo_job
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from serve.app import start_api, stop_api
@@ -348,7 +348,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         settings = RuntimeSettings(
             state_dir=state, fleet="sim", speed=speed, clock="sim", namespace=NAMESPACE,
             policy_actor_shards=2, controller=ControllerSettings(),
-            executor_factory="controlplane.executor:runtime_executor" if real_jobs else None,
+            executor_factory="actors.executor:runtime_executor" if real_jobs else None,
             executor_options={"artifact_uri": str(state / "artifacts")} if real_jobs else {})
         handles = start_control_plane(settings)
         store = Store(settings.db_path)

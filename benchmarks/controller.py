@@ -22,13 +22,16 @@ from typing import Any
 
 import numpy as np
 
+from actors.deadline import RemoteDeadlinePolicyActor
 from benchmarks import entry
 from clusters.simfleet import SimulatedFleet
-from controlplane.clock import SimClock
-from controlplane.controller import Controller
-from controlplane.models import JobKind, JobSpec, JobState
+from controlplane.core.clock import SimClock
+from controlplane.core.models import JobKind, JobSpec, JobState
 from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.controller import Controller
+from controlplane.reconcile.policyhost import PolicyRequest
 from controlplane.store import Store
+from policies.deadline import DeadlineTask, Kind, Observation
 
 TARGET_MS = 200.0
 
@@ -80,9 +83,6 @@ def measure_policy_actor() -> tuple[float, float]:
     """RSS (MiB) of one DeadlinePolicyActor hosting 1 job, then 100 jobs."""
     import ray
 
-    from actors.deadline import RemoteDeadlinePolicyActor
-    from controlplane.policyhost import PolicyRequest
-    from policies.deadline import DeadlineTask, Kind, Observation
 
     tmp = Path(tempfile.mkdtemp(prefix="spotplane-bench-"))
     Store(tmp / "spotplane.db").close()

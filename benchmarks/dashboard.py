@@ -25,8 +25,8 @@ import httpx
 
 from benchmarks import entry
 from benchmarks.api import local_api
-from controlplane.errors import ConfigError
-from controlplane.models import JobKind, JobSpec
+from controlplane.core.errors import ConfigError
+from controlplane.core.models import JobKind, JobSpec
 from controlplane.store import Store
 from serve.auth import new_admin_token
 

@@ -27,8 +27,8 @@ import numpy as np
 
 from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace, load_spot_trace
-from controlplane.config import data_dir
-from controlplane.errors import BadDataFile, InvalidInput
+from controlplane.core.config import data_dir
+from controlplane.core.errors import BadDataFile, InvalidInput
 from policies.deadline import DeadlinePolicy, DeadlineTask, Kind, Observation, make_policy
 from policies.deadline_sim import SimResult, lifetime_oracle, simulate, window_ticks
 from policies.omniscient import heterogeneous_plan, omniscient_plan

@@ -32,8 +32,8 @@ import numpy as np
 
 from benchmarks import entry
 from clusters.traces import DataCatalog
-from controlplane.config import data_dir
-from controlplane.errors import InvalidInput
+from controlplane.core.config import data_dir
+from controlplane.core.errors import InvalidInput
 from policies.forecast import (
     DLRM_START_HOUR,
     DemandForecaster,

@@ -43,8 +43,9 @@ import numpy as np
 
 from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace
-from controlplane.config import data_dir
+from controlplane.core.config import data_dir
 from policies.checkpoint import CheckpointIntervals
+from policies.deadline import DeadlineTask, Kind, Observation, make_policy
 from policies.preemption import PreemptionModel, WeibullModel
 from policies.replication import ReplicationInputs, decide
 
@@ -388,7 +389,6 @@ def replay(zones: Zones, job: JobParams, strat: Strategy, start_tick: int) -> Ru
 
 
 def _make_deadline_policy(name: str, job: JobParams, tick_hours: float) -> Any:
-    from policies.deadline import DeadlineTask, make_policy
 
     task = DeadlineTask(
         compute_hours=job.work_hours,
@@ -415,7 +415,6 @@ def _deadline_says_on_demand(
     A replica just preempted counts as a preemption of the job (state IDLE) even when a survivor
     runs on: the policies re-decide only when idle, and a replicated job would otherwise never be.
     """
-    from policies.deadline import Kind, Observation
 
     if any(r.on_demand for r in reps):
         state = Kind.ON_DEMAND

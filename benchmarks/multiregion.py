@@ -21,8 +21,8 @@ import numpy as np
 
 from benchmarks import entry
 from clusters.traces import DataCatalog, SpotTrace
-from controlplane.config import data_dir
-from controlplane.errors import InvalidInput, SpotplaneError
+from controlplane.core.config import data_dir
+from controlplane.core.errors import InvalidInput, SpotplaneError
 from policies.deadline import DeadlineTask, UniformProgress
 from policies.deadline_sim import SimResult, simulate_zones, window_ticks
 from policies.multizone import (

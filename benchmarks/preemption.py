@@ -24,8 +24,8 @@ import numpy as np
 
 from benchmarks import entry
 from clusters.traces import DataCatalog, GceLifetimes
-from controlplane.config import data_dir
-from controlplane.errors import InvalidInput
+from controlplane.core.config import data_dir
+from controlplane.core.errors import InvalidInput
 from policies.preemption import GCE_LIMIT_HOURS, MODELS, PreemptionModel, sse_against_km
 from policies.survival import KaplanMeier, validate_lifetimes
 

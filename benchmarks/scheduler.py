@@ -27,8 +27,8 @@ import numpy as np
 
 from benchmarks import entry
 from clusters.traces import DataCatalog, PodList, load_openb_pods
-from controlplane.config import data_dir
-from controlplane.errors import BadDataFile, InvalidInput
+from controlplane.core.config import data_dir
+from controlplane.core.errors import BadDataFile, InvalidInput
 from policies.gpu_sim import GpuSimulator, SimConfig, SimResult, simulate
 from policies.placement import TaskRequest
 from policies.schedulers import SCHEDULERS, make_scheduler

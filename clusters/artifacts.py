@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlparse
 
-from controlplane.clock import Clock, WallClock
-from controlplane.errors import DataCorrupt, InvalidInput, NotFound
+from controlplane.core.clock import Clock, WallClock
+from controlplane.core.errors import DataCorrupt, InvalidInput, NotFound
 
 log = logging.getLogger(__name__)
 _List = list  # the stores have a method named `list`

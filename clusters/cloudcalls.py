@@ -1,9 +1,9 @@
 """What every real-cloud provider shares: jittered retries of throttled calls, and trying zones in turn.
 
 ``Backoff`` is "full jitter" exponential backoff (sleep ``U(0, min(cap, base * 2**attempt))``)
-on the control plane's :class:`~controlplane.clock.Clock`, so tests step a ``SimClock`` instead
+on the control plane's :class:`~controlplane.core.clock.Clock`, so tests step a ``SimClock`` instead
 of sleeping. ``launch_first_available`` is how a caller turns "no spot here now"
-(:class:`~controlplane.errors.CapacityUnavailable`) into "try the next zone".
+(:class:`~controlplane.core.errors.CapacityUnavailable`) into "try the next zone".
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from clusters.fleet import FleetProvider, Instance, LaunchRequest
-from controlplane.clock import Clock
-from controlplane.errors import CapacityUnavailable, InvalidInput
+from controlplane.core.clock import Clock
+from controlplane.core.errors import CapacityUnavailable, InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from clusters.data_manifest import SHA256
-from controlplane.errors import DataCorrupt, InvalidInput, SpotplaneError
+from controlplane.core.errors import DataCorrupt, InvalidInput, SpotplaneError
 
 GITHUB_RAW = "https://raw.githubusercontent.com"
 SPOT_TRACES = "skypilot-org/spot-traces/b26631383e2b5f5b48a3d700b92ed133edaf452e"

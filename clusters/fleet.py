@@ -24,7 +24,7 @@ from typing import Any, Protocol, Self
 
 import numpy as np
 
-from controlplane.models import Market
+from controlplane.core.models import Market
 
 
 class LifetimeModel(Protocol):

@@ -40,9 +40,9 @@ from clusters.fleet import (
     LaunchRequest,
     Offer,
 )
-from controlplane.clock import Clock, WallClock
-from controlplane.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
-from controlplane.models import Market
+from controlplane.core.clock import Clock, WallClock
+from controlplane.core.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
+from controlplane.core.models import Market
 
 log = logging.getLogger(__name__)
 

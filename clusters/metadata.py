@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from controlplane.clock import Clock, WallClock
-from controlplane.errors import CloudError, InvalidInput
+from controlplane.core.clock import Clock, WallClock
+from controlplane.core.errors import CloudError, InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 from clusters.fleet import FleetProvider
-from controlplane.errors import ConfigError
+from controlplane.core.errors import ConfigError
 
 PROVIDERS: dict[str, str] = {
     "sim": "clusters.simfleet:SimulatedFleet",

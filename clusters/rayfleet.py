@@ -36,9 +36,9 @@ from clusters.fleet import (
     LaunchRequest,
     Offer,
 )
-from controlplane.clock import Clock, WallClock
-from controlplane.errors import CapacityUnavailable, CloudError, ConfigError, InvalidInput
-from controlplane.models import Market
+from controlplane.core.clock import Clock, WallClock
+from controlplane.core.errors import CapacityUnavailable, CloudError, ConfigError, InvalidInput
+from controlplane.core.models import Market
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,7 @@ class Slot:
 def node_types_from_config(config: dict[str, Any], prices: dict[str, tuple[float, float]] | None = None,
                            ) -> dict[str, NodeTypeSpec]:
     """Worker node types of a cluster-launcher config (``ray-cluster.yaml`` shape)."""
+    # deferred: boto3 and google-cloud-compute load only when a cluster YAML needs their prices
     from clusters.aws import ON_DEMAND_USD_PER_HOUR
     from clusters.gcp import PRICES
 

@@ -11,7 +11,7 @@
 A spot instance is preempted at the first trace tick when its zone has no spot (the replay),
 or at the end of its drawn lifetime (GCP), whichever is first; a notice comes
 ``notice_seconds`` before (AWS 120 s, GCP 30 s). Launching spot in a zone without spot raises
-:class:`~controlplane.errors.CapacityUnavailable`. Instances become ready after a provisioning
+:class:`~controlplane.core.errors.CapacityUnavailable`. Instances become ready after a provisioning
 delay. All times are the control plane's clock. Deterministic given ``seed``: the n-th
 instance's lifetime and delay depend only on the seed, its zone and n.
 
@@ -48,9 +48,10 @@ from clusters.fleet import (
     Offer,
 )
 from clusters.traces import DataCatalog, SpotTrace
-from controlplane.clock import Clock, SimClock
-from controlplane.errors import CapacityUnavailable, ConfigError, InvalidInput
-from controlplane.models import Market
+from controlplane.core.clock import Clock, SimClock
+from controlplane.core.config import data_dir
+from controlplane.core.errors import CapacityUnavailable, ConfigError, InvalidInput
+from controlplane.core.models import Market
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,6 @@ class SimulatedFleet(FleetProvider):
     def from_options(cls, **options: Any) -> SimulatedFleet:
         """Options: clock, data_dir, seed, state_path, aws_collection, gcp (bool), zones (names),
         spot_capacity, trace_offset_hours, lifetime_model, provision_seconds, epoch."""
-        from controlplane.config import data_dir
 
         clock = options.pop("clock", None) or SimClock()
         cat = DataCatalog(data_dir(options.pop("data_dir", None)))

@@ -5,11 +5,11 @@ written by ``spotplane data fetch``). One convention everywhere: ``available[i]`
 of the ``nodes`` requested instances available during tick ``i``, which lasts ``gap_seconds``.
 
 ``DataCatalog(data_dir)`` is the one entry point: it lists what is present and loads each kind.
-A missing dataset raises :class:`~controlplane.errors.DataNotFound` naming the file, the
+A missing dataset raises :class:`~controlplane.core.errors.DataNotFound` naming the file, the
 directory searched and the command that fetches it. Every loader checks each field or cell it
 reads (one validating function per format: :func:`read_table` with the format's columns for CSV,
 :func:`load_spot_trace` for JSON) and refuses what it cannot use with
-:class:`~controlplane.errors.BadDataFile` naming the file, the line or column, and the fix.
+:class:`~controlplane.core.errors.BadDataFile` naming the file, the line or column, and the fix.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy as np
 import numpy.typing as npt
 
 from clusters.data_manifest import SHA256
-from controlplane.errors import BadDataFile, DataCorrupt, DataNotFound, InvalidInput
-from controlplane.units import HOUR
+from controlplane.core.errors import BadDataFile, DataCorrupt, DataNotFound, InvalidInput
+from controlplane.core.units import HOUR
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -1,6 +1,6 @@
 """The HTTP client of spotplane's API; the CLI and the demo use it like any other client.
 
-Errors come back as the same :class:`~controlplane.errors.SpotplaneError` types the server raised:
+Errors come back as the same :class:`~controlplane.core.errors.SpotplaneError` types the server raised:
 401 -> :class:`Unauthorized`, 404 -> :class:`NotFound`, 409 -> :class:`Conflict`, 422 ->
 :class:`InvalidInput` (naming the field and the fix), anything else -> :class:`SpotplaneError`.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from controlplane.errors import (
+from controlplane.core.errors import (
     Conflict,
     InvalidInput,
     NotFound,

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from clusters.artifacts import ArtifactRef, ArtifactStore, open_store
-from controlplane.clock import Clock, WallClock
-from controlplane.errors import DataCorrupt, InvalidInput
+from controlplane.core.clock import Clock, WallClock
+from controlplane.core.errors import DataCorrupt, InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from controlplane.counters import STORE_TX_BUCKETS, Buckets
-from controlplane.errors import Conflict, InvalidInput, NotFound
-from controlplane.models import (
+from controlplane.core.counters import STORE_TX_BUCKETS, Buckets
+from controlplane.core.errors import Conflict, InvalidInput, NotFound
+from controlplane.core.models import (
     ACTIVE_STATES,
     TERMINAL_STATES,
     Bag,
@@ -52,7 +52,7 @@ from controlplane.models import (
     new_id,
     new_token,
 )
-from controlplane.units import HOUR
+from controlplane.core.units import HOUR
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.preemption import PreemptionModel
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 
 EPS = 1e-9
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from controlplane.errors import InvalidInput, SpotplaneError
+from controlplane.core.errors import InvalidInput, SpotplaneError
 from policies.deadline import (
     CODE_KIND,
     EPS,

@@ -49,7 +49,7 @@ from scipy import sparse
 from scipy.optimize import minimize
 from scipy.stats import norm
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.forecast import DemandForecaster, Forecast
 
 QUANTILES = (0.9, 0.95)

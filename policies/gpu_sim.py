@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.forecast import LastWeekPeak, OrgLinear
 from policies.placement import (
     EPS,

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.deadline import (
     EPS,
     IDLE,

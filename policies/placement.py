@@ -46,7 +46,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import optimize, special
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.survival import (
     DEFAULT_GRACE_HOURS,
     CensoredLifetimes,

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import optimize
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.preemption import PreemptionModel
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.placement import (
     CapacityFilter,
     CircuitBreakerFilter,

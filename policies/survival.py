@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 

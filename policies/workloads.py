@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from controlplane.errors import InvalidInput
-from controlplane.units import DAY, HOUR
+from controlplane.core.errors import InvalidInput
+from controlplane.core.units import DAY, HOUR
 from policies.placement import TaskRequest
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 ``start_api(db_path, admin_token, port)`` binds Serve's HTTP proxy to ``port`` and deploys
 :class:`SpotplaneAPI`; every handler authenticates the bearer token, then calls the
-:class:`~controlplane.service.ControlPlaneService` (never SQLite directly). Errors map to HTTP:
+:class:`~serve.service.ControlPlaneService` (never SQLite directly). Errors map to HTTP:
 InvalidInput 422 (field and fix), Unauthorized 401, Forbidden 403, NotFound 404 (also for other
 tenants' things), Conflict 409, body too large 413, RateLimited 429 (with Retry-After); every
 one of them, FastAPI's and Starlette's included, has the one :class:`ErrorBody`.
@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from controlplane import __version__
-from controlplane.errors import (
+from controlplane.core.errors import (
     Conflict,
     Forbidden,
     InvalidInput,
@@ -41,8 +41,7 @@ from controlplane.errors import (
     SpotplaneError,
     Unauthorized,
 )
-from controlplane.metrics import CONTENT_TYPE, ApiMetrics
-from controlplane.models import (
+from controlplane.core.models import (
     Bag,
     BagSpec,
     CostSummary,
@@ -59,11 +58,11 @@ from controlplane.models import (
     TenantSpec,
     ZoneInfo,
 )
-from controlplane.service import Caps, ControlPlaneService, Principal
 from controlplane.store import StoredAnswer
 from serve.auth import bearer_scheme, bearer_token, hash_token
 from serve.dashboard import router as dashboard_router
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
+from serve.metrics import CONTENT_TYPE, ApiMetrics
 from serve.schemas import (
     ERROR_CODES,
     MAX_OFFSET,
@@ -82,6 +81,7 @@ from serve.schemas import (
     field_errors,
     job_spec_example,
 )
+from serve.service import Caps, ControlPlaneService, Principal
 
 log = logging.getLogger(__name__)
 

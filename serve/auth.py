@@ -12,8 +12,8 @@ import secrets
 
 from fastapi.security import HTTPBearer
 
-from controlplane.models import hash_token
-from controlplane.service import Principal
+from controlplane.core.models import hash_token
+from serve.service import Principal
 
 __all__ = ["ADMIN_PREFIX", "Principal", "bearer_scheme", "bearer_token", "hash_token", "new_admin_token"]
 

@@ -18,12 +18,12 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel
 from ray import serve
 
-from controlplane.errors import NotFound
-from controlplane.models import Event, Job, JobKind, JobState, Node
-from controlplane.service import ControlPlaneService, Principal
-from controlplane.units import HOUR
+from controlplane.core.errors import NotFound
+from controlplane.core.models import Event, Job, JobKind, JobState, Node
+from controlplane.core.units import HOUR
 from serve.auth import bearer_scheme
 from serve.schemas import ERROR_CODES, MAX_OFFSET, CostReport, declared_errors
+from serve.service import ControlPlaneService, Principal
 
 STATIC = Path(__file__).with_name("static")
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}

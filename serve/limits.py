@@ -13,8 +13,8 @@ import time
 
 from pydantic import BaseModel, Field
 
-from controlplane.config import Settings
-from controlplane.models import hash_token
+from controlplane.core.config import Settings
+from controlplane.core.models import hash_token
 
 __all__ = ["ApiLimits", "TokenBuckets"]
 

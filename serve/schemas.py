@@ -2,7 +2,7 @@
 
 Requests are the domain's validated specs (``JobSpec``, ``BagSpec``, ``TenantSpec``: extra fields
 forbidden, every bound checked), so nothing invalid reaches the store. Every validation failure,
-FastAPI's or the service's :class:`~controlplane.errors.InvalidInput`, is answered as::
+FastAPI's or the service's :class:`~controlplane.core.errors.InvalidInput`, is answered as::
 
     422 {"message": "deadline_hours: must be ... ; set a later deadline",
          "errors": [{"field": "deadline_hours", "message": "...", "fix": "..."}]}
@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from controlplane.models import (
+from controlplane.core.models import (
     Bag,
     BagSpec,
     CostSummary,
@@ -27,7 +27,7 @@ from controlplane.models import (
     ZoneInfo,
     unprintable,
 )
-from controlplane.units import HOUR
+from controlplane.core.units import HOUR
 
 __all__ = [
     "ERROR_CODES",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from clusters.traces import DataCatalog
-from controlplane.config import data_dir
+from controlplane.core.config import data_dir
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +32,7 @@ def ray_cluster():  # type: ignore[no-untyped-def]
     """
     import ray
 
-    from controlplane.raylocal import init_local_ray
+    from actors.raylocal import init_local_ray
 
     if ray.is_initialized():
         ray.shutdown()
@@ -62,13 +62,13 @@ def ray_cluster():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def workload_ray(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """A second real local Ray for tenants' jobs (``controlplane.raylocal.WorkloadRay``: started
+    """A second real local Ray for tenants' jobs (``actors.raylocal.WorkloadRay``: started
     with a scrubbed environment, 4 ``spotplane_slot`` resources), beside the control plane's
     ``ray_cluster``. One per session: each Ray costs 10-20 s to start. Yields its
     ``WorkloadAddress``; the ``SPOTPLANE_ADMIN_TOKEN`` set while it starts must not reach it."""
     import os
 
-    from controlplane.raylocal import WorkloadRay
+    from actors.raylocal import WorkloadRay
 
     saved = os.environ.get("SPOTPLANE_ADMIN_TOKEN")
     os.environ["SPOTPLANE_ADMIN_TOKEN"] = WORKLOAD_PARENT_SECRET

@@ -1,4 +1,4 @@
-"""The reconcile loop's phases, composed in order by :class:`controlplane.controller.Controller`.
+"""The reconcile loop's phases, composed in order by :class:`controlplane.reconcile.controller.Controller`.
 
 ``state`` (the loop's :class:`~controlplane.reconcile.state.LoopState` and a tick's
 ``TickWork``), ``contracts`` (settings, executor protocol), ``recorder`` and ``nodeops`` (the

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from controlplane.models import Job, Node
-from controlplane.units import HOUR
+from controlplane.core.models import Job, Node
+from controlplane.core.units import HOUR
 
 
 @dataclass

@@ -7,8 +7,8 @@ One ``describe()`` and one ``poll_events()`` per tick; node agents' notices
 from __future__ import annotations
 
 from clusters.fleet import FleetProvider, Instance, InstanceState
-from controlplane import counters
-from controlplane.models import Node, NodeState, ZoneInfo
+from controlplane.core import counters
+from controlplane.core.models import Node, NodeState, ZoneInfo
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import UP_STATES, LoopState

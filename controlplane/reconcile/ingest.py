@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controlplane.models import JobState
+from controlplane.core.models import JobState
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState

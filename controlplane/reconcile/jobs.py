@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controlplane import counters, workload
-from controlplane.clock import Clock
-from controlplane.models import Event, Job, JobKind, JobState, Market, Node, NodeState
-from controlplane.policyhost import DeadlinePolicyHost
+from controlplane.core import counters
+from controlplane.core.clock import Clock
+from controlplane.core.models import Event, Job, JobKind, JobState, Market, Node, NodeState
+from controlplane.core.units import HOUR
+from controlplane.reconcile import workload
 from controlplane.reconcile.contracts import (
     ExecutorReport,
     JobExecutor,
@@ -20,10 +21,10 @@ from controlplane.reconcile.contracts import (
     replicating,
 )
 from controlplane.reconcile.nodeops import NodeOps
+from controlplane.reconcile.policyhost import DeadlinePolicyHost
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import UP_STATES, WITH_NODES, LoopState
 from controlplane.store import Store
-from controlplane.units import HOUR
 
 
 class AdvanceJobs:

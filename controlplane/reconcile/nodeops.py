@@ -12,8 +12,8 @@ import logging
 from collections.abc import Sequence
 
 from clusters.fleet import FleetProvider, LaunchRequest, Offer
-from controlplane import counters, workload
-from controlplane.models import (
+from controlplane.core import counters
+from controlplane.core.models import (
     Event,
     Job,
     JobKind,
@@ -23,11 +23,12 @@ from controlplane.models import (
     NodeState,
     new_id,
 )
+from controlplane.core.units import HOUR
+from controlplane.reconcile import workload
 from controlplane.reconcile.contracts import ControllerSettings, JobExecutor
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState
 from controlplane.store import BadRow, Intent
-from controlplane.units import HOUR
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import logging
 import zlib
 
 from clusters.fleet import FleetProvider, LaunchRequest
-from controlplane import counters
-from controlplane.errors import CapacityUnavailable, CloudError
-from controlplane.models import Job, JobState, Market, NodeState
+from controlplane.core import counters
+from controlplane.core.errors import CapacityUnavailable, CloudError
+from controlplane.core.models import Job, JobState, Market, NodeState
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.placement import Demand

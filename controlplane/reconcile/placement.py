@@ -8,15 +8,15 @@ when the pool is full. Idle nodes are then terminated, and per-tenant demand is 
 from __future__ import annotations
 
 from clusters.fleet import Offer
-from controlplane import counters
-from controlplane.models import Job, JobKind, JobState, Market, NodeState
-from controlplane.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
+from controlplane.core import counters
+from controlplane.core.models import Job, JobKind, JobState, Market, NodeState
+from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
 from controlplane.reconcile.nodeops import NodeOps
+from controlplane.reconcile.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from controlplane.store import Store
-from controlplane.units import HOUR
 from policies.placement import FrameworkScheduler
 
 _KIND_ORDER = {JobKind.HP: 0, JobKind.DEADLINE: 1, JobKind.SPOT: 2}

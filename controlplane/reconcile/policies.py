@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import logging
 
-from controlplane import counters, workload
-from controlplane.models import Job, JobKind, JobState
-from controlplane.policyhost import DeadlinePolicyHost, PolicyFailed, PolicyRequest
+from controlplane.core import counters
+from controlplane.core.models import Job, JobKind, JobState
+from controlplane.core.units import HOUR
+from controlplane.reconcile import workload
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.nodeops import NodeOps
+from controlplane.reconcile.policyhost import DeadlinePolicyHost, PolicyFailed, PolicyRequest
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import WITH_NODES, LoopState
-from controlplane.units import HOUR
 from policies.deadline import Action, DeadlineTask, Kind, Observation, ZoneView
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The recording helpers every phase shares: transitions, node events, decisions, progress, bills.
 
 A :class:`Recorder` writes into the tick's work (``LoopState.work``); phases receive it
-explicitly. Progress follows ``controlplane.workload`` with periodic checkpoints from the
+explicitly. Progress follows ``controlplane.reconcile.workload`` with periodic checkpoints from the
 checkpoint planner; a bill charges each node's price for the time it served the job.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from clusters.fleet import FleetProvider
-from controlplane import counters, workload
-from controlplane.models import (
+from controlplane.core import counters
+from controlplane.core.models import (
     Decision,
     Event,
     Job,
@@ -21,9 +21,10 @@ from controlplane.models import (
     Node,
     check_transition,
 )
+from controlplane.core.units import HOUR
+from controlplane.reconcile import workload
 from controlplane.reconcile.contracts import JobExecutor
 from controlplane.reconcile.state import LoopState
-from controlplane.units import HOUR
 from policies.checkpoint import CheckpointIntervals
 from policies.preemption import PreemptionModel, default_gce_model
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clusters.fleet import LaunchRequest, Offer
-from controlplane.models import Decision, Event, Job, JobState, Node, NodeState, Tenant
+from controlplane.core.models import Decision, Event, Job, JobState, Node, NodeState, Tenant
 from controlplane.store import BadRow, Intent
 from policies.checkpoint import CheckpointIntervals
 

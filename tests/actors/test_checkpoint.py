@@ -12,8 +12,8 @@ from actors.checkpoint import (
     checkpoint_actor_options,
     plan_checkpoints,
 )
-from controlplane.clock import SimClock
-from controlplane.errors import InvalidInput
+from controlplane.core.clock import SimClock
+from controlplane.core.errors import InvalidInput
 from policies.preemption import default_gce_model
 
 MODEL = default_gce_model()

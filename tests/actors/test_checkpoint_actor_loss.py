@@ -12,7 +12,7 @@ import ray
 
 from actors.checkpoint import RemoteCheckpointActor
 from clusters.artifacts import ArtifactRef
-from controlplane.clock import SimClock
+from controlplane.core.clock import SimClock
 from controlplane.sdk import ActorCoordinator, IntervalCoordinator
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

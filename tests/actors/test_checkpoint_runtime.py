@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from actors.executor import job_logs
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from clusters.artifacts import LocalArtifactStore
 from controlplane import sdk
-from controlplane.executor import job_logs
-from controlplane.models import TERMINAL_STATES, JobSpec, JobState
+from controlplane.core.models import TERMINAL_STATES, JobSpec, JobState
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
 from tests.support import assert_no_tick_failed, train_reference
@@ -37,7 +37,7 @@ def test_controller_actor_runs_a_real_job_through_its_executor(
         autostart=True,
         seed=1,
         fleet_options={"gcp": False, "lifetime_model": ExponentialModel(rate=0.3, limit=24.0)},
-        executor_factory="controlplane.executor:runtime_executor",
+        executor_factory="actors.executor:runtime_executor",
         executor_options={"workload_address": workload_ray.dashboard,
                           "workload_gcs": workload_ray.gcs,
                           "workload_token_path": workload_ray.token_path,

@@ -17,7 +17,7 @@ import pytest
 import ray
 
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
-from controlplane.models import TERMINAL_STATES, JobSpec, JobState
+from controlplane.core.models import TERMINAL_STATES, JobSpec, JobState
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from tests.support import assert_no_tick_failed

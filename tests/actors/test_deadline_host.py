@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from actors.deadline import RayDeadlineHost
-from controlplane.policyhost import PolicyRequest
+from controlplane.reconcile.policyhost import PolicyRequest
 from controlplane.store import Store
 from policies.deadline import DeadlineTask, Kind, Observation
 

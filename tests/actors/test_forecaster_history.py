@@ -16,7 +16,7 @@ import ray
 
 from actors.forecaster import ForecasterActor
 from actors.quota import quota_actor
-from controlplane.models import JobSpec
+from controlplane.core.models import JobSpec
 from controlplane.store import Store
 
 

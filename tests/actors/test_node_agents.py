@@ -26,8 +26,8 @@ from actors.node_agents import (
 )
 from actors.runtime import RuntimeSettings, _start_node_agents
 from clusters.fleet import Instance, InstanceState
-from controlplane.errors import InvalidInput
-from controlplane.models import Market
+from controlplane.core.errors import InvalidInput
+from controlplane.core.models import Market
 from tests.support import free_port
 
 
@@ -178,7 +178,7 @@ def test_dead_node_is_forgotten_and_a_failed_start_waits(ray_cluster: Any) -> No
     import ray
 
     from actors.node_agents import NodeAgentSupervisor
-    from controlplane.clock import SimClock
+    from controlplane.core.clock import SimClock
 
     servers = _load("test_metadata")
     ns = f"agents-{uuid.uuid4().hex[:8]}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from actors.quota import QuotaAllocatorActor
-from controlplane.models import Event, JobSpec, JobState, Market, Node, NodeState
+from controlplane.core.models import Event, JobSpec, JobState, Market, Node, NodeState
 from controlplane.store import Store
 
 NO_HP = {"V100": ([[0.0]], [[0.0]])}  # no HP demand: Eq. 9's inventory f = C

@@ -15,7 +15,7 @@ import ray
 from actors.forecaster import RemoteForecasterActor
 from actors.quota import QuotaAllocatorActor, quota_actor
 from actors.tenant import tenant_actor
-from controlplane.models import Event, JobSpec, JobState
+from controlplane.core.models import Event, JobSpec, JobState
 from controlplane.store import Store
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

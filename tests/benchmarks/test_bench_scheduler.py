@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import scheduler as bench
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.gpu_sim import simulate
 from policies.placement import TaskRequest
 from policies.schedulers import make_scheduler

@@ -37,9 +37,9 @@ from clusters.fleet import (
     LaunchRequest,
     Offer,
 )
-from controlplane.clock import SimClock
-from controlplane.errors import CapacityUnavailable, InvalidInput
-from controlplane.models import Market
+from controlplane.core.clock import SimClock
+from controlplane.core.errors import CapacityUnavailable, InvalidInput
+from controlplane.core.models import Market
 
 TAGS = {"node_id": "n-7", "job_id": "job-3", "tenant_id": "acme"}
 PROVIDERS = ["memory", "sim", "aws", "gcp", "ray"]

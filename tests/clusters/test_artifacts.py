@@ -18,8 +18,8 @@ from clusters.artifacts import (
     open_store,
     sha256_hex,
 )
-from controlplane.clock import SimClock
-from controlplane.errors import DataCorrupt, InvalidInput, NotFound
+from controlplane.core.clock import SimClock
+from controlplane.core.errors import DataCorrupt, InvalidInput, NotFound
 from tests.support import free_port
 
 

@@ -27,9 +27,9 @@ from clusters.aws import AwsFleet, AwsLaunchTemplate, client_token
 from clusters.cloudcalls import Backoff, launch_first_available
 from clusters.fleet import EventKind, FleetProvider, InstanceState, LaunchRequest
 from clusters.providers import make_provider
-from controlplane.clock import SimClock
-from controlplane.errors import CapacityUnavailable, CredentialsError
-from controlplane.models import Market
+from controlplane.core.clock import SimClock
+from controlplane.core.errors import CapacityUnavailable, CredentialsError
+from controlplane.core.models import Market
 from tests.support import free_port
 
 REGION = "us-east-1"

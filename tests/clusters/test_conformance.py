@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from clusters.fleet import EventKind, FleetProvider, Instance, InstanceState, Offer
-from controlplane.errors import CapacityUnavailable, InvalidInput
-from controlplane.models import Market
+from controlplane.core.errors import CapacityUnavailable, InvalidInput
+from controlplane.core.models import Market
 from tests.clusters import conformance
 from tests.clusters.conformance import Harness, MemoryFleet
 
@@ -148,7 +148,7 @@ def test_from_options_builds_the_provider(provider: Harness) -> None:
 
 
 def test_the_defaults_of_the_optional_methods() -> None:
-    from controlplane.clock import SimClock
+    from controlplane.core.clock import SimClock
 
     fleet = MemoryFleet.from_options(clock=SimClock(), zones=["z"])
     assert isinstance(fleet, MemoryFleet) and fleet.zones == ["z"]  # from_options: cls(**options)

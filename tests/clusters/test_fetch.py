@@ -23,8 +23,8 @@ import pytest
 
 from clusters import fetch
 from clusters.traces import DataCatalog
-from controlplane.cli import main
-from controlplane.errors import DataCorrupt, InvalidInput, SpotplaneError
+from controlplane.cli.main import main
+from controlplane.core.errors import DataCorrupt, InvalidInput, SpotplaneError
 
 
 def _upstream_spot_trace(normalised: dict) -> bytes:  # type: ignore[type-arg]

@@ -12,10 +12,10 @@ import pytest
 
 from clusters.gcp import GcpFleet
 from clusters.providers import make_provider
-from controlplane.clock import SimClock
-from controlplane.controller import Controller
-from controlplane.models import JobKind, JobSpec, JobState, NodeState
+from controlplane.core.clock import SimClock
+from controlplane.core.models import JobKind, JobSpec, JobState, NodeState
 from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 
 

@@ -15,9 +15,9 @@ from clusters.cloudcalls import launch_first_available
 from clusters.fleet import EventKind, FleetProvider, InstanceState, LaunchRequest
 from clusters.gcp import GcpFleet, instance_name, label_value, request_id
 from clusters.providers import make_provider
-from controlplane.clock import SimClock
-from controlplane.errors import CapacityUnavailable, CredentialsError
-from controlplane.models import Market
+from controlplane.core.clock import SimClock
+from controlplane.core.errors import CapacityUnavailable, CredentialsError
+from controlplane.core.models import Market
 
 
 def _load_fake() -> Any:

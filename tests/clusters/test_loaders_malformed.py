@@ -23,8 +23,8 @@ from clusters.traces import (
     load_spot_gpu_nodes,
     load_spot_trace,
 )
-from controlplane.errors import BadDataFile, DataNotFound
-from controlplane.units import HOUR
+from controlplane.core.errors import BadDataFile, DataNotFound
+from controlplane.core.units import HOUR
 from policies.workloads import tasks_from_pods
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"

@@ -21,8 +21,8 @@ from clusters.metadata import (
     instance_identity,
     watcher_for,
 )
-from controlplane.clock import SimClock, WallClock
-from controlplane.errors import CloudError, InvalidInput
+from controlplane.core.clock import SimClock, WallClock
+from controlplane.core.errors import CloudError, InvalidInput
 
 
 class MetadataState:

@@ -31,8 +31,8 @@ if __name__ == "__main__":
 from clusters.cloudcalls import launch_first_available  # noqa: E402
 from clusters.fleet import EventKind, LaunchRequest, Market  # noqa: E402
 from clusters.rayfleet import RayAutoscalerFleet, node_types_from_config  # noqa: E402
-from controlplane.clock import SimClock, WallClock  # noqa: E402
-from controlplane.errors import CapacityUnavailable, ConfigError, InvalidInput  # noqa: E402
+from controlplane.core.clock import SimClock, WallClock  # noqa: E402
+from controlplane.core.errors import CapacityUnavailable, ConfigError, InvalidInput  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 HEAD = "ray.head.default"

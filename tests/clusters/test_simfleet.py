@@ -11,9 +11,9 @@ import pytest
 from clusters.fleet import EventKind, InstanceState, LaunchRequest
 from clusters.simfleet import AWS_COLLECTION, SimulatedFleet
 from clusters.traces import DataCatalog
-from controlplane.clock import SimClock
-from controlplane.errors import CapacityUnavailable
-from controlplane.models import Market
+from controlplane.core.clock import SimClock
+from controlplane.core.errors import CapacityUnavailable
+from controlplane.core.models import Market
 from policies.preemption import default_gce_model
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from clusters.traces import DATASETS, DataCatalog, load_spot_trace
-from controlplane.config import DataDirSource, resolve_data_dir
-from controlplane.errors import BadDataFile, DataNotFound, InvalidInput
+from controlplane.core.config import DataDirSource, resolve_data_dir
+from controlplane.core.errors import BadDataFile, DataNotFound, InvalidInput
 
 
 def test_every_dataset_is_listed_present(catalog: DataCatalog) -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import ray
 
-from controlplane.executor import RayJobExecutor, job_agent_ready
-from controlplane.models import Job, JobKind, JobSpec, Market, Node
-from controlplane.raylocal import init_local_ray
+from actors.executor import RayJobExecutor, job_agent_ready
+from actors.raylocal import init_local_ray
+from controlplane.core.models import Job, JobKind, JobSpec, Market, Node
 
 PROBE = """
 import json, os

@@ -39,7 +39,7 @@ def main(victim_job: str, namespace: str, control_gcs: str) -> None:
         for p in (state / "endpoint.json", state / "spotplane.db", Path("endpoint.json"))
     }
     out["own_ray_token"] = attempt(lambda: read(home / ".ray" / "auth_token"))  # the workload's
-    from controlplane.config import Settings
+    from controlplane.core.config import Settings
 
     out["store"] = {
         str(p): attempt(lambda p=p: open_db(p))

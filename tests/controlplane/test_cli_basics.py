@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli import main
-from controlplane.errors import InvalidInput, SpotplaneError
+from controlplane.cli.main import main
+from controlplane.core.errors import InvalidInput, SpotplaneError
 
 
 def test_help_lists_the_command_groups(capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,7 +39,7 @@ def test_data_list_on_an_empty_dir_says_how_to_fetch(tmp_path: Path, capsys: pyt
 
 
 def test_errors_print_one_line_and_exit_by_kind(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from controlplane.commands import data
+    from controlplane.cli.main import data
 
     def bad_input(_args: object) -> int:
         raise InvalidInput("deadline_hours", "must be >= compute_hours", fix="set a later deadline")
@@ -123,7 +123,7 @@ def test_a_bad_setting_in_the_environment_is_one_line_exit_2(monkeypatch: pytest
 def test_errors_survive_a_process_boundary() -> None:
     import pickle
 
-    from controlplane.errors import BadDataFile, CapacityUnavailable
+    from controlplane.core.errors import BadDataFile, CapacityUnavailable
 
     for err in (BadDataFile("p.csv", "bad", line=3, column="x", fix="fix it").given_as("--pods"),
                 InvalidInput("a", "b", fix="c"), CapacityUnavailable("z", "t", "r")):

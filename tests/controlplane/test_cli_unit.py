@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.cli import main
+from controlplane.cli.control import load_submission
+from controlplane.cli.live import LiveTable, progress_bar
+from controlplane.cli.main import main
 from controlplane.client import read_endpoint, write_endpoint
-from controlplane.commands.control import load_submission
-from controlplane.errors import InvalidInput, NotFound
-from controlplane.live import LiveTable, progress_bar
+from controlplane.core.errors import InvalidInput, NotFound
 
 
 def test_yaml_one_job(tmp_path: Path) -> None:
@@ -187,7 +187,7 @@ def test_down_with_a_stale_endpoint_forgets_it(tmp_path: Path, capsys: pytest.Ca
 def test_up_artifacts_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from controlplane.up import child_command, executor_options
+    from controlplane.cli.up import child_command, executor_options
 
     monkeypatch.delenv("SPOTPLANE_ARTIFACTS", raising=False)
     monkeypatch.delenv("SPOTPLANE_S3_ENDPOINT", raising=False)
@@ -223,7 +223,7 @@ def test_up_with_a_bad_artifacts_uri_exits_2_before_starting(
 def test_up_workload_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
-    from controlplane.up import child_command, workload_options
+    from controlplane.cli.up import child_command, workload_options
 
     for name in ("SPOTPLANE_WORKLOAD_ADDRESS", "SPOTPLANE_WORKLOAD_GCS", "SPOTPLANE_WORKLOAD_TOKEN_PATH"):
         monkeypatch.delenv(name, raising=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controlplane.cli import main
+from controlplane.cli.main import main
 from controlplane.client import read_endpoint
 from controlplane.store import Store
 from tests.support import free_port
@@ -58,7 +58,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     env = dict(os.environ, SPOTPLANE_ADMIN_TOKEN=ADMIN)
     with log.open("wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.cli", "up", "--state-dir", str(state), "--port", str(port),
+            [sys.executable, "-m", "controlplane.cli.main", "up", "--state-dir", str(state), "--port", str(port),
              "--speed", "600"], stdout=fh, stderr=subprocess.STDOUT, env=env,
             start_new_session=True)  # its own process group, as a terminal's foreground job
     try:

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from clusters.simfleet import SimulatedFleet
-from controlplane.clock import SimClock
-from controlplane.controller import Controller
-from controlplane.models import Job, JobSpec, JobState, Node
+from controlplane.core.clock import SimClock
+from controlplane.core.models import Job, JobSpec, JobState, Node
 from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport, ReplicatingExecutor
+from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 from policies.preemption import default_gce_model
 

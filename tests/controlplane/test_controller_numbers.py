@@ -14,13 +14,13 @@ import pytest
 
 from clusters.simfleet import AWS_COLLECTION, AWS_P3_ON_DEMAND, AWS_P3_SPOT, SimulatedFleet
 from clusters.traces import DataCatalog
-from controlplane.clock import SimClock
-from controlplane.controller import Controller
-from controlplane.models import Job, JobSpec, JobState, Market, Node, NodeState
-from controlplane.policyhost import PolicyRequest
+from controlplane.core.clock import SimClock
+from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState
+from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
+from controlplane.reconcile.controller import Controller
+from controlplane.reconcile.policyhost import PolicyRequest
 from controlplane.store import Store
-from controlplane.units import HOUR
 from policies.deadline import Action, Kind
 from policies.preemption import default_gce_model
 
@@ -170,7 +170,7 @@ def test_a_tenant_at_its_gpu_limit_waits_while_another_tenants_job_runs(
 
 def test_a_spot_job_held_by_the_spot_quota_runs_when_the_quota_rises(
         tmp_path: Path, data_root: Path) -> None:
-    from controlplane.models import Quota
+    from controlplane.core.models import Quota
 
     clock = SimClock(start=0.0)
     store, _, ctl = _world(tmp_path, data_root, clock, {"V100": 8}, gcp=False)

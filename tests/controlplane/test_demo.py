@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.demo import HOUR, Scenario, build_report, write_report_json
+from controlplane.cli.demo import HOUR, Scenario, build_report, write_report_json
 from tests.support import assert_no_tick_failed, free_port
 
 ADMIN = "spa_demo-test-admin"
@@ -103,8 +103,8 @@ def control_plane(ray_cluster, tmp_path: Path) -> Iterator[str]:  # type: ignore
 @pytest.mark.ray
 @pytest.mark.slow
 def test_demo_runs_through_the_api_to_a_report(control_plane: str, tmp_path: Path) -> None:
+    from controlplane.cli.demo import run_demo
     from controlplane.client import SpotplaneClient
-    from controlplane.demo import run_demo
 
     out = io.StringIO()
     plot = tmp_path / "demo.png"
@@ -134,7 +134,7 @@ def test_demo_runs_through_the_api_to_a_report(control_plane: str, tmp_path: Pat
 
 
 def test_hp_jobs_wait_for_a_running_spot_job_and_the_real_jobs() -> None:
-    from controlplane.demo import DemoRun, hp_due
+    from controlplane.cli.demo import DemoRun, hp_due
 
     run = DemoRun(admin=None, spot_ids=["s1", "s2"], real_ids=["r1"], start=0.0)  # type: ignore[arg-type]
     scenario = Scenario(hp_at_hours=1.0, hp_wait_hours=10.0)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controlplane.demo import Scenario, real_job
+from controlplane.cli.demo import Scenario, real_job
 from tests.support import assert_no_tick_failed, free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -51,7 +51,7 @@ def control_plane(ray_cluster: Any, workload_ray: Any, tmp_path: Path) -> Iterat
         # job this test is about (test_demo.py runs the demo with the quota)
         forecaster=False,
         controller=ControllerSettings(pool_nodes={"V100": POOL, "H100": 1}),
-        executor_factory="controlplane.executor:runtime_executor",
+        executor_factory="actors.executor:runtime_executor",
         executor_options={"artifact_uri": str(tmp_path / "artifacts"),
                           "workload_address": workload_ray.dashboard,
                           "workload_gcs": workload_ray.gcs,
@@ -66,8 +66,8 @@ def control_plane(ray_cluster: Any, workload_ray: Any, tmp_path: Path) -> Iterat
 
 
 def test_real_job_is_evicted_restores_and_finishes(control_plane: str, tmp_path: Path) -> None:
+    from controlplane.cli.demo import run_demo
     from controlplane.client import SpotplaneClient
-    from controlplane.demo import run_demo
 
     out = io.StringIO()
     with SpotplaneClient(control_plane, ADMIN) as admin:

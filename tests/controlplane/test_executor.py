@@ -10,10 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from clusters.artifacts import LocalArtifactStore
-from controlplane import sdk
-from controlplane.errors import InvalidInput
-from controlplane.executor import (
+from actors.executor import (
     RAY_STATUS,
     JobAgentBroken,
     RayJobExecutor,
@@ -22,7 +19,10 @@ from controlplane.executor import (
     job_agent_ready,
     slot_resources,
 )
-from controlplane.models import Job, JobSpec
+from clusters.artifacts import LocalArtifactStore
+from controlplane import sdk
+from controlplane.core.errors import InvalidInput
+from controlplane.core.models import Job, JobSpec
 from tests.support import require_job_agent, train_reference
 
 
@@ -259,7 +259,7 @@ def test_two_replicas_survivor_checkpoints_and_replacement_restores_from_it(
 
 
 def _job(compute_hours: float = 2.0, checkpointed: float = 0.0) -> Any:
-    from controlplane.models import Job, JobSpec
+    from controlplane.core.models import Job, JobSpec
 
     spec = JobSpec(
         name="sim", compute_hours=compute_hours, checkpoint_hours=0.05, entrypoint="python x.py"
@@ -276,8 +276,8 @@ def _job(compute_hours: float = 2.0, checkpointed: float = 0.0) -> Any:
 
 
 def test_simulated_executor_progresses_checkpoints_and_restarts_from_the_checkpoint() -> None:
-    from controlplane.clock import SimClock
-    from controlplane.executor import SimulatedExecutor, make_executor
+    from actors.executor import SimulatedExecutor, make_executor
+    from controlplane.core.clock import SimClock
 
     clock = SimClock(start=0.0)
     ex = make_executor({"kind": "simulated"}, clock=clock)

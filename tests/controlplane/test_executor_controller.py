@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from actors.executor import RayJobExecutor
 from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
 from controlplane import sdk
-from controlplane.clock import SimClock, WallClock
-from controlplane.controller import Controller
-from controlplane.executor import RayJobExecutor
-from controlplane.metrics import build_registry, exposition
-from controlplane.models import JobSpec, JobState
+from controlplane.core.clock import SimClock, WallClock
+from controlplane.core.models import JobSpec, JobState
 from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
+from serve.metrics import build_registry, exposition
 from tests.support import require_job_agent, train_reference
 
 SPEED = 900.0  # simulated seconds per wall second

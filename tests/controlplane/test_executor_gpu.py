@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.config import REPO_ROOT
-from controlplane.errors import InvalidInput
-from controlplane.executor import RayJobExecutor
+from actors.executor import RayJobExecutor
+from controlplane.core.config import REPO_ROOT
+from controlplane.core.errors import InvalidInput
 
 
 def run_gpu_jobs(tmp_path: Path, fake_gpus: int) -> dict:  # type: ignore[type-arg]

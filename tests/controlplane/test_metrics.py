@@ -18,19 +18,19 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from actors.executor import artifact_totals
 from actors.quota import QuotaAllocatorActor
 from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
-from controlplane.clock import SimClock
-from controlplane.controller import Controller
-from controlplane.counters import CONTROLLER
-from controlplane.executor import artifact_totals
-from controlplane.metrics import ApiMetrics, build_registry, exposition
-from controlplane.models import ForecastRow, Job, JobSpec, JobState, Node
+from controlplane.core.clock import SimClock
+from controlplane.core.counters import CONTROLLER
+from controlplane.core.models import ForecastRow, Job, JobSpec, JobState, Node
+from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
+from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
-from controlplane.units import HOUR
 from policies.preemption import default_gce_model
+from serve.metrics import ApiMetrics, build_registry, exposition
 
 POOLS = {"V100": 6, "H100": 2}
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "spotplane.json"
@@ -380,7 +380,7 @@ def test_a_launch_that_aborts_the_tick_is_still_counted(tmp_path: Path, data_roo
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A cloud error other than a capacity refusal aborts the tick (its intent is retried), and
     the tick's counters roll back with it: the failure is counted on its own, once per try."""
-    from controlplane.errors import CloudError
+    from controlplane.core.errors import CloudError
 
     clock = SimClock(start=0.0)
     store = Store(tmp_path / "spotplane.db")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.errors import Conflict
-from controlplane.models import (
+from controlplane.core.errors import Conflict
+from controlplane.core.models import (
     TERMINAL_STATES,
     TRANSITIONS,
     IllegalTransition,

@@ -22,10 +22,10 @@ from clusters.fleet import (
     LaunchRequest,
     Offer,
 )
-from controlplane.clock import SimClock
-from controlplane.errors import CapacityUnavailable
-from controlplane.models import Job, JobSpec, JobState, Market, Node, NodeState, Tenant
-from controlplane.policyhost import PolicyFailed, PolicyRequest
+from controlplane.core.clock import SimClock
+from controlplane.core.errors import CapacityUnavailable
+from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Tenant
+from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.fleet import SyncFleet
 from controlplane.reconcile.ingest import Ingest
@@ -34,10 +34,10 @@ from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.persist import Act, Persist
 from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, account_demand
 from controlplane.reconcile.policies import AskPolicies
+from controlplane.reconcile.policyhost import PolicyFailed, PolicyRequest
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Store
-from controlplane.units import HOUR
 from policies.deadline import Action, Kind
 from policies.schedulers import make_scheduler
 

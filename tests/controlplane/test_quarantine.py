@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from clusters.simfleet import SimulatedFleet
-from controlplane.clock import SimClock
-from controlplane.controller import Controller
-from controlplane.models import Job, JobSpec, JobState, NodeState
-from controlplane.policyhost import PolicyBook, PolicyRequest
+from controlplane.core.clock import SimClock
+from controlplane.core.models import Job, JobSpec, JobState, NodeState
 from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.controller import Controller
+from controlplane.reconcile.policyhost import PolicyBook, PolicyRequest
 from controlplane.store import Store
 from policies.deadline import Action, Observation
 from policies.preemption import default_gce_model

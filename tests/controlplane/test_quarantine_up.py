@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from controlplane.client import read_endpoint
-from controlplane.models import Job, JobSpec
+from controlplane.core.models import Job, JobSpec
 from controlplane.store import Store
 from tests.support import free_port
 
@@ -52,7 +52,7 @@ def test_up_starts_on_a_poisoned_store_and_names_the_quarantined_row(tmp_path: P
     port = free_port()
     with log.open("wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.cli", "up", "--state-dir", str(state),
+            [sys.executable, "-m", "controlplane.cli.main", "up", "--state-dir", str(state),
              "--port", str(port), "--speed", "3600"], stdout=fh, stderr=subprocess.STDOUT,
             env=dict(os.environ, SPOTPLANE_ADMIN_TOKEN="spa_quarantine-test"),
             start_new_session=True)

@@ -12,7 +12,7 @@ SCRIPT = textwrap.dedent(
     """
     import socket, time
     from ray.job_submission import JobSubmissionClient
-    from controlplane.raylocal import init_local_ray
+    from actors.raylocal import init_local_ray
 
     squatter = socket.socket()
     try:

@@ -16,8 +16,8 @@ import pytest
 
 from clusters.artifacts import ArtifactRef, LocalArtifactStore
 from controlplane import sdk
-from controlplane.clock import SimClock
-from controlplane.errors import DataCorrupt, InvalidInput
+from controlplane.core.clock import SimClock
+from controlplane.core.errors import DataCorrupt, InvalidInput
 from tests.support import TRAIN_SCRIPT, load_train
 
 

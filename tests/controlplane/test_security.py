@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from actors.executor import job_env, job_logs, runtime_executor
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from clusters.artifacts import LocalArtifactStore
 from controlplane import jobenv
-from controlplane.errors import InvalidInput
-from controlplane.executor import job_env, job_logs, runtime_executor
-from controlplane.models import TERMINAL_STATES, JobSpec, JobState
+from controlplane.core.errors import InvalidInput
+from controlplane.core.models import TERMINAL_STATES, JobSpec, JobState
 from controlplane.store import Store
 from tests.conftest import WORKLOAD_PARENT_SECRET
 
@@ -48,7 +48,7 @@ def test_job_env_is_the_explicit_list_and_the_users_own() -> None:
 
 @pytest.mark.ray
 def test_the_executor_refuses_the_control_planes_own_ray(ray_cluster: Any) -> None:
-    from controlplane.clock import WallClock
+    from controlplane.core.clock import WallClock
 
     with pytest.raises(InvalidInput, match="control plane's own Ray cluster"):
         runtime_executor(clock=WallClock(), workload_address=ray_cluster.dashboard_url,
@@ -75,7 +75,7 @@ def test_a_hostile_job_reaches_no_secret_actor_store_or_other_tenants_artifacts(
     settings = RuntimeSettings(
         state_dir=tmp_path / "state", namespace=namespace, detached=False, forecaster=False,
         policy_actors=False, speed=60.0, autostart=True, seed=1, fleet_options={"gcp": False},
-        executor_factory="controlplane.executor:runtime_executor",
+        executor_factory="actors.executor:runtime_executor",
         executor_options={"workload_address": workload_ray.dashboard,
                           "workload_gcs": workload_ray.gcs,
                           "workload_token_path": workload_ray.token_path,

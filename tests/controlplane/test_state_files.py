@@ -7,10 +7,10 @@ import stat
 from pathlib import Path
 
 from clusters.simfleet import SimulatedFleet
-from controlplane.clock import SimClock
-from controlplane.models import JobSpec
+from controlplane.cli.up import private_dir
+from controlplane.core.clock import SimClock
+from controlplane.core.models import JobSpec
 from controlplane.store import Store
-from controlplane.up import private_dir
 
 
 def _mode(p: Path) -> int:

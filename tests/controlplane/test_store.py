@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from controlplane.errors import Conflict, NotFound
-from controlplane.models import BagSpec, Job, JobSpec, JobState, hash_token
+from controlplane.core.errors import Conflict, NotFound
+from controlplane.core.models import BagSpec, Job, JobSpec, JobState, hash_token
 from controlplane.store import IdempotentCall, Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ def test_bag_and_cost_counterfactual(tmp_path: Path) -> None:
 
 SUBMITTER = """
 import sys
-from controlplane.models import JobSpec
+from controlplane.core.models import JobSpec
 from controlplane.store import Store
 st = Store(sys.argv[1])
 for i in range(int(sys.argv[3])):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controlplane.models import Event, Job, JobSpec, JobState
+from controlplane.core.models import Event, Job, JobSpec, JobState
 from controlplane.store import Store
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane import workload
-from controlplane.models import Job, JobKind, JobSpec, JobState
-from controlplane.units import HOUR
+from controlplane.core.models import Job, JobKind, JobSpec, JobState
+from controlplane.core.units import HOUR
+from controlplane.reconcile import workload
 
 
 def _job(c: float = 2.0, d: float = 0.1, delta: float = 0.05) -> Job:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.checkpoint import (
     OptimalCheckpointPlanner,
     YoungDalyPlanner,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.checkpoint import CheckpointIntervals, OptimalCheckpointPlanner
 from policies.preemption import BathtubModel, ExponentialModel, default_gce_model
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.checkpoint import OptimalCheckpointPlanner, plan_positions, young_daly_interval
 from policies.preemption import ExponentialModel
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.deadline import (
     DeadlineTask,
     Greedy,

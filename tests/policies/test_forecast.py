@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.forecast import (
     DemandForecaster,
     DLinear,

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.deadline import DeadlineTask, Kind, Observation, UniformProgress, ZoneView
 from policies.deadline_sim import PolicyError, simulate, simulate_zones, window_ticks
 from policies.multizone import (

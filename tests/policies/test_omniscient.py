@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.deadline import DeadlineTask, Greedy, PlanPolicy, UniformProgress
 from policies.deadline_sim import simulate, window_ticks
 from policies.omniscient import (

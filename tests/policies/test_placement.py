@@ -9,7 +9,7 @@ from types import MappingProxyType
 import numpy as np
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.placement import (
     CapacityFilter,
     CircuitBreakerFilter,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.preemption import (
     BathtubModel,
     ExponentialModel,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from clusters.traces import DataCatalog, GceLifetimes
-from controlplane.config import data_dir
+from controlplane.core.config import data_dir
 from policies.preemption import (
     GCE_LIMIT_HOURS,
     BathtubModel,

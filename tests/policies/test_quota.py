@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.forecast import Forecast
 from policies.quota import QuotaParams, SpotQuotaAllocator, aggregate_upper_demand
 

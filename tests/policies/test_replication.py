@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.replication import (
     ReplicationInputs,
     decide,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.preemption import ExponentialModel, PreemptionModel, default_gce_model
 from policies.reuse import (
     ReuseDecision,

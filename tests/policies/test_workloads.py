@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from controlplane.errors import InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.workloads import (
     HP_GPU_MIX,
     SEC2_RUNTIME,
@@ -108,7 +108,7 @@ def test_openb_pods_to_tasks() -> None:
 @pytest.mark.slow
 def test_openb_real_trace() -> None:
     from clusters.traces import DataCatalog
-    from controlplane.config import data_dir
+    from controlplane.core.config import data_dir
 
     cat = DataCatalog(data_dir())
     full = openb(cat.openb_nodes(), cat.openb_pods(), target_load=None)

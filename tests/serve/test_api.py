@@ -31,10 +31,10 @@ from schemathesis.specs.openapi.checks import (
 
 from actors.quota import QuotaAllocatorActor
 from clusters.simfleet import SimulatedFleet
-from controlplane.clock import SimClock
-from controlplane.controller import Controller
-from controlplane.models import ForecastRow, JobState
+from controlplane.core.clock import SimClock
+from controlplane.core.models import ForecastRow, JobState
 from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 from policies.preemption import default_gce_model
 from tests.support import free_port
@@ -188,7 +188,7 @@ def test_bad_input_is_a_422_naming_the_field_and_never_stored(api: Api, body: di
 
 
 def test_unknown_accelerator_is_a_422_listing_the_known_ones(api: Api) -> None:
-    from controlplane.models import ZoneInfo
+    from controlplane.core.models import ZoneInfo
 
     api.store.put_zones([
         ZoneInfo(cloud="aws", zone="us-east-1a", instance_type="p3.2xlarge", accelerator="V100",
@@ -248,7 +248,7 @@ def test_submit_list_get_cancel_round_trip(api: Api) -> None:
 
 
 def test_paging_1000_jobs_through_the_api_returns_each_once(api: Api) -> None:
-    from controlplane.models import JobSpec
+    from controlplane.core.models import JobSpec
 
     r = api.admin.post("/v1/tenants", json={"name": "pager", "max_gpus": 4})
     assert r.status_code == 201, r.text

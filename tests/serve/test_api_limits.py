@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from controlplane.client import SpotplaneClient
-from controlplane.models import JobSpec
+from controlplane.core.models import JobSpec
 from controlplane.store import Store
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
 from tests.support import free_port

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.models import Event, JobSpec, JobState, Market, Node, NodeState
-from controlplane.service import ControlPlaneService, Principal
+from controlplane.core.models import Event, JobSpec, JobState, Market, Node, NodeState
+from controlplane.core.units import HOUR
 from controlplane.store import Store
-from controlplane.units import HOUR
 from serve.dashboard import JobRow, node_history, segments
+from serve.service import ControlPlaneService, Principal
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from controlplane.models import BagSpec, JobSpec
+from controlplane.core.models import BagSpec, JobSpec
 from serve.schemas import error_line, field_errors
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from controlplane.units import HOUR
+from controlplane.core.units import HOUR
 
 BAR_WIDTH = 20
 _COLORS = {

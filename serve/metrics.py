@@ -7,7 +7,7 @@ Where each number lives (the controller runs in a Ray actor, the API in a Serve 
   memory, always what the store says, right after any restart.
 * **Controller families** (tick phases, launches, placements, preemptions, evictions, deadline
   decisions, checkpoints, store transaction latency) are known only inside the reconcile loop.
-  The controller adds them to its tick's counters (:mod:`controlplane.counters`), which the
+  The controller adds them to its tick's counters (:mod:`controlplane.core.counters`), which the
   store commits with the tick's events; the collector turns those rows back into counters and
   histograms.
 * **API families** (requests by route and status, their latency) are per replica: real
@@ -33,7 +33,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from controlplane.counters import CONTROLLER, PREFIX, Family, le_label, parse_key
+from controlplane.core.counters import CONTROLLER, PREFIX, Family, le_label, parse_key
 
 if TYPE_CHECKING:
     from controlplane.store import Store

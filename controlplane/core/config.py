@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from controlplane.errors import ConfigError
+from controlplane.core.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data"

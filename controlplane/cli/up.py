@@ -26,13 +26,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from actors.raylocal import WorkloadRay, init_local_ray
 from clusters.providers import PROVIDERS
 from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
-from controlplane.config import load_settings
-from controlplane.errors import CloudError, ConfigError, InvalidInput
-from controlplane.raylocal import WorkloadRay, init_local_ray
+from controlplane.core.config import load_settings
+from controlplane.core.errors import CloudError, ConfigError, InvalidInput
+from controlplane.core.units import DB_FILE, SIMFLEET_DB
 from controlplane.store import BadRow, Store
-from controlplane.units import DB_FILE, SIMFLEET_DB
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ DEMO_SPEED = 3600.0  # simulated seconds per wall second for --demo (68 h of dea
 DEFAULT_SPEED = 60.0
 DEMO_TIMEOUT_S = 290.0
 CHILD_ENV = "SPOTPLANE_UP_CHILD"
-EXECUTOR_FACTORY = "controlplane.executor:runtime_executor"
+EXECUTOR_FACTORY = "actors.executor:runtime_executor"
 REAL_JOB_SLOTS = 8  # simulated nodes that may run a real job's replica at once (local Ray)
 
 
@@ -164,7 +164,7 @@ def executor_options(args: argparse.Namespace, state_dir: Path) -> dict[str, str
 
 def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[str]:
     """The ``spotplane up`` command line the supervisor runs in its own session."""
-    cmd = [sys.executable, "-m", "controlplane.cli"]
+    cmd = [sys.executable, "-m", "controlplane.cli.main"]
     if getattr(args, "debug", False):
         cmd.append("--debug")
     cmd += ["up", "--state-dir", str(state_dir), "--port", str(port), "--host", args.host, "--fleet", args.fleet]
@@ -295,8 +295,8 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
 
     # deferred: Ray and Serve load only when `up` starts them; every other command starts in under a second
     from actors.runtime import RuntimeSettings, start_control_plane
-    from controlplane.service import db_path
     from serve.app import start_api
+    from serve.service import db_path
 
     t0 = time.monotonic()
     print(f"spotplane: starting Ray, the control plane ({args.fleet} fleet"
@@ -369,7 +369,7 @@ def report_quarantine(rows: Sequence[BadRow], most: int = 20) -> None:
 
 def _demo(args: argparse.Namespace, url: str, admin_token: str, state_dir: Path, speed: float) -> int:
     # deferred: Ray and Serve load only when `up` starts them; every other command starts in under a second
-    from controlplane.demo import Scenario, run_demo, write_report_json
+    from controlplane.cli.demo import Scenario, run_demo, write_report_json
 
     plot = Path(args.plot) if args.plot else state_dir / "demo.png"
     with SpotplaneClient(url, admin_token) as admin:

@@ -2,7 +2,7 @@
 
 Pydantic models are what the store returns and what the API serialises. ``JobSpec`` / ``BagSpec``
 are the validated *input* (nothing invalid reaches the store); ``Job`` / ``Bag`` are the stored
-records. Times are control-plane clock seconds (see ``controlplane.clock``) unless a field name
+records. Times are control-plane clock seconds (see ``controlplane.core.clock``) unless a field name
 says ``_hours``.
 """
 
@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
 
-from controlplane.errors import Conflict
+from controlplane.core.errors import Conflict
 
 # Input limits of a job's free-form parts (the API's body-size cap bounds the rest).
 MAX_ENV_VARS = 64

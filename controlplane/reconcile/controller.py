@@ -30,10 +30,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from clusters.fleet import FleetProvider, Offer
-from controlplane import counters
-from controlplane.clock import Clock, ManualClock
-from controlplane.models import Job, JobState, Node, Tenant
-from controlplane.policyhost import DeadlinePolicyHost, LocalDeadlineHost
+from controlplane.core import counters
+from controlplane.core.clock import Clock, ManualClock
+from controlplane.core.models import Job, JobState, Node, Tenant
 from controlplane.reconcile.contracts import (
     ControllerSettings,
     JobExecutor,
@@ -46,6 +45,7 @@ from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.persist import Act, Persist, resume_intent
 from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, account_demand
 from controlplane.reconcile.policies import AskPolicies
+from controlplane.reconcile.policyhost import DeadlinePolicyHost, LocalDeadlineHost
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import Store

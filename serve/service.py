@@ -3,7 +3,7 @@ pydantic models cannot make alone (the tenant's GPU limit, a known accelerator).
 
 Handlers never touch SQLite: they call :class:`ControlPlaneService`, which scopes every read and
 write to the calling :class:`Principal`. A tenant asking for another tenant's job gets the same
-:class:`~controlplane.errors.NotFound` as for a job that does not exist (404, not 403); admin-only
+:class:`~controlplane.core.errors.NotFound` as for a job that does not exist (404, not 403); admin-only
 views raise :class:`Forbidden`.
 """
 
@@ -22,9 +22,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from controlplane.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
-from controlplane.metrics import ApiMetrics, build_registry, exposition
-from controlplane.models import (
+from controlplane.core.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
+from controlplane.core.models import (
     Bag,
     BagSpec,
     CostSummary,
@@ -42,8 +41,9 @@ from controlplane.models import (
     ZoneInfo,
     hash_token,
 )
+from controlplane.core.units import DB_FILE
 from controlplane.store import IdempotentCall, Store, StoredAnswer
-from controlplane.units import DB_FILE
+from serve.metrics import ApiMetrics, build_registry, exposition
 
 log = logging.getLogger(__name__)
 

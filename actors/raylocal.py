@@ -109,7 +109,7 @@ class WorkloadAddress:
 
 class WorkloadRay:
     """A private local Ray for tenants' jobs, started in a child with a scrubbed environment
-    (``python -m controlplane.raylocal SLOTS NUM_CPUS``, ``HOME`` a directory of its own) so its raylet, dashboard agent and
+    (``python -m actors.raylocal SLOTS NUM_CPUS``, ``HOME`` a directory of its own) so its raylet, dashboard agent and
     every job it starts inherit no secret of the process that starts it. ``stop()`` (or the
     parent's death: the child's stdin closes) shuts it down."""
 
@@ -119,7 +119,7 @@ class WorkloadRay:
         for attempt in range(1, attempts + 1):
             # Ray gives a new raylet 30 s to register (hard-coded): a loaded machine misses it
             self.proc = subprocess.Popen(
-                [python, "-m", "controlplane.raylocal", str(slots), str(num_cpus)],
+                [python, "-m", "actors.raylocal", str(slots), str(num_cpus)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 env={**scrubbed_env(str(home)), "RAY_AUTH_MODE": "disabled"},
                 start_new_session=True,  # a terminal's Ctrl-C reaches it only through stop()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from controlplane.models import Job, Node
+    from controlplane.core.models import Job, Node
 
 PREFIX = "spotplane_"
 

@@ -20,13 +20,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from controlplane.cli.live import HEADER, LiveTable, job_row
+from controlplane.cli.up import run_up
 from controlplane.client import ServerUnreachable, SpotplaneClient, clear_endpoint, read_endpoint
-from controlplane.config import load_settings
-from controlplane.errors import ConfigError, InvalidInput, NotFound
-from controlplane.live import HEADER, LiveTable, job_row
-from controlplane.models import BagSpec, JobSpec
-from controlplane.units import HOUR
-from controlplane.up import run_up
+from controlplane.core.config import load_settings
+from controlplane.core.errors import ConfigError, InvalidInput, NotFound
+from controlplane.core.models import BagSpec, JobSpec
+from controlplane.core.units import HOUR
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from clusters import fetch
 from clusters.traces import DataCatalog
-from controlplane.config import resolve_data_dir
+from controlplane.core.config import resolve_data_dir
 
 if TYPE_CHECKING:
     from clusters.traces import DatasetInfo

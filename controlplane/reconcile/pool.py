@@ -16,8 +16,8 @@ from typing import Literal
 
 import numpy as np
 
-from controlplane.models import Job, JobKind, Market, Node, NodeState
-from controlplane.units import HOUR
+from controlplane.core.models import Job, JobKind, Market, Node, NodeState
+from controlplane.core.units import HOUR
 from policies.placement import ClusterSnapshot, FrameworkScheduler, RunningTask, TaskRequest
 
 BUSY_STATES = frozenset({NodeState.REQUESTED, NodeState.PROVISIONING, NodeState.READY,

@@ -1,6 +1,6 @@
 """The ``spotplane`` command line.
 
-Each command group lives in its own module under ``controlplane/commands`` and registers its
+Each command group lives in its own module of ``controlplane.cli`` and registers its
 subcommands here. Errors derived from :class:`SpotplaneError` print one line (``--debug`` for the
 traceback) and exit 2 for bad input, 1 for failures.
 """
@@ -8,14 +8,14 @@ traceback) and exit 2 for bad input, 1 for failures.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 
 from controlplane import __version__
-from controlplane import logging as splog
-from controlplane.errors import SpotplaneError
+from controlplane.cli import control, data
+from controlplane.core import logging as splog
+from controlplane.core.errors import SpotplaneError
 
 Handler = Callable[[argparse.Namespace], int | None]
 
@@ -23,20 +23,7 @@ Handler = Callable[[argparse.Namespace], int | None]
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 # One module per command group; each has ``register(subparsers)``.
-COMMAND_MODULES = ["controlplane.commands.data", "controlplane.commands.control"]
-
-
-def _command_modules() -> list[Register]:
-    registers: list[Register] = []
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:  # a group not built yet
-            if exc.name != name:
-                raise
-            continue
-        registers.append(module.register)
-    return registers
+COMMAND_GROUPS: list[Register] = [data.register, control.register]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for register in _command_modules():
+    for register in COMMAND_GROUPS:
         register(sub)
     return parser
 

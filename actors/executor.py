@@ -1,6 +1,6 @@
 """Executors: run a job's replicas on their nodes and report progress to the controller.
 
-Both speak ``controlplane.controller.JobExecutor`` (``start(job, nodes)``, ``stop(job, reason)``,
+Both speak ``controlplane.reconcile.controller.JobExecutor`` (``start(job, nodes)``, ``stop(job, reason)``,
 ``notice(job, seconds_left)``, ``poll(jobs) -> {job_id: ExecutorReport}``); the Ray one also
 keeps replicas through a node's loss (``controlplane.reconcile.contracts.ReplicatingExecutor``):
 
@@ -43,16 +43,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from actors.actorbridge import ActorBridge, Actors, LocalActors
+from actors.checkpoint import actor_name, checkpoint_actor_options, plan_checkpoints
 from clusters.artifacts import ArtifactStore, check_id, open_store
 from clusters.fleet import FleetProvider
 from controlplane import jobenv, sdk
-from controlplane.actorbridge import ActorBridge, Actors, LocalActors
-from controlplane.clock import Clock, ManualClock, WallClock
-from controlplane.config import REPO_ROOT
-from controlplane.errors import InvalidInput, NotFound
-from controlplane.models import Job, Node
+from controlplane.core.clock import Clock, ManualClock, WallClock
+from controlplane.core.config import REPO_ROOT, load_settings
+from controlplane.core.errors import InvalidInput, NotFound
+from controlplane.core.models import Job, Node
 from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
-from policies.preemption import PreemptionModel
+from policies.preemption import PreemptionModel, default_gce_model
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +345,6 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
 
         The job's environment is :func:`job_env`'s allow-list, its artifacts its tenant's prefix
         (``tenant_id`` None: the root, for an operator's own replicas)."""
-        from actors.checkpoint import actor_name, checkpoint_actor_options
 
         nid = node.id if node is not None else (node_id or "local")
         attempt = self._next_attempt(job_id, replica_id)
@@ -686,15 +686,9 @@ def _slot_index(name: str) -> int:
     return int(tail) if tail.isdigit() else 10**9
 
 
-def _default_model(node: Node | None) -> Any:
-    """The preemption model for a node: seed 001's GCE bathtub fit (issue 3)."""
-    try:
-        from policies.preemption import default_gce_model
-
-        return default_gce_model()
-    except Exception as e:  # pragma: no cover - the planner then uses Young's interval
-        log.warning("no preemption model (%s): checkpoint actors fall back to Young's interval", e)
-        return None
+def _default_model(node: Node | None) -> PreemptionModel:
+    """The preemption model for a node: seed 001's GCE bathtub fit."""
+    return default_gce_model()
 
 
 class JobAgentBroken(RuntimeError):
@@ -707,7 +701,7 @@ def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0,
 
     True when the probe job SUCCEEDED. False only when no job agent took it in ``timeout_s``
     (every submission answered "No available agent": none runs, or a Ray started without
-    :func:`~controlplane.raylocal.init_local_ray` found its fixed port 52365 taken by another
+    :func:`~actors.raylocal.init_local_ray` found its fixed port 52365 taken by another
     Ray). Raises :class:`JobAgentBroken` when the agent took the probe but it FAILED, was
     STOPPED or did not finish within ``timeout_s`` + 60 s more.
     """
@@ -790,7 +784,6 @@ class SimulatedExecutor(JobExecutor):
         self.runs: dict[str, _SimRun] = {}
 
     def start(self, job: Job, nodes: Sequence[Node]) -> None:
-        from actors.checkpoint import plan_checkpoints
 
         node = nodes[0] if nodes else None
         now = self.clock.now()
@@ -861,7 +854,7 @@ def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | S
     "workload_token_path": None, "artifact_uri": "/state/artifacts" | "s3://b/p",
     "namespace": "spotplane", "hours_per_second": speed / 3600, "s3_endpoint_url": None}``
     or ``{"kind": "simulated"}``. The executor's checkpoint actors live on the workload cluster
-    (through an :class:`~controlplane.actorbridge.ActorBridge`): ``workload_gcs`` defaults to
+    (through an :class:`~actors.actorbridge.ActorBridge`): ``workload_gcs`` defaults to
     the dashboard's host on Ray's GCS port 6379.
     """
     kind = config.get("kind", "ray")
@@ -911,7 +904,7 @@ def runtime_executor(
     *, clock: Clock, fleet: FleetProvider | None = None, namespace: str = "spotplane",
     **options: Any
 ) -> RayJobExecutor | SimulatedExecutor:
-    """``RuntimeSettings(executor_factory="controlplane.executor:runtime_executor", executor_options=...)``.
+    """``RuntimeSettings(executor_factory="actors.executor:runtime_executor", executor_options=...)``.
 
     Runs inside the control plane (the controller actor). Options: ``kind`` ("ray" default, or
     "simulated"), ``workload_address`` (required: the dashboard of the workload Ray cluster
@@ -942,7 +935,6 @@ def runtime_executor(
         )
     uri = options.pop("artifact_uri", None)
     if not uri:
-        from controlplane.config import load_settings
 
         uri = str(load_settings().state_dir / "artifacts")
     speed = clock.speed if isinstance(clock, ManualClock) else 0.0

@@ -1,6 +1,6 @@
 """The simulated workload: how a job's progress, checkpoints and changeovers advance in time.
 
-Pure bookkeeping over a :class:`~controlplane.models.Job`'s fields (so it survives restarts with
+Pure bookkeeping over a :class:`~controlplane.core.models.Job`'s fields (so it survives restarts with
 the job): after a (re)start the job first pays its changeover overhead ``d``; then it computes,
 writing a checkpoint (``checkpoint_hours`` of no progress) every planned interval and when a
 preemption notice leaves enough time; a preemption rolls progress back to the last checkpoint.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controlplane.models import Job, JobState
-from controlplane.units import HOUR
+from controlplane.core.models import Job, JobState
+from controlplane.core.units import HOUR
 
 EPS = 1e-9
 

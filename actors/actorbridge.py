@@ -4,7 +4,7 @@ A job's :class:`~actors.checkpoint.CheckpointActor` must live on the cluster the
 (the job finds it with ``ray.get_actor``), and that cluster is not the control plane's
 (docs/security.md). A process is a driver of one Ray cluster at a time, and the executor runs
 inside the control plane's controller actor, so it reaches the workload cluster's actors
-through :class:`ActorBridge`: a child process (``python -m controlplane.actorbridge GCS NS``,
+through :class:`ActorBridge`: a child process (``python -m actors.actorbridge GCS NS``,
 started with a scrubbed environment) that is a driver of the workload cluster only, owns the
 checkpoint actors and answers length-prefixed pickled requests on its stdin/stdout.
 
@@ -25,7 +25,7 @@ import time
 from typing import IO, Any, Protocol
 
 from actors.checkpoint import RemoteCheckpointActor
-from controlplane.raylocal import scrubbed_env
+from actors.raylocal import scrubbed_env
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class ActorBridge:
 
     def _start(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            [self.python, "-m", "controlplane.actorbridge", self.gcs_address, self.namespace],
+            [self.python, "-m", "actors.actorbridge", self.gcs_address, self.namespace],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env=self.env,
         )

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from controlplane.cli.live import LiveTable
 from controlplane.client import SpotplaneClient
-from controlplane.config import REPO_ROOT
-from controlplane.live import LiveTable
-from controlplane.units import HOUR
+from controlplane.core.config import REPO_ROOT
+from controlplane.core.units import HOUR
 
 log = logging.getLogger(__name__)
 

@@ -1,1 +1,0 @@
-"""Subcommands of the ``spotplane`` CLI, one module per group."""
