@@ -1,1 +1,1 @@
-"""The world outside: fleet providers behind one protocol, catalogs, trace loading, artifacts."""
+"""The world outside: fleet providers behind one interface, catalogs, trace loading, artifacts."""

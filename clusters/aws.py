@@ -1,4 +1,4 @@
-"""AWS EC2 fleet provider (boto3): spot and on-demand GPU instances behind the FleetProvider protocol.
+"""AWS EC2 fleet provider (boto3): spot and on-demand GPU instances behind the FleetProvider interface.
 
 Calls made (and nothing else): ``run_instances``, ``describe_instances``, ``terminate_instances``,
 ``describe_spot_instance_requests``, ``describe_instance_type_offerings``,

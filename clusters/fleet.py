@@ -1,4 +1,4 @@
-"""The one protocol every fleet provider speaks: simulated, AWS (boto3), GCP (google-cloud-compute), Ray autoscaler.
+"""The one interface every fleet provider speaks: simulated, AWS (boto3), GCP (google-cloud-compute), Ray autoscaler.
 
 A provider launches and terminates instances, describes them, reports what happened to them as a
 stream of :class:`FleetEvent` (polled), probes spot availability and quotes prices. It decides

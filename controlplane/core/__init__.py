@@ -1,2 +1,2 @@
 """The ground floor: errors, clock, configuration, the domain model, units, counters, logging.
-Imports nothing first-party; every other floor may import it."""
+Imports nothing outside itself; every other floor may import it."""
