@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from controlplane.store import Store
 from policies.deadline import Action, DeadlinePolicy, DeadlineTask, Observation, make_policy
 
 
@@ -40,8 +41,8 @@ class DeadlinePolicyHost(Protocol):
 class PolicyBook:
     """Policies of several jobs in one process (what one DeadlinePolicyActor hosts)."""
 
-    def __init__(self, store: Any = None) -> None:
-        self.store = store  # a controlplane.store.Store (state survives restarts) or None
+    def __init__(self, store: Store | None = None) -> None:
+        self.store = store  # policy state survives restarts in the store; None: in memory only
         self.policies: dict[str, DeadlinePolicy] = {}
         self._saved: dict[str, dict[str, Any]] = {}
 
