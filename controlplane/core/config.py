@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from controlplane.core.errors import ConfigError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]  # controlplane/core/config.py -> the checkout
 SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 USER_CACHE_DATA_DIR = Path.home() / ".cache" / "spotplane" / "data"
 
