@@ -52,12 +52,12 @@ from controlplane.core.clock import Clock, ManualClock, WallClock
 from controlplane.core.config import REPO_ROOT, load_settings
 from controlplane.core.errors import InvalidInput, NotFound
 from controlplane.core.models import Job, Node
+from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
 from policies.preemption import PreemptionModel, default_gce_model
 
 log = logging.getLogger(__name__)
 
-HOUR = 3600.0
 SLOT_PREFIX = "spotplane_slot:"
 NODE_PREFIX = "spotplane_node:"
 PIN_AMOUNT = 0.001

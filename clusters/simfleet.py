@@ -52,10 +52,10 @@ from controlplane.core.clock import Clock, SimClock
 from controlplane.core.config import data_dir
 from controlplane.core.errors import CapacityUnavailable, ConfigError, InvalidInput
 from controlplane.core.models import Market
+from controlplane.core.units import HOUR
 
 log = logging.getLogger(__name__)
 
-HOUR = 3600.0
 AWS_COLLECTION = "availability/1-node/aws-02-15-2023"
 AWS_P3_ON_DEMAND = 3.06  # $/h, p3.2xlarge us-east-1 on-demand list price
 AWS_P3_SPOT = 0.918  # $/h, ~70 % below on-demand (typical p3.2xlarge spot price in 2023)
@@ -389,7 +389,7 @@ class SimulatedFleet(FleetProvider):
         return {k: len(v) for k, v in self._by_intent.items()}
 
     def ray_resources(self, instance_id: str) -> dict[str, float]:
-        """Ray custom resources a simulated node maps to (issue 7 pins work onto them)."""
+        """Ray custom resources a simulated node maps to (the executor pins a replica's work onto them)."""
         i = self._sims[instance_id].inst
         return {f"spotplane_node:{instance_id}": 1.0, f"spotplane_zone:{i.zone}": 1.0,
                 f"accelerator_type:{i.accelerator}": float(i.accelerator_count),
