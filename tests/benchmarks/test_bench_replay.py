@@ -1,0 +1,29 @@
+"""The demo replayed on a stepped clock: exact figures, the check a behaviour-preserving change
+must pass (``python -m benchmarks.replay``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import replay
+
+
+def test_the_demo_replay_gives_the_same_bill_to_the_cent(capsys: pytest.CaptureFixture[str]) -> None:
+    assert replay.main(["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["ticks"], out["total_cost"], out["on_demand_cost"]) == (3208, 2586.3071, 11273.3647)
+    assert (out["deadlines_met"], out["deadline_jobs"], out["savings_pct"]) == (4, 4, 77.06)
+    by_name = {j["name"]: j for j in out["jobs"]}
+    assert len(by_name) == 29 and all(j["state"] == "SUCCEEDED" for j in out["jobs"])
+    assert (by_name["hotfix-train"]["cost"], by_name["hotfix-train"]["preemptions"]) == (25.5, 0)
+    assert by_name["batch-embed"]["cost"] == 46.4508
+
+
+def test_a_scenario_that_cannot_finish_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(replay, "MAX_HOURS", 0.5)
+    assert replay.main(["--json"]) == 2
+    err = capsys.readouterr().err
+    assert "jobs still running after 0 h" in err and "MAX_HOURS" in err
