@@ -13,20 +13,22 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks import entry
 from clusters.simfleet import SimulatedFleet
-from controlplane.cli.demo import Scenario
+from controlplane.cli.demo import DemoReport, Scenario, build_report
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import InvalidInput
-from controlplane.core.models import Job, JobKind, JobSpec, JobState
+from controlplane.core.models import Job, JobSpec, JobState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 from policies.preemption import default_gce_model
+from serve.schemas import JobView
 
 TICK_SECONDS = 60.0
 WARMUP_TICK_SECONDS = 600.0
@@ -86,25 +88,10 @@ class Replay:
                            fix="a scenario this long needs a larger MAX_HOURS")
 
 
-def deadline_met(job: Job) -> bool | None:
-    """Whether a deadline job finished by its deadline (None for other kinds)."""
-    if job.kind is not JobKind.DEADLINE or job.deadline_at is None:
-        return None
-    return job.finished_at is not None and job.finished_at <= job.deadline_at
-
-
-def report(replay: Replay, jobs: list[Job]) -> dict[str, Any]:
-    rows: list[dict[str, Any]] = [{"name": j.spec.name, "tenant": replay.names[j.tenant_id], "kind": j.kind.value,
-             "state": j.state.value, "cost": round(j.cost, 4), "on_demand_cost": round(j.on_demand_cost, 4),
-             "preemptions": j.preemptions, "checkpoints": j.checkpoints,
-             "finished_hours": None if j.finished_at is None else round(j.finished_at / HOUR, 4),
-             "deadline_met": deadline_met(j)}
-            for j in jobs]
-    cost, on_demand = sum(r["cost"] for r in rows), sum(r["on_demand_cost"] for r in rows)
-    return {"ticks": replay.ticks, "total_cost": round(cost, 4), "on_demand_cost": round(on_demand, 4),
-            "savings_pct": round(100 * (1 - cost / on_demand), 2),
-            "deadlines_met": sum(r["deadline_met"] is True for r in rows),
-            "deadline_jobs": sum(r["kind"] == "deadline" for r in rows), "jobs": rows}
+def report(replay: Replay, jobs: list[Job], submitted_at: float, wall_seconds: float) -> DemoReport:
+    """The demo's own report of the replayed jobs (their API views, times from submission)."""
+    views = [JobView.of(j).model_dump(mode="json") for j in jobs]
+    return build_report(views, replay.names, submitted_at, wall_seconds)
 
 
 @entry
@@ -118,19 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="spotplane-replay-") as tmp:
         print(f"replaying the demo from {args.start_hours} h ...", file=sys.stderr)
         replay = Replay(args.start_hours, args.seed, Path(tmp))
-        out = report(replay, replay.run())
+        submitted_at, t0 = replay.clock.now(), time.perf_counter()
+        demo = report(replay, replay.run(), submitted_at, time.perf_counter() - t0)
         replay.store.close()
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps({"ticks": replay.ticks, **demo.as_json()}))
         return 0
-    print(f"{'job':<16}{'tenant':<8}{'kind':<10}{'cost $':>10}{'preempt':>9}{'ckpts':>7}{'done h':>9}")
-    for r in out["jobs"]:
-        done = f"{r['finished_hours']:.2f}" if r["finished_hours"] is not None else "-"
-        print(f"{r['name']:<16}{r['tenant']:<8}{r['kind']:<10}{r['cost']:>10.2f}{r['preemptions']:>9}"
-              f"{r['checkpoints']:>7}{done:>9}")
-    print(f"cost ${out['total_cost']:,.2f} vs ${out['on_demand_cost']:,.2f} on demand only: "
-          f"{out['savings_pct']:.1f}% saved; deadlines met {out['deadlines_met']}/{out['deadline_jobs']}; "
-          f"{out['ticks']} ticks")
+    print(demo.render())
+    print(f"{replay.ticks} ticks of the stepped clock")
     return 0
 
 
