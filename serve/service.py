@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 from controlplane.core.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
 from controlplane.core.models import (
@@ -46,6 +47,7 @@ from controlplane.store import IdempotentCall, Store, StoredAnswer
 from serve.metrics import ApiMetrics, build_registry, exposition
 
 log = logging.getLogger(__name__)
+S = TypeVar("S", bound=BaseModel)  # a request body (JobSpec, BagSpec)
 
 
 _TOKEN_CACHE_MAX = 10_000
@@ -209,12 +211,20 @@ class ControlPlaneService:
                         tenant_id: str | None = None) -> StoredAnswer:
         """Submit under an Idempotency-Key: the first call creates the job, a retry gets its answer."""
         tenant = self._submitter(principal, tenant_id)
-        call = IdempotentCall(key, fingerprint("jobs", tenant.id, spec.model_dump(mode="json")), render)
+        return self._once(tenant, "jobs", spec, key, render, self._check_job,
+                          lambda call: self.store.submit_jobs_once(tenant.id, [spec], call))
+
+    def _once(self, tenant: Tenant, what: str, spec: S, key: str, render: Render,
+              check: Callable[[Tenant, S], None],
+              create: Callable[[IdempotentCall], StoredAnswer]) -> StoredAnswer:
+        """One create under an Idempotency-Key: a retry replays the first answer, a new key is
+        checked and created in the transaction that records its answer."""
+        call = IdempotentCall(key, fingerprint(what, tenant.id, spec.model_dump(mode="json")), render)
         earlier = self._replay(tenant.id, call)
         if earlier is not None:
             return earlier
-        self._check_job(tenant, spec)
-        return self._same_request(self.store.submit_jobs_once(tenant.id, [spec], call), call)
+        check(tenant, spec)
+        return self._same_request(create(call), call)
 
     def _replay(self, tenant_id: str, call: IdempotentCall) -> StoredAnswer | None:
         earlier = self.store.idempotent_answer(tenant_id, call.key)
@@ -315,12 +325,8 @@ class ControlPlaneService:
                         tenant_id: str | None = None) -> StoredAnswer:
         """:meth:`submit_bag` under an Idempotency-Key (see :meth:`submit_job_once`)."""
         tenant = self._submitter(principal, tenant_id)
-        call = IdempotentCall(key, fingerprint("bags", tenant.id, spec.model_dump(mode="json")), render)
-        earlier = self._replay(tenant.id, call)
-        if earlier is not None:
-            return earlier
-        self._check_bag(tenant, spec)
-        return self._same_request(self.store.create_bag_once(tenant.id, spec, call), call)
+        return self._once(tenant, "bags", spec, key, render, self._check_bag,
+                          lambda call: self.store.create_bag_once(tenant.id, spec, call))
 
     def _check_bag(self, tenant: Tenant, spec: BagSpec) -> None:
         if len(spec.params) > self.caps.max_bag_jobs:
