@@ -161,7 +161,11 @@ def test_ctrl_c_stops_everything_and_keeps_the_state(up: Up) -> None:
     assert before
     child = read_endpoint(up.state)["pid"]  # type: ignore[index]
     os.killpg(up.proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    assert up.proc.wait(timeout=120) == 0, up.log.read_text()[-3000:]
+    try:
+        code = up.proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("`spotplane up` still stopping after 120 s; its log ends:\n" + up.log.read_text()[-3000:])
+    assert code == 0, up.log.read_text()[-3000:]
     assert "stopping (state is kept)" in up.log.read_text()
     assert read_endpoint(up.state) is None
     with pytest.raises(ProcessLookupError):
