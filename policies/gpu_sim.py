@@ -312,7 +312,7 @@ class GpuSimulator:
         self.spot_pool = np.zeros(n_pools)  # GPUs held by spot tasks per pool
         self._pool_events: list[dict[str, deque[float]]] = [
             {"runs": deque(), "evictions": deque(), "successes": deque()} for _ in range(n_pools)]
-        self._gh_heap: list[tuple[float, str, int]] = []  # next guarantee-hour mark of each spot run
+        self._gh_heap: list[tuple[float, str, int]] = []  # (next guarantee-hour mark, task, run number)
         self.quota_loops: list[QuotaLoop] = []
         if scheduler.quota is not None:
             self.quota_loops = [QuotaLoop(n_ten, float(c), scheduler.quota.forecaster, scheduler.quota.adapt_eta,
@@ -542,7 +542,8 @@ class GpuSimulator:
             raise RuntimeError(f"placement of {req.id} has {len(p.pods)} pods, the gang needs {req.pods}")
         wait = self.now - rec.queued_since
         rec.jqt_s += wait
-        if not rec.lease_restart:
+        restart = rec.lease_restart
+        if not restart:
             rec.runs += 1
         rec.lease_restart = False
         rec.epoch += 1
@@ -554,7 +555,8 @@ class GpuSimulator:
             for pool in {int(self.pool_of[pod.node]) for pod in p.pods}:
                 self._pool_events[pool]["runs"].append(self.now)
             self._recent_waits.append((self.now, wait))
-            heapq.heappush(self._gh_heap, (self.now + self.cfg.quota.horizon_hours * 3600.0, req.id, rec.epoch))
+            if not restart:  # a lease restart continues its run's guarantee periods
+                heapq.heappush(self._gh_heap, (self.now + self.cfg.quota.horizon_hours * 3600.0, req.id, rec.runs))
         self.running[req.id] = RunningTask(req.id, req.priority, req.gpus, req.pods, tuple(cards), self.now,
                                            self.cfg.checkpoint_s, req.tenant)
         self._push(self.now + rec.remaining_s, FINISH, req.id, rec.epoch)
@@ -631,13 +633,13 @@ class GpuSimulator:
         """Each spot run that has held its GPUs for another guarantee period scores a success."""
         period = self.cfg.quota.horizon_hours * 3600.0
         while self._gh_heap and self._gh_heap[0][0] <= self.now + EPS:
-            t, tid, epoch = heapq.heappop(self._gh_heap)
+            t, tid, run = heapq.heappop(self._gh_heap)
             rt = self.running.get(tid)
-            if rt is None or self.records[tid].epoch != epoch:
+            if rt is None or self.records[tid].runs != run:
                 continue
             self.records[tid].guarantee_hours += 1
             self._pool_event(rt, "successes")
-            heapq.heappush(self._gh_heap, (t + period, tid, epoch))
+            heapq.heappush(self._gh_heap, (t + period, tid, run))
 
     def _eviction_rate(self, pool: int) -> float | None:
         """Eq. 11's e for one pool by ``eta_rate`` (see :class:`SimConfig`); None = no data."""
