@@ -65,7 +65,7 @@ def shape_key(shape: Shape) -> tuple[str, float, int, bool, tuple[str, ...]]:
 OPTIONS: dict[str, tuple[str, ...]] = {
     "hp_demand": ("running", "held_queued"),  # HP demand sampled: GPUs of running HP / + queued HP
     "hourly": ("max", "mean"),  # one hourly history point: max or mean of the per-tick samples
-    "eta_rate": ("release", "paper"),  # Eq. 11's e: F / (F + S) over eta_window_h / evictions / starts
+    "eta_rate": ("paper", "release"),  # Eq. 11's e: evictions / starts over H / F / (F + S) over eta_window_h
     "pools": ("per_model", "cluster"),  # one quota per GPU model, or one for the whole cluster
 }
 
@@ -74,8 +74,9 @@ OPTIONS: dict[str, tuple[str, ...]] = {
 class SimConfig:
     """Simulator knobs (seconds unless named otherwise).
 
-    ``hp_demand``, ``hourly``, ``eta_rate`` and ``pools`` are the :data:`OPTIONS` (the release's
-    choice first). ``eta_rate='release'``: e = failures / (failures + successes) over the last
+    ``hp_demand``, ``hourly``, ``eta_rate`` and ``pools`` are the :data:`OPTIONS` (the default
+    first: the release's choice, except ``eta_rate``, where the release's rule never lets eta
+    recover once no spot task runs; docs/gfs.md has the runs). ``eta_rate='release'``: e = failures / (failures + successes) over the last
     ``eta_window_h`` hours, a success per guarantee hour a spot run completes and per completion,
     no eta update without either; ``'paper'``: evictions / starts over the last H hours.
     ``measure_from_s``: only tasks submitted at or after it count in the metrics (a warm-up).
@@ -96,7 +97,7 @@ class SimConfig:
     check_invariants: bool = False
     hp_demand: str = "running"
     hourly: str = "max"
-    eta_rate: str = "release"
+    eta_rate: str = "paper"
     eta_window_h: float = 4.0
     pools: str = "per_model"
     measure_from_s: float = 0.0
