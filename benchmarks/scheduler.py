@@ -61,6 +61,8 @@ WORKLOADS = ("gfs-a100-low", "gfs-a100-medium", "gfs-a100-high", "openb")
 FIELDS = ("hp_jct", "hp_jct_p99", "hp_jqt", "spot_jct", "spot_jqt", "eviction_rate", "eviction_per_gh",
           "allocation_rate")
 QUOTA = "+quota"
+#: The baselines as the paper describes them (the openb targets compare GFS with these).
+PUBLISHED = ("yarn_cs", "chronus", "lyra", "fgd")
 TABLES = ("quota-free", "release")
 #: Paper Table 5 (seconds; eviction %), for the readable table.
 PAPER_GFS = {"low": (29304.5, 17777.1, 28.4, 10438.7, 323.0, 0.74),
@@ -276,13 +278,14 @@ def targets(res: dict[str, dict[str, float]], workload: str = "") -> dict[str, b
                                           if not k.startswith("chronus"))
         out["HP p99 JCT not worse than any baseline"] = all(g["hp_jct_p99"] <= v["hp_jct_p99"] * 1.0001
                                                             for v in base.values())
-    if base and workload == "openb":
+    published = {k: v for k, v in base.items() if k in PUBLISHED}  # Chronus as released apart
+    if published and workload == "openb":
         out["openb: spot JQT within 2x of the best baseline's"] = g["spot_jqt"] <= 2 * min(
-            v["spot_jqt"] for v in base.values())
+            v["spot_jqt"] for v in published.values())
         out["openb: eviction rate at or below the median baseline's"] = g["eviction_rate"] <= float(
-            np.median([v["eviction_rate"] for v in base.values()]))
+            np.median([v["eviction_rate"] for v in published.values()]))
         out["openb: HP JQT at most 1.2x the best baseline's"] = g["hp_jqt"] <= 1.2 * min(
-            v["hp_jqt"] for v in base.values())
+            v["hp_jqt"] for v in published.values())
     if quotad:
         out["release setup: lower spot JQT than every quota'd baseline"] = all(
             g["spot_jqt"] < v["spot_jqt"] for v in quotad.values())
