@@ -64,6 +64,23 @@ def test_seeds_give_means_and_spread_and_progress_on_stderr(capsys: pytest.Captu
         "[3/4] gfs-a100-high gfs seed 3", "[4/4] gfs-a100-high lyra+quota seed 3"]
 
 
+def test_openb_and_release_targets() -> None:
+    base = dict.fromkeys(KEYS, 1.0)
+    res = {"gfs": {**base, "spot_jqt": 700.0, "eviction_rate": 0.03, "hp_jqt": 7000.0},
+           "chronus": {**base, "spot_jqt": 377.0, "eviction_rate": 0.029, "hp_jqt": 6034.0},
+           "lyra": {**base, "spot_jqt": 491.0, "eviction_rate": 0.058, "hp_jqt": 6284.0},
+           "chronus_rel": {**base, "spot_jqt": 78593.0, "eviction_rate": 0.148, "hp_jqt": 2876.0},
+           "lyra+quota": {**base, "spot_jqt": 900.0, "eviction_rate": 0.02}}
+    t = bench.targets(res, "openb")
+    assert t["openb: spot JQT within 2x of the best baseline's"]  # 700 <= 2 x 377
+    assert t["openb: eviction rate at or below the median baseline's"]  # 3.0% <= median(2.9, 5.8) = 4.35%
+    assert t["openb: HP JQT at most 1.2x the best baseline's"]  # Chronus as released is not a target
+    assert t["release setup: lower spot JQT than every quota'd baseline"]
+    assert not t["release setup: lower eviction rate than every quota'd baseline"]
+    res["gfs"]["eviction_rate"] = 0.05
+    assert not bench.targets(res, "openb")["openb: eviction rate at or below the median baseline's"]
+
+
 def test_bad_seeds_and_tables_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--workload", "gfs-a100-low", "--seeds", "2,x", "--json"]) == 2
     assert "--seeds" in capsys.readouterr().err
