@@ -6,17 +6,25 @@ every scheduler a fresh pass over its queue (Chronus preempts only on these leas
 
 * A spot task evicted at time t keeps the work up to its last checkpoint (every
   ``checkpoint_s``, default 1 h as in the paper's code release) and rejoins the queue.
-* Metrics (seconds), HP and spot apart: JCT = finish - submit (mean, p99), JQT = the sum of all
-  queueing segments, eviction rate = evictions / runs (Sec. 4.2), and the GPU allocation rate =
-  time-averaged allocated / total GPUs between the first and the last arrival.
-* The spot quota loop (GFS family only): the HP demand of each tenant (GPUs held or queued) is
-  sampled every tick and averaged per hour; every hour a forecaster (OrgLinear, refitted every
-  ``refit_every_h`` on the last ``fit_window_h`` hours, or the last-week peak for GFS-e) predicts
-  the next H hours. Until it has history (``first_fit_h`` = 192 h for OrgLinear: lookback 168 +
-  horizon; ``last_week_peak_min_h`` = 24 h for GFS-e) there is no quota; every tick ``SpotQuotaAllocator.update_eta`` gets the
-  eviction rate and the longest spot queueing time of the last H hours, and Q_H (Eq. 10) with
-  S0 = idle GPUs and Sa = GPUs held by spot tasks becomes ``ClusterSnapshot.spot_quota``. The
-  whole cluster is one GPU pool (one quota), whatever its GPU models.
+* Metrics (seconds), HP and spot apart, over the tasks submitted at or after
+  ``SimConfig.measure_from_s``: JCT = finish - submit (mean, p99), JQT = the sum of all queueing
+  segments, eviction rate = evictions / runs (Sec. 4.2) and evictions per guarantee hour
+  (evictions / (evictions + guarantee hours completed + completions)), and the GPU allocation
+  rate = time-averaged allocated / total GPUs between the first and the last arrival.
+* The spot quota loop (GFS family, or a baseline made with ``quota=True``): one quota per GPU
+  pool (one per GPU model by default, ``pools='cluster'``: one for the cluster). The HP demand of
+  each tenant in each pool (GPUs held by running HP tasks; ``hp_demand='held_queued'`` adds the
+  queued ones, spread over their eligible pools) is sampled every tick; the hour's point is the
+  maximum (or ``hourly='mean'``) of its samples. Every hour a forecaster (OrgLinear, refitted
+  every ``refit_every_h`` on the last ``fit_window_h`` hours, or the last-week peak for GFS-e)
+  predicts the next H hours. Until it has history (``first_fit_h`` = 192 h for OrgLinear:
+  lookback 168 + horizon; ``last_week_peak_min_h`` = 24 h for GFS-e) a pool has no quota; every
+  tick ``SpotQuotaAllocator.update_eta`` gets the pool's eviction rate (``eta_rate``) and the
+  longest spot queueing time of the last H hours, and Q_H (Eq. 10) with S0 = the pool's idle GPUs
+  and Sa = its GPUs held by spot tasks is the pool's quota. A spot task may start on the nodes of
+  a pool whose quota has room for all its GPUs.
+* Chronus as released (``lease_release_s``): at every multiple of it every running task gives
+  its GPUs back and queues again, keeping its progress and paying ``lease_restart_s``.
 
 The queue: HP tasks before spot tasks; inside a class the scheduler's :class:`QueueRule`. Tasks
 are grouped by shape (priority, GPUs, pods, models): a shape that failed is not tried again
