@@ -34,6 +34,7 @@ from controlplane.core.models import (
     TERMINAL_STATES,
     Bag,
     BagSpec,
+    CapacityPoint,
     CostSummary,
     Decision,
     Event,
@@ -99,6 +100,10 @@ CREATE TABLE IF NOT EXISTS zones (
 CREATE TABLE IF NOT EXISTS quotas (
   pool TEXT NOT NULL, accelerator TEXT NOT NULL, body TEXT NOT NULL,
   PRIMARY KEY (pool, accelerator));
+CREATE TABLE IF NOT EXISTS capacity_history (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, accelerator TEXT NOT NULL,
+  body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS capacity_history_at ON capacity_history (at);
 CREATE TABLE IF NOT EXISTS forecasts (tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT NULL);
@@ -109,6 +114,12 @@ CREATE TABLE IF NOT EXISTS quarantine (
   tbl TEXT NOT NULL, id TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL, body TEXT,
   PRIMARY KEY (tbl, id));
 """
+
+# The capacity history is bounded both ways: points older than a week of control-plane time,
+# and all but the newest rows, go at every write (a refresh every 300 s of control time writes
+# one point per pool: 2,016 a week per pool).
+CAPACITY_MAX_AGE_S = 7 * 24 * 3600.0
+CAPACITY_MAX_ROWS = 20_000
 
 JOB_COLUMNS = "id, tenant_id, kind, state, bag_id, submitted_at, body, cancel_requested"
 NODE_COLUMNS = "id, state, job_id, body"
@@ -738,6 +749,45 @@ class Store:
     def quotas(self) -> list[Quota]:
         return [Quota.model_validate_json(r[0])
                 for r in self._q("SELECT body FROM quotas ORDER BY pool, accelerator")]
+
+    def add_capacity(self, points: Sequence[CapacityPoint], *,
+                     max_age_s: float = CAPACITY_MAX_AGE_S,
+                     max_rows: int = CAPACITY_MAX_ROWS) -> int:
+        """Append one refresh's points, then prune points older than ``max_age_s`` before the
+        newest point and all but the newest ``max_rows``; returns how many were pruned."""
+        if not points:
+            return 0
+        newest = max(p.at for p in points)
+        with self._tx() as db:
+            db.executemany("INSERT INTO capacity_history (at, accelerator, body) VALUES (?, ?, ?)",
+                           [(p.at, p.accelerator, p.model_dump_json(exclude={"id"})) for p in points])
+            gone = db.execute("DELETE FROM capacity_history WHERE at < ?",
+                              (newest - max_age_s,)).rowcount
+            gone += db.execute("DELETE FROM capacity_history WHERE id <= (SELECT id FROM "
+                               "capacity_history ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                               (max_rows,)).rowcount
+        return gone
+
+    def capacity_history(self, *, accelerator: str | None = None, after: int | None = None,
+                         limit: int = 500) -> list[CapacityPoint]:
+        """Points oldest first: those with ``id > after``, or without ``after`` the newest
+        ``limit`` (a chart's window); at most ``limit`` either way."""
+        where: list[str] = []
+        args: list[Any] = []
+        if accelerator is not None:
+            where.append("accelerator = ?")
+            args.append(accelerator)
+        if after is not None:
+            where.append("id > ?")
+            args.append(after)
+        sql = "SELECT id, body FROM capacity_history"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY id {'ASC' if after is not None else 'DESC'} LIMIT ?"
+        rows = self._q(sql, [*args, limit])
+        points = [CapacityPoint.model_validate_json(body).model_copy(update={"id": i})
+                  for i, body in rows]
+        return points if after is not None else points[::-1]
 
     def put_forecasts(self, rows: Sequence[ForecastRow]) -> None:
         with self._tx() as db:

@@ -27,6 +27,7 @@ from controlplane.core.errors import Forbidden, InvalidInput, RateLimited, Unaut
 from controlplane.core.models import (
     Bag,
     BagSpec,
+    CapacityPoint,
     CostSummary,
     Decision,
     Event,
@@ -359,6 +360,16 @@ class ControlPlaneService:
 
     def forecasts(self, principal: Principal) -> list[ForecastRow]:
         return self.store.forecasts(principal.scope)
+
+    def capacity_history(self, principal: Principal, *, accelerator: str | None,
+                         after: int | None, limit: int) -> list[CapacityPoint]:
+        """Every pool's capacity points; a tenant's come without the HP demand (it sums every
+        tenant's forecast), the rest (capacity, quota, H, eta) is pool-wide like ``/v1/quotas``."""
+        points = self.store.capacity_history(accelerator=accelerator, after=after, limit=limit)
+        if principal.is_admin:
+            return points
+        return [p.model_copy(update={"hp_demand_gpus": None, "hp_demand_upper_gpus": None})
+                for p in points]
 
     def cost(self, principal: Principal) -> list[CostSummary]:
         return self.store.cost_by_tenant(principal.scope)
