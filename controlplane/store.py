@@ -110,6 +110,7 @@ CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT 
 CREATE TABLE IF NOT EXISTS idempotency (
   tenant_id TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
   response TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tenant_id, key));
+CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_at);
 CREATE TABLE IF NOT EXISTS quarantine (
   tbl TEXT NOT NULL, id TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL, body TEXT,
   PRIMARY KEY (tbl, id));
@@ -147,14 +148,28 @@ INTENT_DONE = "done"
 INTENT_FAILED = "failed"
 
 
+IDEMPOTENCY_TTL_S = 24 * 3600.0  # how long a key's answer is kept (Stripe keeps keys 24 h)
+
+
 @dataclass(frozen=True)
 class IdempotentCall:
     """A submission carrying an Idempotency-Key: the key, a digest of the request, and how to
-    render the answer (status 201) that a retry with the same key gets back verbatim."""
+    render the answer (status 201) that a retry with the same key gets back verbatim.
+
+    ``at`` is wall-clock seconds (retries happen in wall time, whatever the control-plane
+    clock's speed); an answer recorded ``ttl_s`` or more before ``at`` has expired: it is
+    pruned, and the key creates anew."""
 
     key: str
     fingerprint: str
     render: Callable[[Bag | None, Sequence[Job]], str]
+    at: float = 0.0
+    ttl_s: float = IDEMPOTENCY_TTL_S
+
+    @property
+    def not_before(self) -> float:
+        """Answers recorded at or before this instant have expired."""
+        return self.at - self.ttl_s
 
 
 @dataclass(frozen=True)
@@ -393,16 +408,29 @@ class Store:
         jobs = [self._new_job(tenant_id, s, t) for s in specs]
         return self._once(tenant_id, call, None, jobs, t)
 
-    def idempotent_answer(self, tenant_id: str, key: str) -> StoredAnswer | None:
-        """The answer recorded for ``key`` of ``tenant_id``, if any."""
+    def idempotent_answer(self, tenant_id: str, key: str,
+                          not_before: float = float("-inf")) -> StoredAnswer | None:
+        """The answer recorded for ``key`` of ``tenant_id`` after ``not_before``, if any."""
         rows = self._q("SELECT fingerprint, status, response FROM idempotency "
-                       "WHERE tenant_id = ? AND key = ?", (tenant_id, key))
+                       "WHERE tenant_id = ? AND key = ? AND created_at > ?",
+                       (tenant_id, key, not_before))
         return StoredAnswer(rows[0][0], rows[0][1], rows[0][2], True) if rows else None
+
+    def prune_idempotency(self, not_before: float) -> int:
+        """Forget every key answered at or before ``not_before`` (wall seconds); returns how many."""
+        with self._tx() as db:
+            return self._prune_keys(db, not_before)
+
+    @staticmethod
+    def _prune_keys(db: sqlite3.Connection, not_before: float) -> int:
+        return int(db.execute("DELETE FROM idempotency WHERE created_at <= ?",
+                              (not_before,)).rowcount)
 
     def _once(self, tenant_id: str, call: IdempotentCall, bag: Bag | None, jobs: Sequence[Job],
               now: float) -> StoredAnswer:
         body = call.render(bag, jobs)
         with self._tx() as db:
+            self._prune_keys(db, call.not_before)  # an expired answer goes: the key creates anew
             row = db.execute("SELECT fingerprint, status, response FROM idempotency "
                              "WHERE tenant_id = ? AND key = ?", (tenant_id, call.key)).fetchone()
             if row is not None:
@@ -412,7 +440,7 @@ class Store:
                            (bag.id, tenant_id, now, bag.model_dump_json()))
             self._insert_jobs(db, jobs)
             db.execute("INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
-                       (tenant_id, call.key, call.fingerprint, 201, body, now))
+                       (tenant_id, call.key, call.fingerprint, 201, body, call.at))
         return StoredAnswer(call.fingerprint, 201, body, False)
 
     def jobs_in_flight(self, tenant_id: str) -> int:

@@ -449,7 +449,8 @@ class SpotplaneAPI:
 
     def __init__(self, db_path: str, admin_token_hash: str, limits: dict[str, Any] | None = None) -> None:
         self.limits = ApiLimits.model_validate(limits or {})
-        caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs)
+        caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs,
+                    idempotency_ttl_s=self.limits.idempotency_ttl_s)
         self.service = ControlPlaneService.open(db_path, admin_token_hash, caps)
         Gate.state = GateState(self.service, self.limits)
         self._started = time.monotonic()
