@@ -169,13 +169,21 @@ class WorkloadRay:
 
     def __init__(self, slots: int, *, num_cpus: int = 4, home: str | Path,
                  python: str = sys.executable, timeout_s: float = 180.0, attempts: int = 3,
-                 user: OsUser | None = None) -> None:
-        token = Path(home) / ".ray" / "auth_token"
-        env = {**scrubbed_env(str(home)), "RAY_AUTH_MODE": "disabled"}
+                 user: OsUser | None = None, token: bool = True) -> None:
+        # its own Ray token, written once (every start attempt uses the same), at Ray's default
+        # path under its HOME: the executor and the actor bridge get its path; the jobs' drivers
+        # find it through RAY_AUTH_TOKEN_PATH (a Ray job must join its own cluster)
+        token_file = new_token_file(Path(home) / ".ray" / "auth_token") if token else None
+        env = scrubbed_env(str(home), token_path=str(token_file) if token_file else None)
+        if token_file is None:
+            env["RAY_AUTH_MODE"] = "disabled"
         ids: dict[str, Any] = {}
         if user is not None:
             user.check_runs(python)
             user.give(home)
+            if token_file is not None:
+                user.give(token_file.parent)
+                user.give(token_file)
             env.update(USER=user.name, LOGNAME=user.name)
             ids = {"user": user.uid, "group": user.gid, "extra_groups": []}
         self.user = user
@@ -196,7 +204,7 @@ class WorkloadRay:
                 raise RuntimeError(f"the workload Ray did not start in {attempts} attempts")
         info = json.loads(line)
         self.address = WorkloadAddress(dashboard=info["dashboard"], gcs=info["gcs"],
-                                       token_path=str(token) if token.is_file() else None)
+                                       token_path=str(token_file) if token_file else None)
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Shut the workload Ray down (its jobs die with it)."""

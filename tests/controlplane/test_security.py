@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -15,10 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from actors.executor import job_env, job_logs, runtime_executor
-from actors.raylocal import OsUser, WorkloadAddress, WorkloadRay
+from actors.raylocal import REPO, OsUser, WorkloadAddress, WorkloadRay, scrubbed_env
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from clusters.artifacts import LocalArtifactStore
 from controlplane import jobenv
@@ -71,6 +73,36 @@ def test_a_workload_user_is_refused_when_it_cannot_be_used(tmp_path: Path) -> No
     if os.geteuid() == 0:  # an interpreter the account cannot reach is named, with the fix
         with pytest.raises(InvalidInput, match="'nobody' cannot run /nonexistent/python with Ray"):
             OsUser.named("nobody").check_runs("/nonexistent/python")
+
+
+JOIN = ("import ray; ray.init(address={gcs!r}, log_to_driver=False); "
+        "print('JOINED', len(ray.nodes()))")
+
+
+@pytest.mark.ray
+def test_the_workload_ray_refuses_a_client_without_its_token(workload_ray: Any, tmp_path: Path) -> None:
+    """The embedded workload Ray runs with Ray token authentication and its own token: its
+    dashboard (job submission, logs) and its GCS refuse a client without that token."""
+    token = Path(workload_ray.token_path).read_text().strip()
+    assert len(token) == 64 and Path(workload_ray.token_path).stat().st_mode & 0o777 == 0o600
+    jobs = f"{workload_ray.dashboard}/api/jobs/"
+    assert httpx.get(jobs, timeout=30).status_code == 401
+    assert httpx.get(jobs, headers={"Authorization": "Bearer " + "0" * 64}, timeout=30).status_code == 403
+    assert httpx.get(jobs, headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code == 200
+    home = str(tmp_path)  # no ~/.ray/auth_token there: the client has only what it is given
+
+    def join(extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", JOIN.format(gcs=workload_ray.gcs)],
+                              env={**scrubbed_env(home), **extra}, capture_output=True, text=True,
+                              timeout=180, cwd=REPO)
+
+    wrong = tmp_path / "wrong_token"
+    wrong.write_text("f" * 64)
+    for extra in ({"RAY_AUTH_MODE": "disabled"}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)}):
+        r = join(extra)
+        assert r.returncode != 0 and "JOINED" not in r.stdout, (extra, r.stdout[-500:], r.stderr[-2000:])
+    ok = join({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": workload_ray.token_path})
+    assert ok.returncode == 0 and "JOINED 1" in ok.stdout, ok.stderr[-2000:]
 
 
 def _wait_terminal(store: Store, job_id: str, timeout: float) -> Any:
@@ -159,8 +191,11 @@ def _reaches_nothing_through_ray_env_or_api(found: dict[str, Any], workload: Wor
         k for k in env if k.startswith(("RAY_", *jobenv.NUMERIC_PREFIXES))}
     # ... nor in the files it finds from its HOME (the default state dir)
     assert found["files"] and all(r.startswith("FAILED") for r in found["files"].values()), found["files"]
-    # no Ray token in its HOME (the control plane's lives in the real home's ~/.ray)
-    assert found["own_ray_token"].startswith("FAILED FileNotFoundError"), found["own_ray_token"]
+    # the Ray token in its HOME is the workload cluster's own, not the control plane's
+    own = Path(workload.token_path or "").read_text().strip()
+    assert found["own_ray_token"] == f"GOT {own!r}", found["own_ray_token"]
+    control_token = Path.home() / ".ray" / "auth_token"  # Ray's default for ray_cluster
+    assert not control_token.is_file() or control_token.read_text().strip() != own
     # (b) its Ray is the workload cluster: no controller, only checkpoint actors
     assert found["gcs"] == f"GOT {workload.gcs!r}"
     assert found["controller"].startswith("FAILED ValueError"), found["controller"]
