@@ -34,6 +34,7 @@ from controlplane.core.models import (
     TERMINAL_STATES,
     Bag,
     BagSpec,
+    CapacityPoint,
     CostSummary,
     Decision,
     Event,
@@ -99,16 +100,27 @@ CREATE TABLE IF NOT EXISTS zones (
 CREATE TABLE IF NOT EXISTS quotas (
   pool TEXT NOT NULL, accelerator TEXT NOT NULL, body TEXT NOT NULL,
   PRIMARY KEY (pool, accelerator));
+CREATE TABLE IF NOT EXISTS capacity_history (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, accelerator TEXT NOT NULL,
+  body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS capacity_history_at ON capacity_history (at);
 CREATE TABLE IF NOT EXISTS forecasts (tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS idempotency (
   tenant_id TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
   response TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tenant_id, key));
+CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_at);
 CREATE TABLE IF NOT EXISTS quarantine (
   tbl TEXT NOT NULL, id TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL, body TEXT,
   PRIMARY KEY (tbl, id));
 """
+
+# The capacity history is bounded both ways: points older than a week of control-plane time,
+# and all but the newest rows, go at every write (a refresh every 300 s of control time writes
+# one point per pool: 2,016 a week per pool).
+CAPACITY_MAX_AGE_S = 7 * 24 * 3600.0
+CAPACITY_MAX_ROWS = 20_000
 
 JOB_COLUMNS = "id, tenant_id, kind, state, bag_id, submitted_at, body, cancel_requested"
 NODE_COLUMNS = "id, state, job_id, body"
@@ -136,14 +148,28 @@ INTENT_DONE = "done"
 INTENT_FAILED = "failed"
 
 
+IDEMPOTENCY_TTL_S = 24 * 3600.0  # how long a key's answer is kept (Stripe keeps keys 24 h)
+
+
 @dataclass(frozen=True)
 class IdempotentCall:
     """A submission carrying an Idempotency-Key: the key, a digest of the request, and how to
-    render the answer (status 201) that a retry with the same key gets back verbatim."""
+    render the answer (status 201) that a retry with the same key gets back verbatim.
+
+    ``at`` is wall-clock seconds (retries happen in wall time, whatever the control-plane
+    clock's speed); an answer recorded ``ttl_s`` or more before ``at`` has expired: it is
+    pruned, and the key creates anew."""
 
     key: str
     fingerprint: str
     render: Callable[[Bag | None, Sequence[Job]], str]
+    at: float = 0.0
+    ttl_s: float = IDEMPOTENCY_TTL_S
+
+    @property
+    def not_before(self) -> float:
+        """Answers recorded at or before this instant have expired."""
+        return self.at - self.ttl_s
 
 
 @dataclass(frozen=True)
@@ -382,16 +408,29 @@ class Store:
         jobs = [self._new_job(tenant_id, s, t) for s in specs]
         return self._once(tenant_id, call, None, jobs, t)
 
-    def idempotent_answer(self, tenant_id: str, key: str) -> StoredAnswer | None:
-        """The answer recorded for ``key`` of ``tenant_id``, if any."""
+    def idempotent_answer(self, tenant_id: str, key: str,
+                          not_before: float = float("-inf")) -> StoredAnswer | None:
+        """The answer recorded for ``key`` of ``tenant_id`` after ``not_before``, if any."""
         rows = self._q("SELECT fingerprint, status, response FROM idempotency "
-                       "WHERE tenant_id = ? AND key = ?", (tenant_id, key))
+                       "WHERE tenant_id = ? AND key = ? AND created_at > ?",
+                       (tenant_id, key, not_before))
         return StoredAnswer(rows[0][0], rows[0][1], rows[0][2], True) if rows else None
+
+    def prune_idempotency(self, not_before: float) -> int:
+        """Forget every key answered at or before ``not_before`` (wall seconds); returns how many."""
+        with self._tx() as db:
+            return self._prune_keys(db, not_before)
+
+    @staticmethod
+    def _prune_keys(db: sqlite3.Connection, not_before: float) -> int:
+        return int(db.execute("DELETE FROM idempotency WHERE created_at <= ?",
+                              (not_before,)).rowcount)
 
     def _once(self, tenant_id: str, call: IdempotentCall, bag: Bag | None, jobs: Sequence[Job],
               now: float) -> StoredAnswer:
         body = call.render(bag, jobs)
         with self._tx() as db:
+            self._prune_keys(db, call.not_before)  # an expired answer goes: the key creates anew
             row = db.execute("SELECT fingerprint, status, response FROM idempotency "
                              "WHERE tenant_id = ? AND key = ?", (tenant_id, call.key)).fetchone()
             if row is not None:
@@ -401,7 +440,7 @@ class Store:
                            (bag.id, tenant_id, now, bag.model_dump_json()))
             self._insert_jobs(db, jobs)
             db.execute("INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
-                       (tenant_id, call.key, call.fingerprint, 201, body, now))
+                       (tenant_id, call.key, call.fingerprint, 201, body, call.at))
         return StoredAnswer(call.fingerprint, 201, body, False)
 
     def jobs_in_flight(self, tenant_id: str) -> int:
@@ -738,6 +777,45 @@ class Store:
     def quotas(self) -> list[Quota]:
         return [Quota.model_validate_json(r[0])
                 for r in self._q("SELECT body FROM quotas ORDER BY pool, accelerator")]
+
+    def add_capacity(self, points: Sequence[CapacityPoint], *,
+                     max_age_s: float = CAPACITY_MAX_AGE_S,
+                     max_rows: int = CAPACITY_MAX_ROWS) -> int:
+        """Append one refresh's points, then prune points older than ``max_age_s`` before the
+        newest point and all but the newest ``max_rows``; returns how many were pruned."""
+        if not points:
+            return 0
+        newest = max(p.at for p in points)
+        with self._tx() as db:
+            db.executemany("INSERT INTO capacity_history (at, accelerator, body) VALUES (?, ?, ?)",
+                           [(p.at, p.accelerator, p.model_dump_json(exclude={"id"})) for p in points])
+            gone = db.execute("DELETE FROM capacity_history WHERE at < ?",
+                              (newest - max_age_s,)).rowcount
+            gone += db.execute("DELETE FROM capacity_history WHERE id <= (SELECT id FROM "
+                               "capacity_history ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                               (max_rows,)).rowcount
+        return gone
+
+    def capacity_history(self, *, accelerator: str | None = None, after: int | None = None,
+                         limit: int = 500) -> list[CapacityPoint]:
+        """Points oldest first: those with ``id > after``, or without ``after`` the newest
+        ``limit`` (a chart's window); at most ``limit`` either way."""
+        where: list[str] = []
+        args: list[Any] = []
+        if accelerator is not None:
+            where.append("accelerator = ?")
+            args.append(accelerator)
+        if after is not None:
+            where.append("id > ?")
+            args.append(after)
+        sql = "SELECT id, body FROM capacity_history"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY id {'ASC' if after is not None else 'DESC'} LIMIT ?"
+        rows = self._q(sql, [*args, limit])
+        points = [CapacityPoint.model_validate_json(body).model_copy(update={"id": i})
+                  for i, body in rows]
+        return points if after is not None else points[::-1]
 
     def put_forecasts(self, rows: Sequence[ForecastRow]) -> None:
         with self._tx() as db:

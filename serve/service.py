@@ -23,10 +23,12 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
+from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
 from controlplane.core.models import (
     Bag,
     BagSpec,
+    CapacityPoint,
     CostSummary,
     Decision,
     Event,
@@ -43,7 +45,7 @@ from controlplane.core.models import (
     hash_token,
 )
 from controlplane.core.units import DB_FILE
-from controlplane.store import IdempotentCall, Store, StoredAnswer
+from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer
 from serve.metrics import ApiMetrics, build_registry, exposition
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class Caps:
     max_jobs_in_flight: int = 10_000
     max_bag_jobs: int = 1000
     in_flight_retry_s: float = 60.0
+    idempotency_ttl_s: float = IDEMPOTENCY_TTL_S  # an Idempotency-Key's answer is kept this long
 
 
 Render = Callable[[Bag | None, Sequence[Job]], str]
@@ -101,9 +104,11 @@ class Principal:
 class ControlPlaneService:
     """Every operation of the API, checked and scoped to a principal."""
 
-    def __init__(self, store: Store, admin_token_hash: str, caps: Caps | None = None) -> None:
+    def __init__(self, store: Store, admin_token_hash: str, caps: Caps | None = None,
+                 clock: Clock | None = None) -> None:
         self.store = store
         self.caps = caps or Caps()
+        self.clock = clock or WallClock()  # wall time: when Idempotency-Keys expire
         self._admin_hash = admin_token_hash
         self._tokens: dict[str, Tenant] = {}  # token hash -> tenant (tokens never change)
         self._lock = threading.Lock()
@@ -219,7 +224,8 @@ class ControlPlaneService:
               create: Callable[[IdempotentCall], StoredAnswer]) -> StoredAnswer:
         """One create under an Idempotency-Key: a retry replays the first answer, a new key is
         checked and created in the transaction that records its answer."""
-        call = IdempotentCall(key, fingerprint(what, tenant.id, spec.model_dump(mode="json")), render)
+        call = IdempotentCall(key, fingerprint(what, tenant.id, spec.model_dump(mode="json")), render,
+                              at=self.clock.now(), ttl_s=self.caps.idempotency_ttl_s)
         earlier = self._replay(tenant.id, call)
         if earlier is not None:
             return earlier
@@ -227,7 +233,7 @@ class ControlPlaneService:
         return self._same_request(create(call), call)
 
     def _replay(self, tenant_id: str, call: IdempotentCall) -> StoredAnswer | None:
-        earlier = self.store.idempotent_answer(tenant_id, call.key)
+        earlier = self.store.idempotent_answer(tenant_id, call.key, call.not_before)
         return None if earlier is None else self._same_request(earlier, call)
 
     @staticmethod
@@ -359,6 +365,16 @@ class ControlPlaneService:
 
     def forecasts(self, principal: Principal) -> list[ForecastRow]:
         return self.store.forecasts(principal.scope)
+
+    def capacity_history(self, principal: Principal, *, accelerator: str | None,
+                         after: int | None, limit: int) -> list[CapacityPoint]:
+        """Every pool's capacity points; a tenant's come without the HP demand (it sums every
+        tenant's forecast), the rest (capacity, quota, H, eta) is pool-wide like ``/v1/quotas``."""
+        points = self.store.capacity_history(accelerator=accelerator, after=after, limit=limit)
+        if principal.is_admin:
+            return points
+        return [p.model_copy(update={"hp_demand_gpus": None, "hp_demand_upper_gpus": None})
+                for p in points]
 
     def cost(self, principal: Principal) -> list[CostSummary]:
         return self.store.cost_by_tenant(principal.scope)

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from actors.raylocal import WorkloadRay, init_local_ray
+from actors.raylocal import OsUser, WorkloadRay, init_local_ray
 from clusters.providers import PROVIDERS
 from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
 from controlplane.core.config import load_settings
@@ -180,7 +180,7 @@ def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[
         cmd += ["--artifacts", str(args.artifacts)]
     if getattr(args, "s3_endpoint", None):
         cmd += ["--s3-endpoint", str(args.s3_endpoint)]
-    for flag in ("workload_address", "workload_gcs", "workload_token"):
+    for flag in ("workload_address", "workload_gcs", "workload_token", "workload_user"):
         if getattr(args, flag, None):
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     return cmd
@@ -217,6 +217,7 @@ def run_up(args: argparse.Namespace) -> int:
     check_not_running(state_dir)
     check_fleet(args.fleet)
     executor_options(args, state_dir)  # a bad --artifacts fails here, before Ray starts
+    workload_user(args, state_dir)  # and a workload user that cannot work
     if args.fleet == "ray" and not workload_options(args):
         raise ConfigError("fleet ray: tenants' jobs need a workload Ray cluster other than the control plane's",
                           fix="pass --workload-address (its dashboard) and --workload-gcs (docs/security.md)")
@@ -267,6 +268,31 @@ def _serve(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
         return 0
 
 
+def workload_user(args: argparse.Namespace, state_dir: Path) -> OsUser | None:
+    """``--workload-user`` (SPOTPLANE_WORKLOAD_USER): the OS account the local workload Ray runs
+    as, checked (it exists, is not ours, we are root, it can run this Python), with the artifact
+    directory made its own; None when unset (same-user mode, docs/security.md)."""
+    name = getattr(args, "workload_user", None) or os.environ.get("SPOTPLANE_WORKLOAD_USER")
+    if not name:
+        return None
+    if workload_options(args):
+        raise InvalidInput("--workload-user", "applies to the local workload Ray only",
+                           fix="run the operator's workload cluster under its own account, or drop "
+                               "--workload-address")
+    user = OsUser.named(name)
+    uri = executor_options(args, state_dir)["artifact_uri"]
+    if "://" not in uri:
+        root = Path(uri).resolve()
+        if root.is_relative_to(state_dir.resolve()):
+            raise InvalidInput("--artifacts", f"{root} is inside the state directory, which "
+                               f"{name!r} cannot enter (0700)",
+                               fix="pass --artifacts DIR outside the state directory")
+        root.mkdir(parents=True, exist_ok=True)
+        user.give(root)
+    user.check_runs(sys.executable)
+    return user
+
+
 def start_ray(fleet: str) -> None:
     """Join the running Ray cluster (``--fleet ray``: one started with ``ray up``/``ray start``),
     else start the control plane's private local Ray (actors and Serve; no tenant code runs
@@ -297,7 +323,8 @@ def start_workload(args: argparse.Namespace, state_dir: Path, started: dict[str,
 
     home = tempfile.mkdtemp(prefix="spotplane-workload-")
     started["workload_home"] = home
-    workload = WorkloadRay(REAL_JOB_SLOTS, num_cpus=max(4, os.cpu_count() or 1), home=home)
+    workload = WorkloadRay(REAL_JOB_SLOTS, num_cpus=max(4, os.cpu_count() or 1), home=home,
+                           user=workload_user(args, state_dir))
     started["workload"] = workload
     out = {"workload_address": workload.address.dashboard, "workload_gcs": workload.address.gcs}
     if workload.address.token_path:

@@ -464,6 +464,26 @@ class Quota(BaseModel):
     updated_at: float
 
 
+class CapacityPoint(BaseModel):
+    """One GPU pool at one quota refresh: the aggregate HP demand forecast (max over the
+    guarantee window H of the tenants' summed mean, and Eq. 9's inner upper bound), the pool's
+    capacity, its spot quota (Eq. 10), H and the safety coefficient eta (Eq. 11).
+
+    ``id`` is the store's row number (the history's paging cursor). The demand fields are None
+    for a tenant: they sum every tenant's forecast."""
+
+    id: int = 0
+    at: float
+    pool: str
+    accelerator: str
+    capacity_gpus: int
+    spot_quota_gpus: int
+    hp_demand_gpus: float | None
+    hp_demand_upper_gpus: float | None
+    guarantee_hours: int
+    eta: float
+
+
 class ForecastRow(BaseModel):
     tenant_id: str
     at: float

@@ -291,3 +291,28 @@ def test_stop_bounds_a_hung_step_and_still_runs_the_rest(tmp_path: Path, monkeyp
     assert "stopping the API: not done after 0 s, going on" in err
     assert "stopped the control plane in" in err and "stopped the workload Ray in" in err
     assert started == {}
+
+def test_up_workload_user_is_checked_before_ray_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from controlplane.cli.up import child_command, workload_user
+
+    for name in ("SPOTPLANE_WORKLOAD_USER", "SPOTPLANE_WORKLOAD_ADDRESS", "SPOTPLANE_ARTIFACTS"):
+        monkeypatch.delenv(name, raising=False)
+    state = tmp_path / "state"
+    assert workload_user(argparse.Namespace(), state) is None  # same-user mode
+    with pytest.raises(InvalidInput, match="no OS user named 'no-such-user-x'"):
+        workload_user(argparse.Namespace(workload_user="no-such-user-x"), state)
+    with pytest.raises(InvalidInput, match="--workload-user: applies to the local workload Ray only"):
+        workload_user(argparse.Namespace(workload_user="nobody", workload_address="http://w:8265"), state)
+    monkeypatch.setenv("SPOTPLANE_WORKLOAD_USER", "nobody")
+    if os.geteuid() == 0:  # the default artifacts (STATE/artifacts) are out of nobody's reach
+        with pytest.raises(InvalidInput, match="--artifacts: .* is inside the state directory"):
+            workload_user(argparse.Namespace(), state)
+    else:
+        with pytest.raises(InvalidInput, match="needs root"):
+            workload_user(argparse.Namespace(), state)
+    up = argparse.Namespace(debug=False, host="127.0.0.1", fleet="sim", demo=False, speed=None,
+                            report_json=None, plot=None, workload_user="nobody")
+    cmd = child_command(up, tmp_path, 8000)
+    assert cmd[cmd.index("--workload-user") + 1] == "nobody"

@@ -20,7 +20,7 @@ import pytest
 from controlplane.cli.main import main
 from controlplane.client import read_endpoint
 from controlplane.store import Store
-from tests.support import free_port
+from tests.support import free_port, stop_up
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -67,12 +67,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         assert proc.poll() is None, log.read_text()
         yield Up(proc, state, f"http://127.0.0.1:{port}", log)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_up(proc)
 
 
 def test_up_prints_url_and_admin_token_and_records_them(up: Up) -> None:
