@@ -71,6 +71,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   gpu_hours REAL NOT NULL DEFAULT 0,
   cancel_requested INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
+CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant_id, seq);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
 CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
@@ -846,6 +847,27 @@ class Store:
         rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN "
                        f"({','.join('?' * len(states))}) ORDER BY seq", states)
         return _split(self._job_row(r) for r in rows)
+
+    def load_placed_jobs(self) -> tuple[list[Job], list[BadRow]]:
+        """Active jobs past the queue (starting, running, checkpointing, preempted) that load,
+        and the rows that do not: what a restarted controller needs before its first tick."""
+        states = [s.value for s in ACTIVE_STATES - {JobState.PENDING, JobState.QUEUED}]
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN "
+                       f"({','.join('?' * len(states))}) ORDER BY seq", states)
+        return _split(self._job_row(r) for r in rows)
+
+    def tenant_jobs_after(self, tenant_id: str, state: JobState, after_seq: int,
+                          limit: int) -> list[tuple[int, Job | BadRow]]:
+        """Up to ``limit`` of one tenant's jobs in ``state`` past ``after_seq``, oldest first
+        (one range of the ``jobs_tenant_state`` index), each with its seq."""
+        rows = self._q(f"SELECT {JOB_COLUMNS}, seq FROM jobs WHERE tenant_id = ? AND state = ? "
+                       "AND seq > ? ORDER BY seq LIMIT ?",
+                       (tenant_id, JobState(state).value, after_seq, limit))
+        return [(int(r[-1]), self._job_row(r[:-1])) for r in rows]
+
+    def tenant_ids(self) -> list[str]:
+        """Every tenant's id, oldest first (no row is parsed)."""
+        return [r[0] for r in self._q("SELECT id FROM tenants ORDER BY created_at, id")]
 
     def new_jobs(self, known: set[str] | None = None) -> list[Job]:
         """PENDING jobs (submitted since the controller last looked) that load."""

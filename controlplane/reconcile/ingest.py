@@ -1,29 +1,45 @@
-"""Step 1 of the reconcile loop: new submissions (``PENDING -> QUEUED``) and cancel flags."""
+"""Step 1 of the reconcile loop: new submissions (``PENDING -> QUEUED``) and cancel flags.
+
+Admission is bounded: per tick at most ``ingest_batch`` stored jobs enter the in-memory queues,
+shared among the tenants that have room (each holds at most ``queued_per_tenant`` queued jobs in
+memory). A tenant's queued jobs a restart left in the store (``LoopState.parked``) are re-read
+first, then its new submissions, oldest first; the rest stay in the store for later ticks.
+"""
 
 from __future__ import annotations
 
-from controlplane.core.models import JobState
+from collections import Counter
+
+from controlplane.core.models import Job, JobState
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState
-from controlplane.store import Store
+from controlplane.store import BadRow, Store
+
+Row = tuple[int, Job | BadRow]
 
 
 class Ingest:
     """Reads the store's new jobs, tenants and cancel requests into the loop's state."""
 
-    def __init__(self, store: Store, state: LoopState, rec: Recorder, ops: NodeOps) -> None:
+    def __init__(self, store: Store, state: LoopState, rec: Recorder, ops: NodeOps,
+                 settings: ControllerSettings | None = None) -> None:
         self.store, self.state, self.rec, self.ops = store, state, rec, ops
+        self.settings = settings or ControllerSettings()
 
     def run(self, now: float) -> None:
         s = self.state
-        jobs, bad = self.store.load_new_jobs(set(s.jobs))
-        self.ops.quarantine_rows(bad, now)
-        for job in jobs:
+        rows = sorted(self.admit(), key=lambda r: r[0])  # the submission order, across tenants
+        self.ops.quarantine_rows([f for _, f in rows if isinstance(f, BadRow)], now)
+        for _, job in rows:
+            if isinstance(job, BadRow):
+                continue
             s.jobs[job.id] = job
             if job.tenant_id not in s.tenants:
                 self.load_tenants(now)
-            self.rec.move(job, JobState.QUEUED, "accepted by the controller", now)
+            if job.state is JobState.PENDING:
+                self.rec.move(job, JobState.QUEUED, "accepted by the controller", now)
         for job_id in self.store.cancel_requests():
             found = s.jobs.get(job_id)
             if found is None or found.terminal:
@@ -37,9 +53,45 @@ class Ingest:
             job.finished_at = now
             self.rec.move(job, JobState.CANCELLED, "cancelled by the tenant", now)
 
+    def admit(self) -> list[Row]:
+        """This tick's stored jobs for the in-memory queues: each tenant with room gets an equal
+        share of what is left of ``ingest_batch``, parked queued jobs before new submissions."""
+        s, cfg = self.state, self.settings
+        queued = Counter(j.tenant_id for j in s.jobs.values() if j.state is JobState.QUEUED)
+        open_ = [t for t in self.store.tenant_ids() if queued[t] < cfg.queued_per_tenant]
+        budget = max(0, cfg.ingest_batch)
+        out: list[Row] = []
+        for i, tenant in enumerate(open_):
+            share = -(-budget // (len(open_) - i))  # ceil: what is left, split evenly
+            want = min(share, cfg.queued_per_tenant - queued[tenant])
+            got = self._tenant_rows(tenant, want)
+            budget -= len(got)
+            out += got
+        return out
+
+    def _tenant_rows(self, tenant: str, want: int) -> list[Row]:
+        """Up to ``want`` of one tenant's stored jobs not in memory: parked, then pending."""
+        s, out = self.state, []  # type: ignore[var-annotated]
+        if want > 0 and tenant in s.parked:
+            rows = self.store.tenant_jobs_after(tenant, JobState.QUEUED, s.parked[tenant], want)
+            if len(rows) < want:
+                del s.parked[tenant]  # every queued job of the tenant has been re-read
+            else:
+                s.parked[tenant] = rows[-1][0]
+            out = [r for r in rows if _job_id(r[1]) not in s.jobs]
+            want -= len(rows)
+        if want > 0 and tenant not in s.parked:
+            rows = self.store.tenant_jobs_after(tenant, JobState.PENDING, 0, want)
+            out += [r for r in rows if _job_id(r[1]) not in s.jobs]
+        return out
+
     def load_tenants(self, now: float) -> None:
         """Every tenant from the store; a row that does not load is quarantined."""
         tenants, bad = self.store.load_tenants()
         self.state.tenants = {t.id: t for t in tenants}
         self.state.bad_tenants = {b.id for b in bad}
         self.ops.quarantine_rows(bad, now)
+
+
+def _job_id(found: Job | BadRow) -> str:
+    return found.id

@@ -1,11 +1,17 @@
 """Step 5 of the reconcile loop: place queued jobs, reap idle nodes, account demand.
 
-Queued jobs (HP, then deadline, then spot) are placed by the scheduler on per-accelerator pool
-snapshots with the spot quota and tenant GPU limits; HP (and deadline) jobs evict spot jobs
-when the pool is full. Idle nodes are then terminated, and per-tenant demand is accounted.
+Queued jobs (HP, then deadline, then spot, oldest first) are placed by the scheduler on
+per-accelerator pool snapshots with the spot quota and tenant GPU limits; HP (and deadline) jobs
+evict spot jobs when the pool is full. A crowded tick (more queued jobs than
+``max_placements_per_tick``) visits tenants round-robin, the least served first, and blocks
+head-of-line per shape: once a job of a (pool, kind, market, shape) does not fit, later jobs of
+that shape are not tried this tick. Idle nodes are then terminated, and per-tenant demand is accounted.
 """
 
 from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
 
 from clusters.fleet import Offer
 from controlplane.core import counters
@@ -58,36 +64,52 @@ class Place:
                            default=1)
             pool.spot_quota_nodes = None if q is None else q / per_node
         tenant_gpus = self._tenant_gpus()
-        for job in queue[: self.settings.max_placements_per_tick]:
+        cap = self.settings.max_placements_per_tick
+        crowded = len(queue) > cap
+        blocked: set[tuple[object, ...]] = set()  # shapes (and tenants' shapes) that did not fit
+        tried = 0
+        for job in (round_robin(queue, tenant_gpus) if crowded else queue):
+            if tried >= cap:
+                break
             if job.state is not JobState.QUEUED:
                 continue  # a victim of an earlier placement this tick
+            shape = _shape(job)
+            if crowded and (shape in blocked or (job.tenant_id, *shape) in blocked):
+                continue  # head-of-line blocking: one of its shape did not fit this tick
+            tried += 1
             try:
-                self._place_one(job, pools, tenant_gpus, now)
+                outcome = self._place_one(job, pools, tenant_gpus, now)
             except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
                 self.ops.quarantine_job(job, now, f"placing it raised {exc!r}")
+                continue
+            if outcome == "room":
+                blocked.add(shape)
+            elif outcome == "tenant":
+                blocked.add((job.tenant_id, *shape))
 
     def _place_one(self, job: Job, pools: dict[str, Pool], tenant_gpus: dict[str, int],
-                   now: float) -> None:
-        """Place one queued job (or say why it waits)."""
+                   now: float) -> str:
+        """Place one queued job (or say why it waits): "placed", or why not: "room" (no zone or
+        no room for its shape), "tenant" (its tenant's GPU limit), "other"."""
         s = self.state
         if job.tenant_id in s.bad_tenants:
             self._wait(job, "its tenant's stored row does not load (quarantined)", now)
-            return
+            return "tenant"
         if not s.offers_for(job):
             self.rec.move(job, JobState.FAILED, self._unplaceable(job), now)
-            return
+            return "other"
         market = _market(job)
         if market is None:
-            return
+            return "other"
         offers = self.ops.zones(job, market, now)
         if not offers:
             self._wait(job, f"no {market.value} zone for {job.spec.accelerator or 'any GPU'}",
                        now)
-            return
+            return "room"
         tenant = s.tenants.get(job.tenant_id)
         if tenant is not None and tenant_gpus.get(tenant.id, 0) + job.gpus > tenant.max_gpus:
             self._wait(job, f"tenant limit: {tenant.max_gpus} GPUs", now)
-            return
+            return "tenant"
         best = offers[0]
         pool = pools.setdefault(best.accelerator, Pool(best.accelerator,
                                                        self._capacity_of(best.accelerator)))
@@ -98,9 +120,10 @@ class Place:
                        f"({len(pool.nodes)}/{pool.capacity} nodes"
                        + (f", spot quota {pool.spot_quota_nodes:.1f} nodes)"
                           if pool.spot_quota_nodes is not None else ")"), now)
-            return
+            return "room"
         self._apply_plan(job, p, best, market, pool, now)
         tenant_gpus[job.tenant_id] = tenant_gpus.get(job.tenant_id, 0) + job.gpus
+        return "placed"
 
     def _unplaceable(self, job: Job) -> str:
         shapes = sorted({f"{o.accelerator}x{o.accelerator_count}" for o in self.state.offers})
@@ -167,6 +190,27 @@ class Place:
                    + (f", evicting {', '.join(p.victims)}" if p.victims else ""), now, job.zone)
         rec.move(job, JobState.STARTING, f"placed on {len(job.node_ids)} {market.value} "
                  f"node(s) in {job.zone}", now)
+
+
+def _shape(job: Job) -> tuple[object, ...]:
+    """What decides whether a job fits: its pool, kind, market, GPUs per node and gang size."""
+    return (job.spec.accelerator, job.kind, _market(job), job.spec.gpus_per_worker,
+            job.nodes_needed)
+
+
+def round_robin(queue: Sequence[Job], tenant_gpus: dict[str, int]) -> Iterator[Job]:
+    """The queue (sorted by kind, then age) one job per tenant per round within each kind,
+    tenants with the fewest GPUs in use first (then the oldest waiting)."""
+    by_kind: dict[JobKind, dict[str, deque[Job]]] = {}
+    for job in queue:
+        by_kind.setdefault(job.kind, {}).setdefault(job.tenant_id, deque()).append(job)
+    for kind in sorted(by_kind, key=_KIND_ORDER.__getitem__):
+        heads = by_kind[kind]
+        turn = sorted(heads, key=lambda t: (tenant_gpus.get(t, 0), heads[t][0].submitted_at, t))
+        while turn:
+            for t in turn:
+                yield heads[t].popleft()
+            turn = [t for t in turn if heads[t]]
 
 
 def _market(job: Job) -> Market | None:
