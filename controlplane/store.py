@@ -468,13 +468,18 @@ class Store:
     def list_jobs(self, tenant_id: str | None = None, *,
                   state: JobState | str | Iterable[JobState | str] | None = None,
                   kind: JobKind | str | None = None, bag_id: str | None = None,
-                  limit: int = 1000, offset: int = 0, max_bytes: int | None = None) -> list[Job]:
+                  limit: int = 1000, offset: int = 0, max_bytes: int | None = None,
+                  after: str | None = None) -> list[Job]:
         """Jobs, oldest first; ``tenant_id=None`` means every tenant (admin views); with
-        ``max_bytes`` reading stops after the stored bodies pass it."""
+        ``max_bytes`` reading stops after the stored bodies pass it. ``after`` (a job id of the
+        same scope) is a cursor: the page starts past that job, one index range however deep."""
         where, args = [], []  # type: ignore[var-annotated]
         if tenant_id is not None:
             where.append("tenant_id = ?")
             args.append(tenant_id)
+        if after is not None:
+            where.append("seq > ?")
+            args.append(self._cursor_seq(after, tenant_id))
         states = _states(state)
         if states is not None:
             where.append(f"state IN ({','.join('?' * len(states))})")
@@ -492,6 +497,15 @@ class Store:
         rows = (self._q_bytes(sql, [*args, limit, offset], max_bytes, body_at=JOB_BODY_AT)
                 if max_bytes is not None else self._q(sql, [*args, limit, offset]))
         return [self._job_or_stand_in(r) for r in rows]
+
+    def _cursor_seq(self, after: str, tenant_id: str | None) -> int:
+        """The seq of job ``after`` (a page cursor); InvalidInput when it is no job of the scope."""
+        rows = self._q("SELECT seq, tenant_id FROM jobs WHERE id = ?", (after,))
+        if not rows or (tenant_id is not None and rows[0][1] != tenant_id):
+            raise InvalidInput("after", f"{after!r} is not a job of this list",
+                               fix="pass the X-Spotplane-Next-After header of the previous page, "
+                                   "or leave `after` out for the first page")
+        return int(rows[0][0])
 
     def _q_bytes(self, sql: str, args: Sequence[Any], max_bytes: int,
                  body_at: int = 0) -> list[tuple[Any, ...]]:

@@ -259,7 +259,11 @@ class ControlPlaneService:
         limit: int = 1000,
         offset: int = 0,
         max_bytes: int | None = None,
+        after: str | None = None,
     ) -> list[Job]:
+        if after is not None and offset:
+            raise InvalidInput("after", "cannot be combined with offset",
+                               fix="page with `after` (the X-Spotplane-Next-After header) alone")
         scope = principal.scope
         if principal.is_admin:
             scope = tenant_id
@@ -268,7 +272,7 @@ class ControlPlaneService:
         states = list(state) if state else None
         return self.store.list_jobs(
             scope, state=states, kind=kind, bag_id=bag_id, limit=limit, offset=offset,
-            max_bytes=max_bytes,
+            max_bytes=max_bytes, after=after,
         )
 
     def job_page(self, principal: Principal, *, states: list[JobState] | None = None,
