@@ -473,7 +473,8 @@ class Store:
         """Jobs, oldest first; ``tenant_id=None`` means every tenant (admin views); with
         ``max_bytes`` reading stops after the stored bodies pass it. ``after`` (a job id of the
         same scope) is a cursor: the page starts past that job, one index range however deep."""
-        where, args = [], []  # type: ignore[var-annotated]
+        where: list[str] = []
+        args: list[Any] = []
         if tenant_id is not None:
             where.append("tenant_id = ?")
             args.append(tenant_id)
