@@ -54,23 +54,32 @@ class Ingest:
             self.rec.move(job, JobState.CANCELLED, "cancelled by the tenant", now)
 
     def admit(self) -> list[Row]:
-        """This tick's stored jobs for the in-memory queues: each tenant with room gets an equal
-        share of what is left of ``ingest_batch``, parked queued jobs before new submissions."""
+        """This tick's stored jobs for the in-memory queues: rounds in which each tenant with
+        room and more to give gets an equal share of what is left of ``ingest_batch``; a
+        tenant's parked queued jobs come before its new submissions, oldest first."""
         s, cfg = self.state, self.settings
         queued = Counter(j.tenant_id for j in s.jobs.values() if j.state is JobState.QUEUED)
-        open_ = [t for t in self.store.tenant_ids() if queued[t] < cfg.queued_per_tenant]
+        room = {t: cfg.queued_per_tenant - queued[t] for t in self.store.tenant_ids()}
+        hungry = [t for t, r in room.items() if r > 0]
         budget = max(0, cfg.ingest_batch)
+        after: dict[str, int] = {}  # tenant -> seq of its last PENDING row read this tick
         out: list[Row] = []
-        for i, tenant in enumerate(open_):
-            share = -(-budget // (len(open_) - i))  # ceil: what is left, split evenly
-            want = min(share, cfg.queued_per_tenant - queued[tenant])
-            got = self._tenant_rows(tenant, want)
-            budget -= len(got)
-            out += got
+        while budget > 0 and hungry:
+            more = []
+            for i, tenant in enumerate(hungry):
+                want = min(-(-budget // (len(hungry) - i)), room[tenant])  # ceil of an even split
+                got, full = self._tenant_rows(tenant, want, after)
+                budget -= len(got)
+                room[tenant] -= len(got)
+                out += got
+                if full and room[tenant] > 0:
+                    more.append(tenant)
+            hungry = more
         return out
 
-    def _tenant_rows(self, tenant: str, want: int) -> list[Row]:
-        """Up to ``want`` of one tenant's stored jobs not in memory: parked, then pending."""
+    def _tenant_rows(self, tenant: str, want: int, after: dict[str, int]) -> tuple[list[Row], bool]:
+        """Up to ``want`` of one tenant's stored jobs not in memory, parked before pending, and
+        whether it may have more."""
         s, out = self.state, []  # type: ignore[var-annotated]
         if want > 0 and tenant in s.parked:
             rows = self.store.tenant_jobs_after(tenant, JobState.QUEUED, s.parked[tenant], want)
@@ -80,10 +89,15 @@ class Ingest:
                 s.parked[tenant] = rows[-1][0]
             out = [r for r in rows if _job_id(r[1]) not in s.jobs]
             want -= len(rows)
-        if want > 0 and tenant not in s.parked:
-            rows = self.store.tenant_jobs_after(tenant, JobState.PENDING, 0, want)
-            out += [r for r in rows if _job_id(r[1]) not in s.jobs]
-        return out
+            if want <= 0:
+                return out, True
+        if tenant in s.parked:
+            return out, True
+        rows = self.store.tenant_jobs_after(tenant, JobState.PENDING, after.get(tenant, 0), want)
+        if rows:
+            after[tenant] = rows[-1][0]
+        out += [r for r in rows if _job_id(r[1]) not in s.jobs]
+        return out, len(rows) == want
 
     def load_tenants(self, now: float) -> None:
         """Every tenant from the store; a row that does not load is quarantined."""
