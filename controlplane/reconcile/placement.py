@@ -50,6 +50,7 @@ class Place:
                  state: LoopState, rec: Recorder, ops: NodeOps) -> None:
         self.scheduler, self.quota, self.settings = scheduler, quota, settings
         self.state, self.rec, self.ops = state, rec, ops
+        self._crowded = False
 
     def run(self, now: float) -> None:
         s = self.state
@@ -65,7 +66,7 @@ class Place:
             pool.spot_quota_nodes = None if q is None else q / per_node
         tenant_gpus = self._tenant_gpus()
         cap = self.settings.max_placements_per_tick
-        crowded = len(queue) > cap
+        crowded = self._crowded = len(queue) > cap
         blocked: set[tuple[object, ...]] = set()  # shapes (and tenants' shapes) that did not fit
         tried = 0
         for job in (round_robin(queue, tenant_gpus) if crowded else queue):
@@ -113,8 +114,10 @@ class Place:
         best = offers[0]
         pool = pools.setdefault(best.accelerator, Pool(best.accelerator,
                                                        self._capacity_of(best.accelerator)))
-        p = plan(self.scheduler, pool, s.jobs, job, market, [o.zone for o in offers],
-                 s.nodes, now)
+        full = (self._crowded and job.kind is JobKind.SPOT
+                and pool.free_cards() < job.nodes_needed)  # a spot job evicts no one
+        p = None if full else plan(self.scheduler, pool, s.jobs, job, market,
+                                   [o.zone for o in offers], s.nodes, now)
         if p is None:
             self._wait(job, f"no room in the {best.accelerator} pool "
                        f"({len(pool.nodes)}/{pool.capacity} nodes"
