@@ -54,9 +54,8 @@ class Place:
 
     def run(self, now: float) -> None:
         s = self.state
-        queue = sorted((j for j in s.jobs.values() if j.state is JobState.QUEUED),
-                       key=lambda j: (_KIND_ORDER[j.kind], j.submitted_at))
-        if not queue:
+        queued = [j for j in s.jobs.values() if j.state is JobState.QUEUED]
+        if not queued:
             return
         pools = pools_of(list(s.nodes.values()), self._capacity())
         for acc, pool in pools.items():
@@ -64,9 +63,12 @@ class Place:
             per_node = max((o.accelerator_count for o in s.offers if o.accelerator == acc),
                            default=1)
             pool.spot_quota_nodes = None if q is None else q / per_node
-        tenant_gpus = self._tenant_gpus()
         cap = self.settings.max_placements_per_tick
-        crowded = self._crowded = len(queue) > cap
+        crowded = self._crowded = len(queued) > cap
+        if crowded:
+            queued = _placeable(queued, pools)
+        queue = sorted(queued, key=lambda j: (_KIND_ORDER[j.kind], j.submitted_at))
+        tenant_gpus = self._tenant_gpus()
         blocked: set[tuple[object, ...]] = set()  # shapes (and tenants' shapes) that did not fit
         tried = 0
         for job in (round_robin(queue, tenant_gpus) if crowded else queue):
@@ -193,6 +195,16 @@ class Place:
                    + (f", evicting {', '.join(p.victims)}" if p.victims else ""), now, job.zone)
         rec.move(job, JobState.STARTING, f"placed on {len(job.node_ids)} {market.value} "
                  f"node(s) in {job.zone}", now)
+
+
+def _placeable(queued: list[Job], pools: dict[str, Pool]) -> list[Job]:
+    """The queued jobs that may fit now: spot jobs of a pool without a free card cannot (they
+    evict no one), so a full pool's spot backlog costs one check per job, not a plan."""
+    full = {acc.lower() for acc, pool in pools.items() if pool.free_cards() == 0}
+    if not full:
+        return queued
+    return [j for j in queued if j.kind is not JobKind.SPOT or j.spec.accelerator is None
+            or j.spec.accelerator.lower() not in full]
 
 
 def _shape(job: Job) -> tuple[object, ...]:
