@@ -524,10 +524,18 @@ class Store:
     def job_page(self, tenant_id: str | None = None, *, states: list[str] | None = None,
                  kind: str | None = None, text: str | None = None, order_by: str = "seq",
                  descending: bool = False, now: float = 0.0, limit: int = 50,
-                 offset: int = 0) -> tuple[int, list[Job]]:
+                 offset: int = 0, after: str | None = None) -> tuple[int, list[Job]]:
         """One sorted, filtered page of jobs and how many match; ``order_by`` is a key of
-        :data:`JOB_ORDER` (the dashboard's sortable columns), ``text`` matches id or name."""
-        where, args = [], []  # type: ignore[var-annotated]
+        :data:`JOB_ORDER` (the dashboard's sortable columns), ``text`` matches id or name;
+        ``after`` (a job id, in submission order only) starts the page past that job."""
+        where: list[str] = []
+        args: list[Any] = []
+        if after is not None:
+            if JOB_ORDER[order_by] != "seq":
+                raise InvalidInput("after", f"pages by cursor only in submission order, not by "
+                                   f"{order_by}", fix="sort by submitted, or page with offset")
+            where.append("seq < ?" if descending else "seq > ?")
+            args.append(self._cursor_seq(after, tenant_id))
         if tenant_id is not None:
             where.append("tenant_id = ?")
             args.append(tenant_id)
@@ -541,12 +549,17 @@ class Store:
             where.append("(id LIKE ? OR json_extract(body, '$.name') LIKE ?)")
             args.extend([f"%{text}%"] * 2)
         sql_where = (" WHERE " + " AND ".join(where)) if where else ""
-        total = int(self._q(f"SELECT COUNT(*) FROM jobs{sql_where}", args)[0][0])
+        count_where = [w for w in where if not w.startswith("seq ")]  # every match, not the rest
+        count_args = args[1:] if after is not None else args
+        total = int(self._q("SELECT COUNT(*) FROM jobs"
+                            + ((" WHERE " + " AND ".join(count_where)) if count_where else ""),
+                            count_args)[0][0])
         order = JOB_ORDER[order_by]
         direction = "DESC" if descending else "ASC"
         order_args = [now] if "?" in order else []
-        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs{sql_where} "
-                       f"ORDER BY {order} IS NULL, {order} {direction}, seq LIMIT ? OFFSET ?",
+        by = (f"seq {direction}" if order == "seq"  # the index's own order: no sort
+              else f"{order} IS NULL, {order} {direction}, seq")
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs{sql_where} ORDER BY {by} LIMIT ? OFFSET ?",
                        [*args, *order_args, *order_args, limit, offset])
         return total, [self._job_or_stand_in(r) for r in rows]
 

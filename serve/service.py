@@ -278,7 +278,7 @@ class ControlPlaneService:
     def job_page(self, principal: Principal, *, states: list[JobState] | None = None,
                  kind: JobKind | None = None, tenant_id: str | None = None, text: str | None = None,
                  order_by: str = "seq", descending: bool = False, limit: int = 50,
-                 offset: int = 0) -> tuple[int, list[Job]]:
+                 offset: int = 0, after: str | None = None) -> tuple[int, list[Job]]:
         """One sorted, filtered page of the caller's jobs (any tenant's for the admin) and the total."""
         if principal.is_admin:
             scope = tenant_id
@@ -288,7 +288,8 @@ class ControlPlaneService:
             scope = principal.tenant_id
         return self.store.job_page(scope, states=[s.value for s in states] if states else None,
                                    kind=kind, text=text, order_by=order_by, descending=descending,
-                                   now=self.store.control_time(), limit=limit, offset=offset)
+                                   now=self.store.control_time(), limit=limit, offset=offset,
+                                   after=after)
 
     def job_counts(self, principal: Principal) -> dict[str, int]:
         """The caller's jobs per state (every tenant's for the admin)."""

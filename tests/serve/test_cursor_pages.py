@@ -133,3 +133,22 @@ def test_after_and_offset_together_is_a_422_naming_after(paged: Paged) -> None:
         assert "X-Spotplane-Next-After" in r.json()["fix"]
         old = acme.get("/v1/jobs", params={"offset": 995, "limit": 10})  # offset still works
         assert [j["id"] for j in old.json()] == paged.jobs["acme"][995:]
+
+
+def test_the_dashboards_jobs_table_pages_by_cursor_in_submission_order(paged: Paged) -> None:
+    with paged.client("acme") as acme:
+        for desc, want in ((False, paged.jobs["acme"]), (True, paged.jobs["acme"][::-1])):
+            seen: list[str] = []
+            params: dict[str, object] = {"sort": "submitted", "desc": desc, "limit": 300}
+            while True:
+                r = acme.get("/v1/dashboard/jobs", params=params)  # type: ignore[arg-type]
+                assert r.status_code == 200, r.text
+                page = r.json()
+                assert page["total"] == 1000  # every match, not only those past the cursor
+                seen += [j["id"] for j in page["items"]]
+                if page["next_after"] is None:
+                    break
+                params = {**params, "after": page["next_after"], "offset": len(seen)}
+            assert seen == want
+        r = acme.get("/v1/dashboard/jobs", params={"sort": "cost", "after": paged.jobs["acme"][0]})
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "after"
