@@ -135,8 +135,8 @@ class Controller:
     def recover(self) -> None:
         """Load the active state from the store and re-apply intents a crash left pending.
 
-        Only jobs past the queue are loaded here; queued ones are re-read by ``Ingest`` in
-        bounded batches, so the first tick after a restart does not wait for the backlog.
+        Jobs past the queue are loaded here, and one batch of the queued ones; the rest are
+        re-read by ``Ingest`` in bounded batches, so the first tick does not wait for the backlog.
         A row that does not load is quarantined (``NodeOps.quarantine_rows``), never fatal.
         """
         set_time = self.clock.set if isinstance(self.clock, ManualClock) else None
@@ -152,6 +152,7 @@ class Controller:
         s.jobs = {j.id: j for j in jobs}
         s.parked = dict.fromkeys(self.store.tenant_ids(), 0)
         self.ingest.load_tenants(now)
+        self.ingest.readmit(now)  # one batch; the rest in later ticks
         self._ops.quarantine_rows([*bad_nodes, *bad_jobs], now)
         for intent in self.store.pending_intents():
             resume_intent(w, intent, now)

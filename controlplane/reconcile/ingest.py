@@ -29,8 +29,16 @@ class Ingest:
         self.settings = settings or ControllerSettings()
 
     def run(self, now: float) -> None:
+        self._take(self.admit(), now)
+        self._cancel(now)
+
+    def readmit(self, now: float) -> None:
+        """At recovery: the first batch of the queued jobs a restart left in the store."""
+        self._take(self.admit(pending=False), now)
+
+    def _take(self, found: list[Row], now: float) -> None:
         s = self.state
-        rows = sorted(self.admit(), key=lambda r: r[0])  # the submission order, across tenants
+        rows = sorted(found, key=lambda r: r[0])  # the submission order, across tenants
         self.ops.quarantine_rows([f for _, f in rows if isinstance(f, BadRow)], now)
         for _, job in rows:
             if isinstance(job, BadRow):
@@ -40,6 +48,9 @@ class Ingest:
                 self.load_tenants(now)
             if job.state is JobState.PENDING:
                 self.rec.move(job, JobState.QUEUED, "accepted by the controller", now)
+
+    def _cancel(self, now: float) -> None:
+        s = self.state
         for job_id in self.store.cancel_requests():
             found = s.jobs.get(job_id)
             if found is None or found.terminal:
@@ -53,7 +64,7 @@ class Ingest:
             job.finished_at = now
             self.rec.move(job, JobState.CANCELLED, "cancelled by the tenant", now)
 
-    def admit(self) -> list[Row]:
+    def admit(self, *, pending: bool = True) -> list[Row]:
         """This tick's stored jobs for the in-memory queues: rounds in which each tenant with
         room and more to give gets an equal share of what is left of ``ingest_batch``; a
         tenant's parked queued jobs come before its new submissions, oldest first."""
@@ -68,7 +79,7 @@ class Ingest:
             more = []
             for i, tenant in enumerate(hungry):
                 want = min(-(-budget // (len(hungry) - i)), room[tenant])  # ceil of an even split
-                got, full = self._tenant_rows(tenant, want, after)
+                got, full = self._tenant_rows(tenant, want, after if pending else None)
                 budget -= len(got)
                 room[tenant] -= len(got)
                 out += got
@@ -77,9 +88,10 @@ class Ingest:
             hungry = more
         return out
 
-    def _tenant_rows(self, tenant: str, want: int, after: dict[str, int]) -> tuple[list[Row], bool]:
-        """Up to ``want`` of one tenant's stored jobs not in memory, parked before pending, and
-        whether it may have more."""
+    def _tenant_rows(self, tenant: str, want: int,
+                     after: dict[str, int] | None) -> tuple[list[Row], bool]:
+        """Up to ``want`` of one tenant's stored jobs not in memory, parked before pending (none
+        when ``after`` is None), and whether it may have more."""
         s, out = self.state, []  # type: ignore[var-annotated]
         if want > 0 and tenant in s.parked:
             rows = self.store.tenant_jobs_after(tenant, JobState.QUEUED, s.parked[tenant], want)
@@ -91,8 +103,8 @@ class Ingest:
             want -= len(rows)
             if want <= 0:
                 return out, True
-        if tenant in s.parked:
-            return out, True
+        if tenant in s.parked or after is None:
+            return out, tenant in s.parked
         rows = self.store.tenant_jobs_after(tenant, JobState.PENDING, after.get(tenant, 0), want)
         if rows:
             after[tenant] = rows[-1][0]
