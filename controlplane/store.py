@@ -72,6 +72,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   cancel_requested INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
 CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant_id, seq);
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (state, kind, submitted_at);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
 CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
@@ -851,7 +852,8 @@ class Store:
 
     def max_spot_queue_seconds(self, now: float, window_seconds: float) -> float:
         """Longest time a spot job waited in QUEUED among waits that ended in the last
-        ``window_seconds`` or are still going on (GFS Eq. 11's max spot queueing time over H)."""
+        ``window_seconds`` or are still going on, a PENDING one since its submission (GFS
+        Eq. 11's max spot queueing time over H)."""
         entered = ("(SELECT MAX(q.at) FROM events q WHERE q.job_id = {job} AND q.dst = 'QUEUED'"
                    " AND q.id < {before})")
         ended = self._q(
@@ -861,7 +863,11 @@ class Store:
         ongoing = self._q(
             "SELECT MAX(? - " + entered.format(job="j.id", before="1e18") + ") "
             "FROM jobs j WHERE j.kind = 'spot' AND j.state = 'QUEUED'", (now,))
-        waits = [w for (w,) in ended + ongoing if w is not None]
+        # a backlog the controller has not admitted yet waits too: since its submission (the
+        # oldest is one probe of the jobs_waiting index, however long the backlog)
+        pending = self._q("SELECT ? - MIN(submitted_at) FROM jobs WHERE state = 'PENDING' "
+                          "AND kind = 'spot'", (now,))
+        waits = [w for (w,) in ended + ongoing + pending if w is not None]
         return max([0.0, *waits])
 
     # -- what the controller calls -------------------------------------------------------------

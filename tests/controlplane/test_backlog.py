@@ -151,3 +151,42 @@ def test_a_restart_rereads_queued_jobs_in_batches_and_loses_none(tmp_path: Path,
         events = w.store.job_events(j.id)
         assert [e.src for e in events if e.dst == "QUEUED"].count("PENDING") == 1
     assert all(j.kind is JobKind.HP for j in jobs)
+
+
+def test_a_backlog_not_yet_admitted_counts_as_spot_queueing_time(tmp_path: Path,
+                                                                  data_root: Path) -> None:
+    w = World(tmp_path, data_root, pool_nodes={"V100": 0}, default_pool_nodes=0,
+              ingest_batch=2, queued_per_tenant=2)
+    t, _ = w.store.create_tenant("t", max_gpus=100)
+    w.submit(t, 6, "sweep")
+    w.tick(10)  # two admitted and waiting; four still PENDING since t=0
+    assert w.store.job_counts(t.id)["PENDING"] == 4
+    now = w.clock.now()
+    assert w.store.max_spot_queue_seconds(now, 3600) == now  # the oldest PENDING: since 0
+    plan = w.store._q("EXPLAIN QUERY PLAN SELECT MIN(submitted_at) FROM jobs "
+                      "WHERE state = 'PENDING' AND kind = 'spot'")
+    assert "jobs_waiting" in str(plan)  # one index probe, not a scan of the backlog
+
+
+def test_the_backlogs_reads_are_index_ranges_never_scans_or_sorts(tmp_path: Path) -> None:
+    """Every query a tick, a restart or a cursor page runs, as SQLite plans it."""
+    store = Store(tmp_path / "spotplane.db")
+    t, _ = store.create_tenant("t", max_gpus=8)
+    jobs = store.submit_jobs(t.id, [JobSpec(name=f"j{i}", compute_hours=1.0) for i in range(20)])
+    seen: list[str] = []
+    store._db.set_trace_callback(seen.append)  # the statements with their values bound
+    store.list_jobs(t.id, limit=5, after=jobs[9].id)
+    store.list_jobs(None, limit=5, after=jobs[9].id)
+    store.job_page(t.id, limit=5, after=jobs[9].id, descending=True)
+    store.tenant_jobs_after(t.id, JobState.PENDING, 0, 5)
+    store.tenant_jobs_after(t.id, JobState.QUEUED, 3, 5)
+    placed = len(seen)
+    store.load_placed_jobs()  # sorts what it finds: the placed jobs, bounded by the fleet
+    store._db.set_trace_callback(None)
+    for i, sql in enumerate(seen):
+        if not sql.startswith("SELECT") or "COUNT(*)" in sql:
+            continue
+        plan = " | ".join(str(r[-1]) for r in store._q("EXPLAIN QUERY PLAN " + sql))
+        assert plan.startswith("SEARCH"), (sql, plan)
+        assert i >= placed or "TEMP B-TREE" not in plan, (sql, plan)
+    assert len(seen) >= 9
