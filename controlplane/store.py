@@ -899,6 +899,17 @@ class Store:
                        (tenant_id, JobState(state).value, after_seq, limit))
         return [(int(r[-1]), self._job_row(r[:-1])) for r in rows]
 
+    def load_waiting_jobs(self, ids: Sequence[str]) -> tuple[list[Job], list[BadRow]]:
+        """The jobs among ``ids`` still PENDING or QUEUED (a backlog's cancelled jobs), by id."""
+        out: list[Job | BadRow] = []
+        for i in range(0, len(ids), 500):
+            part = list(ids[i:i + 500])
+            rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN "
+                           f"({','.join('?' * len(part))}) AND state IN ('PENDING', 'QUEUED') "
+                           "ORDER BY seq", part)
+            out += [self._job_row(r) for r in rows]
+        return _split(out)
+
     def tenant_ids(self) -> list[str]:
         """Every tenant's id, oldest first (no row is parsed)."""
         return [r[0] for r in self._q("SELECT id FROM tenants ORDER BY created_at, id")]

@@ -51,7 +51,14 @@ class Ingest:
 
     def _cancel(self, now: float) -> None:
         s = self.state
-        for job_id in self.store.cancel_requests():
+        asked = sorted(self.store.cancel_requests())
+        waiting = [i for i in asked if i not in s.jobs][: max(1, self.settings.ingest_batch)]
+        if waiting:  # still in the store's backlog: cancelled now, not when their turn comes
+            backlog, bad = self.store.load_waiting_jobs(waiting)
+            self.ops.quarantine_rows(bad, now)
+            for waiter in backlog:
+                s.jobs[waiter.id] = waiter
+        for job_id in asked:
             found = s.jobs.get(job_id)
             if found is None or found.terminal:
                 continue

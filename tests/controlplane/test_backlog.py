@@ -190,3 +190,21 @@ def test_the_backlogs_reads_are_index_ranges_never_scans_or_sorts(tmp_path: Path
         assert plan.startswith("SEARCH"), (sql, plan)
         assert i >= placed or "TEMP B-TREE" not in plan, (sql, plan)
     assert len(seen) >= 9
+
+
+def test_a_job_cancelled_deep_in_the_backlog_is_cancelled_in_the_next_tick(
+        tmp_path: Path, data_root: Path) -> None:
+    w = World(tmp_path, data_root, pool_nodes={"V100": 0}, default_pool_nodes=0,
+              ingest_batch=3, queued_per_tenant=3)
+    t, _ = w.store.create_tenant("t", max_gpus=100)
+    bag = w.submit(t, 30, "sweep")
+    w.tick(2)
+    deep = bag[-1]
+    assert w.store.get_job(deep.id).state is JobState.PENDING
+    w.store.request_cancel(deep.id, t.id)
+    w.tick()
+    job = w.store.get_job(deep.id)
+    assert job.state is JobState.CANCELLED and job.message == "cancelled by the tenant"
+    assert [(e.src, e.dst) for e in w.store.job_events(deep.id)] == [("PENDING", "CANCELLED")]
+    assert deep.id not in w.ctl.jobs  # forgotten once cancelled
+    assert w.store.job_counts(t.id)["PENDING"] == 26  # nothing else admitted past the cap
