@@ -910,6 +910,10 @@ class Store:
             out += [self._job_row(r) for r in rows]
         return _split(out)
 
+    def has_pending(self) -> bool:
+        """Whether any submission waits for the controller (one probe of an index)."""
+        return bool(self._q("SELECT 1 FROM jobs WHERE state = 'PENDING' LIMIT 1"))
+
     def tenant_ids(self) -> list[str]:
         """Every tenant's id, oldest first (no row is parsed)."""
         return [r[0] for r in self._q("SELECT id FROM tenants ORDER BY created_at, id")]

@@ -76,6 +76,8 @@ class Ingest:
         room and more to give gets an equal share of what is left of ``ingest_batch``; a
         tenant's parked queued jobs come before its new submissions, oldest first."""
         s, cfg = self.state, self.settings
+        if not s.parked and not (pending and self.store.has_pending()):
+            return []  # nothing waits in the store: no query per tenant
         queued = Counter(j.tenant_id for j in s.jobs.values() if j.state is JobState.QUEUED)
         room = {t: cfg.queued_per_tenant - queued[t] for t in self.store.tenant_ids()}
         hungry = [t for t, r in room.items() if r > 0]
