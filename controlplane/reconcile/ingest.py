@@ -2,7 +2,7 @@
 
 Admission is bounded: per tick at most ``ingest_batch`` stored jobs enter the in-memory queues,
 shared among the tenants that have room (each holds at most ``queued_per_tenant`` queued jobs in
-memory). A tenant's queued jobs a restart left in the store (``LoopState.parked``) are re-read
+memory, all of them at most ``queued_total``, but a tenant with none always gets its oldest). A tenant's queued jobs a restart left in the store (``LoopState.parked``) are re-read
 first, then its new submissions, oldest first; the rest stay in the store for later ticks.
 """
 
@@ -72,23 +72,36 @@ class Ingest:
             self.rec.move(job, JobState.CANCELLED, "cancelled by the tenant", now)
 
     def admit(self, *, pending: bool = True) -> list[Row]:
-        """This tick's stored jobs for the in-memory queues: rounds in which each tenant with
-        room and more to give gets an equal share of what is left of ``ingest_batch``; a
-        tenant's parked queued jobs come before its new submissions, oldest first."""
+        """This tick's stored jobs for the in-memory queues. First every tenant with none
+        queued in memory gets its oldest (so no backlog keeps a tenant out); then rounds in
+        which each tenant with room and more to give gets an equal share of what is left of
+        ``ingest_batch`` and of ``queued_total``. A tenant's parked queued jobs come before its
+        new submissions, oldest first."""
         s, cfg = self.state, self.settings
         if not s.parked and not (pending and self.store.has_pending()):
             return []  # nothing waits in the store: no query per tenant
         queued = Counter(j.tenant_id for j in s.jobs.values() if j.state is JobState.QUEUED)
         room = {t: cfg.queued_per_tenant - queued[t] for t in self.store.tenant_ids()}
-        hungry = [t for t, r in room.items() if r > 0]
-        budget = max(0, cfg.ingest_batch)
         after: dict[str, int] = {}  # tenant -> seq of its last PENDING row read this tick
+        cursor = after if pending else None
         out: list[Row] = []
+        hungry = []
+        for tenant, r in room.items():
+            if r <= 0:
+                continue
+            if queued[tenant] == 0 and len(out) < cfg.ingest_batch:
+                got, full = self._tenant_rows(tenant, 1, cursor)
+                room[tenant] -= len(got)
+                out += got
+                if not full or room[tenant] <= 0:
+                    continue
+            hungry.append(tenant)
+        budget = min(cfg.ingest_batch, cfg.queued_total - sum(queued.values())) - len(out)
         while budget > 0 and hungry:
             more = []
             for i, tenant in enumerate(hungry):
                 want = min(-(-budget // (len(hungry) - i)), room[tenant])  # ceil of an even split
-                got, full = self._tenant_rows(tenant, want, after if pending else None)
+                got, full = self._tenant_rows(tenant, want, cursor)
                 budget -= len(got)
                 room[tenant] -= len(got)
                 out += got

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 
 from clusters.fleet import Offer
 from controlplane.core import counters
-from controlplane.core.models import Job, JobKind, JobState, Market, NodeState
+from controlplane.core.models import TERMINAL_STATES, Job, JobKind, JobState, Market, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
 from controlplane.reconcile.nodeops import NodeOps
@@ -203,8 +203,9 @@ def _placeable(queued: list[Job], pools: dict[str, Pool]) -> list[Job]:
     full = {acc.lower() for acc, pool in pools.items() if pool.free_cards() == 0}
     if not full:
         return queued
-    return [j for j in queued if j.kind is not JobKind.SPOT or j.spec.accelerator is None
-            or j.spec.accelerator.lower() not in full]
+    spot = JobKind.SPOT
+    return [j for j in queued if j.kind is not spot or (acc := j.spec.accelerator) is None
+            or acc.lower() not in full]
 
 
 def _shape(job: Job) -> tuple[object, ...]:
@@ -259,13 +260,15 @@ def account_demand(state: LoopState, settings: ControllerSettings) -> Demand:
     gpus x tick_seconds / HOUR for every active job."""
     dt = settings.tick_seconds / HOUR
     demand: Demand = {}
+    hp_kind, ended = JobKind.HP, TERMINAL_STATES
     for j in state.jobs.values():
-        if j.terminal:
+        if j.state in ended:
             continue
+        spec = j.spec
         hp, sp = demand.get(j.tenant_id, (0.0, 0.0))
-        if j.kind is JobKind.HP:
-            hp += j.gpus * dt
+        if j.kind is hp_kind:
+            hp += spec.gpus_per_worker * spec.workers * dt  # Job.gpus, without two properties
         else:
-            sp += j.gpus * dt
+            sp += spec.gpus_per_worker * spec.workers * dt
         demand[j.tenant_id] = (hp, sp)
     return demand

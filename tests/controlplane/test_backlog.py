@@ -208,3 +208,21 @@ def test_a_job_cancelled_deep_in_the_backlog_is_cancelled_in_the_next_tick(
     assert [(e.src, e.dst) for e in w.store.job_events(deep.id)] == [("PENDING", "CANCELLED")]
     assert deep.id not in w.ctl.jobs  # forgotten once cancelled
     assert w.store.job_counts(t.id)["PENDING"] == 26  # nothing else admitted past the cap
+
+
+def test_the_total_in_memory_is_bounded_yet_a_new_tenant_always_gets_in(tmp_path: Path,
+                                                                        data_root: Path) -> None:
+    w = World(tmp_path, data_root, pool_nodes={"V100": 0}, default_pool_nodes=0,
+              ingest_batch=100, queued_per_tenant=10, queued_total=5)
+    a, _ = w.store.create_tenant("a", max_gpus=100)
+    b, _ = w.store.create_tenant("b", max_gpus=100)
+    c, _ = w.store.create_tenant("c", max_gpus=100)
+    bag_a, bag_b = w.submit(a, 20, "a"), w.submit(b, 20, "b")
+    w.tick(3)
+    assert len(w.in_memory(JobState.QUEUED)) == 5  # queued_total, not 2 x queued_per_tenant
+    assert set(w.in_memory(JobState.QUEUED, a)) == {j.id for j in bag_a[:3]}
+    assert set(w.in_memory(JobState.QUEUED, b)) == {j.id for j in bag_b[:2]}
+    one, = w.submit(c, 1, "c")
+    w.tick()
+    assert w.in_memory(JobState.QUEUED, c) == [one.id]  # past the total: its first one all the same
+    assert len(w.in_memory(JobState.QUEUED)) == 6
