@@ -1,6 +1,6 @@
 """A million queued jobs: tick cost, ingestion, API pages and restart against the backlog.
 
-``python -m benchmarks.backlog [--json] [--plot FILE.png] [--backlogs 0,100000,1000000]``
+``python -m benchmarks.backlog [--json] [--plot FILE.png] [--backlogs 0,100000,1000000] [--tenants 1]``
 
 The base is ``benchmarks.controller``'s: the simulated AWS V100 fleet (real traces, so spot nodes
 are preempted and relaunched while we measure), 500 jobs of 2 workers (200 HP, 200 spot, 100
@@ -53,7 +53,7 @@ def _log(msg: str) -> None:
 class Bench:
     """One store, simulated fleet and controller with the base jobs running."""
 
-    def __init__(self, root: Path, scale: float, seed: int) -> None:
+    def __init__(self, root: Path, scale: float, seed: int, tenants: int = 1) -> None:
         self.root, self.seed = root, seed
         self.cpu: list[float] = []
         self.clock = SimClock(start=0.0)
@@ -64,6 +64,8 @@ class Bench:
                                            max_placements_per_tick=600)
         base, _ = self.store.create_tenant("base", max_gpus=100_000)
         self.sweeps, self.sweeps_token = self.store.create_tenant("sweeps", max_gpus=100_000)
+        self.others = [self.store.create_tenant(f"sweeps-{k}", max_gpus=100_000)[0].id
+                       for k in range(1, tenants)]
         self.small, _ = self.store.create_tenant("small", max_gpus=8)
         self.ctl = self._controller()
         n_hp, n_spot, n_dl = (max(1, round(k * scale)) for k in (200, 200, 100))
@@ -89,7 +91,8 @@ class Bench:
         return (time.perf_counter() - t0) * 1000
 
     def add_backlog(self, n: int) -> None:
-        """``n`` PENDING single-GPU spot sweeps of one bag, written in bulk (one template body)."""
+        """``n`` PENDING single-GPU spot sweeps, written in bulk (one template body), one bag
+        per backlog tenant, interleaved in submission order."""
         if n <= 0:
             return
         spec = JobSpec(name="sweep", kind=JobKind.SPOT, compute_hours=500, accelerator="V100",
@@ -98,13 +101,16 @@ class Bench:
         template = self.store._new_job(self.sweeps.id, spec, now)
         body = template.model_dump_json()
         db = self.store._db
+        owners = [self.sweeps.id, *self.others]
         chunk = 50_000
         for start in range(0, n, chunk):
             rows = []
             for i in range(start, min(n, start + chunk)):
                 job_id = f"job-sw{i:09d}"
-                rows.append((job_id, self.sweeps.id, "spot", "PENDING", "bag-sweeps", now,
-                             body.replace(template.id, job_id, 1)))
+                owner = owners[i % len(owners)]
+                rows.append((job_id, owner, "spot", "PENDING", "bag-sweeps", now,
+                             body.replace(template.id, job_id, 1)
+                             .replace(self.sweeps.id, owner, 1)))
             with self.store._lock:
                 db.execute("BEGIN IMMEDIATE")
                 db.executemany("INSERT INTO jobs (id, tenant_id, kind, state, bag_id, "
@@ -129,7 +135,7 @@ class Bench:
 
         out: dict[str, float | None] = {"first_page_ms": page(), "cursor_page_ms": None,
                                         "offset_page_ms": None}
-        deep = int(backlog * 0.9)
+        deep = int(backlog / (1 + len(self.others)) * 0.9)
         if deep > PAGE:
             after = self.store._q("SELECT id FROM jobs WHERE tenant_id = ? ORDER BY seq "
                                   "LIMIT 1 OFFSET ?", (self.sweeps.id, deep))[0][0]
@@ -184,10 +190,11 @@ class Bench:
                 "jobs_in_memory": len(self.ctl.jobs), "next_ticks_ms_max": max(after)}
 
 
-def run_backlog(backlog: int, ticks: int, scale: float, seed: int, restart: bool) -> dict[str, Any]:
+def run_backlog(backlog: int, ticks: int, scale: float, seed: int, restart: bool,
+                tenants: int = 1) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="spotplane-backlog-") as tmp:
         t0 = time.perf_counter()
-        b = Bench(Path(tmp), scale, seed)
+        b = Bench(Path(tmp), scale, seed, tenants)
         _log(f"backlog {backlog:,}: base running after {time.perf_counter() - t0:.0f} s")
         b.add_backlog(backlog)
         b.cpu = []
@@ -262,10 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticks", type=int, default=20, help="steady ticks measured per backlog")
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the 500-job base (smoke)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tenants", type=int, default=1,
+                    help="spread the backlog over this many tenants (pages: the first one's)")
     args = ap.parse_args(argv)
     backlogs = [int(x) for x in args.backlogs.split(",") if x.strip()]
     t0 = time.perf_counter()
-    rows = [run_backlog(n, args.ticks, args.scale, args.seed, restart=(i == len(backlogs) - 1))
+    rows = [run_backlog(n, args.ticks, args.scale, args.seed, restart=(i == len(backlogs) - 1),
+                        tenants=max(1, args.tenants))
             for i, n in enumerate(backlogs)]
     restart = rows[-1].pop("restart", None)
     out = {"backlogs": rows, "restart": restart, "targets": verdicts(rows, restart)}
