@@ -75,6 +75,7 @@ CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant_id, seq);
 CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (state, kind, submitted_at);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
+CREATE INDEX IF NOT EXISTS jobs_bag_state ON jobs (bag_id, state);
 CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
 CREATE TABLE IF NOT EXISTS bags (
   id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL);

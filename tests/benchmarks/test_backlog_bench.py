@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 ROW_KEYS = {"queued", "tick_ms_p50", "tick_ms_max", "tick_cpu_ms_p50", "ingest_tick_ms_max",
-            "ingest_tick_cpu_ms_max", "ingest_ticks_ms",
+            "ingest_tick_cpu_ms_max", "before_tick_ms_p50", "before_tick_cpu_ms_p50", "ingest_ticks_ms",
             "queued_in_memory", "first_page_ms", "cursor_page_ms", "offset_page_ms",
             "small_job_ticks_after_room"}
 
