@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 
 from clusters.fleet import Offer
 from controlplane.core import counters
-from controlplane.core.models import TERMINAL_STATES, Job, JobKind, JobState, Market, NodeState
+from controlplane.core.models import Job, JobKind, JobState, Market, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
 from controlplane.reconcile.nodeops import NodeOps
@@ -260,15 +260,13 @@ def account_demand(state: LoopState, settings: ControllerSettings) -> Demand:
     gpus x tick_seconds / HOUR for every active job."""
     dt = settings.tick_seconds / HOUR
     demand: Demand = {}
-    hp_kind, ended = JobKind.HP, TERMINAL_STATES
     for j in state.jobs.values():
-        if j.state in ended:
+        if j.terminal:
             continue
-        spec = j.spec
         hp, sp = demand.get(j.tenant_id, (0.0, 0.0))
-        if j.kind is hp_kind:
-            hp += spec.gpus_per_worker * spec.workers * dt  # Job.gpus, without two properties
+        if j.kind is JobKind.HP:
+            hp += j.gpus * dt
         else:
-            sp += spec.gpus_per_worker * spec.workers * dt
+            sp += j.gpus * dt
         demand[j.tenant_id] = (hp, sp)
     return demand
