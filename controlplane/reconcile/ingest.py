@@ -2,8 +2,9 @@
 
 Admission is bounded: per tick at most ``ingest_batch`` stored jobs enter the in-memory queues,
 shared among the tenants that have room (each holds at most ``queued_per_tenant`` queued jobs in
-memory, all of them at most ``queued_total``, but a tenant with none always gets its oldest). A tenant's queued jobs a restart left in the store (``LoopState.parked``) are re-read
-first, then its new submissions, oldest first; the rest stay in the store for later ticks.
+memory, all of them at most ``queued_total``, but a tenant with none always gets its oldest).
+A tenant's queued jobs a restart left in the store (``LoopState.parked``) are re-read first,
+then its new submissions, oldest first; the rest stay in the store for later ticks.
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ class Ingest:
                      after: dict[str, int] | None) -> tuple[list[Row], bool]:
         """Up to ``want`` of one tenant's stored jobs not in memory, parked before pending (none
         when ``after`` is None), and whether it may have more."""
-        s, out = self.state, []  # type: ignore[var-annotated]
+        s = self.state
+        out: list[Row] = []
         if want > 0 and tenant in s.parked:
             rows = self.store.tenant_jobs_after(tenant, JobState.QUEUED, s.parked[tenant], want)
             if len(rows) < want:

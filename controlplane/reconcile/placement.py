@@ -5,7 +5,8 @@ per-accelerator pool snapshots with the spot quota and tenant GPU limits; HP (an
 evict spot jobs when the pool is full. A crowded tick (more queued jobs than
 ``max_placements_per_tick``) visits tenants round-robin, the least served first, and blocks
 head-of-line per shape: once a job of a (pool, kind, market, shape) does not fit, later jobs of
-that shape are not tried this tick. Idle nodes are then terminated, and per-tenant demand is accounted.
+that shape are not tried this tick. Idle nodes are then terminated, and per-tenant demand is
+accounted.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class Place:
                 break
             if job.state is not JobState.QUEUED:
                 continue  # a victim of an earlier placement this tick
-            shape = _shape(job)
+            shape = _shape(job) if crowded else ()
             if crowded and (shape in blocked or (job.tenant_id, *shape) in blocked):
                 continue  # head-of-line blocking: one of its shape did not fit this tick
             tried += 1
@@ -85,9 +86,9 @@ class Place:
             except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
                 self.ops.quarantine_job(job, now, f"placing it raised {exc!r}")
                 continue
-            if outcome == "room":
+            if crowded and outcome == "room":
                 blocked.add(shape)
-            elif outcome == "tenant":
+            elif crowded and outcome == "tenant":
                 blocked.add((job.tenant_id, *shape))
 
     def _place_one(self, job: Job, pools: dict[str, Pool], tenant_gpus: dict[str, int],
