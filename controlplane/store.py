@@ -72,8 +72,11 @@ CREATE TABLE IF NOT EXISTS jobs (
   gpu_hours REAL NOT NULL DEFAULT 0,
   cancel_requested INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
+CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant_id, seq);
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (state, kind, submitted_at);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
+CREATE INDEX IF NOT EXISTS jobs_bag_state ON jobs (bag_id, state);
 CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
 CREATE TABLE IF NOT EXISTS bags (
   id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL);
@@ -506,13 +509,19 @@ class Store:
     def list_jobs(self, tenant_id: str | None = None, *,
                   state: JobState | str | Iterable[JobState | str] | None = None,
                   kind: JobKind | str | None = None, bag_id: str | None = None,
-                  limit: int = 1000, offset: int = 0, max_bytes: int | None = None) -> list[Job]:
+                  limit: int = 1000, offset: int = 0, max_bytes: int | None = None,
+                  after: str | None = None) -> list[Job]:
         """Jobs, oldest first; ``tenant_id=None`` means every tenant (admin views); with
-        ``max_bytes`` reading stops after the stored bodies pass it."""
-        where, args = [], []  # type: ignore[var-annotated]
+        ``max_bytes`` reading stops after the stored bodies pass it. ``after`` (a job id of the
+        same scope) is a cursor: the page starts past that job, one index range however deep."""
+        where: list[str] = []
+        args: list[Any] = []
         if tenant_id is not None:
             where.append("tenant_id = ?")
             args.append(tenant_id)
+        if after is not None:
+            where.append("seq > ?")
+            args.append(self._cursor_seq(after, tenant_id))
         states = _states(state)
         if states is not None:
             where.append(f"state IN ({','.join('?' * len(states))})")
@@ -531,6 +540,15 @@ class Store:
                 if max_bytes is not None else self._q(sql, [*args, limit, offset]))
         return [self._job_or_stand_in(r) for r in rows]
 
+    def _cursor_seq(self, after: str, tenant_id: str | None) -> int:
+        """The seq of job ``after`` (a page cursor); InvalidInput when it is no job of the scope."""
+        rows = self._q("SELECT seq, tenant_id FROM jobs WHERE id = ?", (after,))
+        if not rows or (tenant_id is not None and rows[0][1] != tenant_id):
+            raise InvalidInput("after", f"{after!r} is not a job of this list",
+                               fix="pass the X-Spotplane-Next-After header of the previous page, "
+                                   "or leave `after` out for the first page")
+        return int(rows[0][0])
+
     def _q_bytes(self, sql: str, args: Sequence[Any], max_bytes: int,
                  body_at: int = 0) -> list[tuple[Any, ...]]:
         """Rows of ``sql`` until their bodies (column ``body_at``) pass ``max_bytes``: the row that
@@ -547,10 +565,18 @@ class Store:
     def job_page(self, tenant_id: str | None = None, *, states: list[str] | None = None,
                  kind: str | None = None, text: str | None = None, order_by: str = "seq",
                  descending: bool = False, now: float = 0.0, limit: int = 50,
-                 offset: int = 0) -> tuple[int, list[Job]]:
+                 offset: int = 0, after: str | None = None) -> tuple[int, list[Job]]:
         """One sorted, filtered page of jobs and how many match; ``order_by`` is a key of
-        :data:`JOB_ORDER` (the dashboard's sortable columns), ``text`` matches id or name."""
-        where, args = [], []  # type: ignore[var-annotated]
+        :data:`JOB_ORDER` (the dashboard's sortable columns), ``text`` matches id or name;
+        ``after`` (a job id, in submission order only) starts the page past that job."""
+        where: list[str] = []
+        args: list[Any] = []
+        if after is not None:
+            if JOB_ORDER[order_by] != "seq":
+                raise InvalidInput("after", f"pages by cursor only in submission order, not by "
+                                   f"{order_by}", fix="sort by submitted, or page with offset")
+            where.append("seq < ?" if descending else "seq > ?")
+            args.append(self._cursor_seq(after, tenant_id))
         if tenant_id is not None:
             where.append("tenant_id = ?")
             args.append(tenant_id)
@@ -564,12 +590,17 @@ class Store:
             where.append("(id LIKE ? OR json_extract(body, '$.name') LIKE ?)")
             args.extend([f"%{text}%"] * 2)
         sql_where = (" WHERE " + " AND ".join(where)) if where else ""
-        total = int(self._q(f"SELECT COUNT(*) FROM jobs{sql_where}", args)[0][0])
+        count_where = [w for w in where if not w.startswith("seq ")]  # every match, not the rest
+        count_args = args[1:] if after is not None else args
+        total = int(self._q("SELECT COUNT(*) FROM jobs"
+                            + ((" WHERE " + " AND ".join(count_where)) if count_where else ""),
+                            count_args)[0][0])
         order = JOB_ORDER[order_by]
         direction = "DESC" if descending else "ASC"
         order_args = [now] if "?" in order else []
-        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs{sql_where} "
-                       f"ORDER BY {order} IS NULL, {order} {direction}, seq LIMIT ? OFFSET ?",
+        by = (f"seq {direction}" if order == "seq"  # the index's own order: no sort
+              else f"{order} IS NULL, {order} {direction}, seq")
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs{sql_where} ORDER BY {by} LIMIT ? OFFSET ?",
                        [*args, *order_args, *order_args, limit, offset])
         return total, [self._job_or_stand_in(r) for r in rows]
 
@@ -900,7 +931,8 @@ class Store:
 
     def max_spot_queue_seconds(self, now: float, window_seconds: float) -> float:
         """Longest time a spot job waited in QUEUED among waits that ended in the last
-        ``window_seconds`` or are still going on (GFS Eq. 11's max spot queueing time over H)."""
+        ``window_seconds`` or are still going on, a PENDING one since its submission (GFS
+        Eq. 11's max spot queueing time over H)."""
         entered = ("(SELECT MAX(q.at) FROM events q WHERE q.job_id = {job} AND q.dst = 'QUEUED'"
                    " AND q.id < {before})")
         ended = self._q(
@@ -910,7 +942,11 @@ class Store:
         ongoing = self._q(
             "SELECT MAX(? - " + entered.format(job="j.id", before="1e18") + ") "
             "FROM jobs j WHERE j.kind = 'spot' AND j.state = 'QUEUED'", (now,))
-        waits = [w for (w,) in ended + ongoing if w is not None]
+        # a backlog the controller has not admitted yet waits too: since its submission (the
+        # oldest is one probe of the jobs_waiting index, however long the backlog)
+        pending = self._q("SELECT ? - MIN(submitted_at) FROM jobs WHERE state = 'PENDING' "
+                          "AND kind = 'spot'", (now,))
+        waits = [w for (w,) in ended + ongoing + pending if w is not None]
         return max([0.0, *waits])
 
     # -- what the controller calls -------------------------------------------------------------
@@ -924,6 +960,42 @@ class Store:
         rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN "
                        f"({','.join('?' * len(states))}) ORDER BY seq", states)
         return _split(self._job_row(r) for r in rows)
+
+    def load_placed_jobs(self) -> tuple[list[Job], list[BadRow]]:
+        """Active jobs past the queue (starting, running, checkpointing, preempted) that load,
+        and the rows that do not: what a restarted controller needs before its first tick."""
+        states = [s.value for s in ACTIVE_STATES - {JobState.PENDING, JobState.QUEUED}]
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN "
+                       f"({','.join('?' * len(states))}) ORDER BY seq", states)
+        return _split(self._job_row(r) for r in rows)
+
+    def tenant_jobs_after(self, tenant_id: str, state: JobState, after_seq: int,
+                          limit: int) -> list[tuple[int, Job | BadRow]]:
+        """Up to ``limit`` of one tenant's jobs in ``state`` past ``after_seq``, oldest first
+        (one range of the ``jobs_tenant_state`` index), each with its seq."""
+        rows = self._q(f"SELECT {JOB_COLUMNS}, seq FROM jobs WHERE tenant_id = ? AND state = ? "
+                       "AND seq > ? ORDER BY seq LIMIT ?",
+                       (tenant_id, JobState(state).value, after_seq, limit))
+        return [(int(r[-1]), self._job_row(r[:-1])) for r in rows]
+
+    def load_waiting_jobs(self, ids: Sequence[str]) -> tuple[list[Job], list[BadRow]]:
+        """The jobs among ``ids`` still PENDING or QUEUED (a backlog's cancelled jobs), by id."""
+        out: list[Job | BadRow] = []
+        for i in range(0, len(ids), 500):
+            part = list(ids[i:i + 500])
+            rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN "
+                           f"({','.join('?' * len(part))}) AND state IN ('PENDING', 'QUEUED') "
+                           "ORDER BY seq", part)
+            out += [self._job_row(r) for r in rows]
+        return _split(out)
+
+    def has_pending(self) -> bool:
+        """Whether any submission waits for the controller (one probe of an index)."""
+        return bool(self._q("SELECT 1 FROM jobs WHERE state = 'PENDING' LIMIT 1"))
+
+    def tenant_ids(self) -> list[str]:
+        """Every tenant's id, oldest first (no row is parsed)."""
+        return [r[0] for r in self._q("SELECT id FROM tenants ORDER BY created_at, id")]
 
     def new_jobs(self, known: set[str] | None = None) -> list[Job]:
         """PENDING jobs (submitted since the controller last looked) that load."""

@@ -75,6 +75,7 @@ class JobPage(BaseModel):
     limit: int
     now: float
     items: list[JobRow]
+    next_after: str | None = None  # the cursor of the next page (submission order, full page)
 
 
 class NodeCount(BaseModel):
@@ -153,14 +154,19 @@ async def job_page(
     desc: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    after: Annotated[str | None, Query(max_length=64, description=(
+        "cursor (sort=submitted only): the page starts past this job; `offset` then only "
+        "numbers the rows"))] = None,
 ) -> JobPage:
     """One sorted, filtered page of the caller's jobs (every tenant's for the admin) and the total."""
     service, who = _who(creds)
     total, jobs = service.job_page(who, states=state, kind=kind, tenant_id=tenant_id, text=q,
-                                   order_by=sort, descending=desc, limit=limit, offset=offset)
+                                   order_by=sort, descending=desc, limit=limit,
+                                   offset=0 if after is not None else offset, after=after)
     now = service.control_time()
+    cursor = jobs[-1].id if sort == "submitted" and len(jobs) == limit else None
     return JobPage(total=total, offset=offset, limit=limit, now=now,
-                   items=[JobRow.of(j, now) for j in jobs])
+                   items=[JobRow.of(j, now) for j in jobs], next_after=cursor)
 
 
 @router.get("/v1/dashboard/overview", tags=["dashboard"], response_model=Overview)

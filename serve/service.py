@@ -265,7 +265,11 @@ class ControlPlaneService:
         limit: int = 1000,
         offset: int = 0,
         max_bytes: int | None = None,
+        after: str | None = None,
     ) -> list[Job]:
+        if after is not None and offset:
+            raise InvalidInput("after", "cannot be combined with offset",
+                               fix="page with `after` (the X-Spotplane-Next-After header) alone")
         scope = principal.scope
         if principal.is_admin:
             scope = tenant_id
@@ -274,13 +278,13 @@ class ControlPlaneService:
         states = list(state) if state else None
         return self.store.list_jobs(
             scope, state=states, kind=kind, bag_id=bag_id, limit=limit, offset=offset,
-            max_bytes=max_bytes,
+            max_bytes=max_bytes, after=after,
         )
 
     def job_page(self, principal: Principal, *, states: list[JobState] | None = None,
                  kind: JobKind | None = None, tenant_id: str | None = None, text: str | None = None,
                  order_by: str = "seq", descending: bool = False, limit: int = 50,
-                 offset: int = 0) -> tuple[int, list[Job]]:
+                 offset: int = 0, after: str | None = None) -> tuple[int, list[Job]]:
         """One sorted, filtered page of the caller's jobs (any tenant's for the admin) and the total."""
         if principal.is_admin:
             scope = tenant_id
@@ -290,7 +294,8 @@ class ControlPlaneService:
             scope = principal.tenant_id
         return self.store.job_page(scope, states=[s.value for s in states] if states else None,
                                    kind=kind, text=text, order_by=order_by, descending=descending,
-                                   now=self.store.control_time(), limit=limit, offset=offset)
+                                   now=self.store.control_time(), limit=limit, offset=offset,
+                                   after=after)
 
     def job_counts(self, principal: Principal) -> dict[str, int]:
         """The caller's jobs per state (every tenant's for the admin)."""

@@ -21,6 +21,14 @@ class ControllerSettings:
     deadline_policy: str = "uniform_progress"
     idle_node_seconds: float = 120.0
     max_placements_per_tick: int = 64
+    # Bounded admission: at most ``ingest_batch`` stored jobs (new submissions, and queued jobs
+    # re-read after a restart) enter the in-memory queues per tick, shared among tenants; a
+    # tenant holds at most ``queued_per_tenant`` queued jobs there and all tenants together at
+    # most ``queued_total`` (past it, only a tenant with none queued gets one in); the rest wait
+    # in the store (oldest first), so a tick's work is bounded by these knobs, not the backlog.
+    ingest_batch: int = 1000
+    queued_per_tenant: int = 1000
+    queued_total: int = 1000
     provision_hours: float = 200.0 / HOUR  # worst provisioning delay, added to the policy's d
     zone_penalty: float = 0.25  # spot price multiplier per recent preemption in a zone
     zone_memory_seconds: float = 3 * HOUR

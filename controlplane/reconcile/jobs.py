@@ -215,10 +215,13 @@ class ForgetFinished:
     def run(self) -> None:
         s = self.state
         done = [j for j in s.jobs.values() if j.terminal]
+        bags: dict[str, None] = {}  # each bag's estimate once a tick, however many finished
         for j in done:
             del s.jobs[j.id]
             if j.bag_id and j.state is JobState.SUCCEEDED:
-                self.store.update_bag_estimate(j.bag_id)
+                bags[j.bag_id] = None
+        for bag_id in bags:
+            self.store.update_bag_estimate(bag_id)
         deadline = [j.id for j in done if j.kind is JobKind.DEADLINE]
         if deadline:
             self.policy_host.forget(deadline)

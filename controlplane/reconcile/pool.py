@@ -45,6 +45,13 @@ class Pool:
             self._snap, self._slots = self._build(jobs, now)
         return self._snap, self._slots
 
+    def free_cards(self) -> int:
+        """Slots a job could take without evicting anyone: empty ones and idle live nodes."""
+        if self._snap is not None:
+            return int(self._snap.card_free[:, 0].sum())
+        idle = sum(1 for n in self.nodes if n.job_id is None and n.state is not NodeState.TERMINATING)
+        return idle + max(0, self.capacity - len(self.nodes))
+
     def _build(self, jobs: dict[str, Job], now: float) -> tuple[ClusterSnapshot, list[str | None]]:
         slots: list[str | None] = [n.id for n in self.nodes]
         slots += [None] * max(0, self.capacity - len(self.nodes))
@@ -94,7 +101,7 @@ class Pool:
         hp = snap.hp_gpus.copy()
         spot = snap.spot_gpus.copy()
         running = dict(snap.running)
-        node_tasks = {k: list(v) for k, v in snap.node_tasks.items()}
+        node_tasks = dict(snap.node_tasks)  # its lists are replaced below, never mutated
         spot_alloc = snap.spot_allocated
         for v in p.victims:
             task = running.pop(v, None)

@@ -57,7 +57,7 @@ class LoopState:
     """What the reconcile loop knows between ticks, and the current tick's work."""
 
     offers: list[Offer]  # the fleet's zones and instance types, with prices
-    jobs: dict[str, Job] = field(default_factory=dict)  # active (non-PENDING) jobs
+    jobs: dict[str, Job] = field(default_factory=dict)  # active jobs admitted (not PENDING)
     nodes: dict[str, Node] = field(default_factory=dict)  # live nodes
     by_instance: dict[str, str] = field(default_factory=dict)  # instance id -> node id
     tenants: dict[str, Tenant] = field(default_factory=dict)
@@ -67,6 +67,9 @@ class LoopState:
     refused: dict[str, float] = field(default_factory=dict)  # zone -> last refused spot launch
     external: dict[str, float] = field(default_factory=dict)  # instance id -> s left (agents)
     quarantined: set[tuple[str, str]] = field(default_factory=set)  # (table, id) set aside
+    # tenant id -> seq of the last of its stored QUEUED jobs re-read since a restart (a tenant
+    # is dropped once all are back in memory; see reconcile.ingest)
+    parked: dict[str, int] = field(default_factory=dict)
     ticks: int = 0
     offer_cache: dict[tuple[str | None, int], list[Offer]] = field(default_factory=dict)
     quota_cache: dict[str, float | None] = field(default_factory=dict)

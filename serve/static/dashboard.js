@@ -13,7 +13,7 @@ const REFRESH_MS = 2000;
 const TOP = 26; // charts' top margin: room for the y axis label
 
 let timer = null;
-const jobsView = { sort: "submitted", desc: false, offset: 0, limit: 50, state: "", kind: "", tenant: "", q: "" };
+const jobsView = { sort: "submitted", desc: false, offset: 0, limit: 50, state: "", kind: "", tenant: "", q: "", cursors: [] };
 let tenantNames = {};
 
 // -- DOM helpers ------------------------------------------------------------------------------
@@ -197,6 +197,8 @@ const COLUMNS = [["name", "job"], ["state", "state"], ["kind", "kind"], ["tenant
   ["cost", "cost"], ["preemptions", "preemptions"], ["checkpoints", "checkpoints"], ["slack", "deadline slack"]];
 function jobsQuery() {
   const p = new URLSearchParams({ sort: jobsView.sort, desc: jobsView.desc, limit: jobsView.limit, offset: jobsView.offset });
+  const after = jobsView.cursors[jobsView.cursors.length - 1];  // submission order pages by cursor
+  if (after) p.append("after", after);
   if (jobsView.state) p.append("state", jobsView.state);
   if (jobsView.kind) p.append("kind", jobsView.kind);
   if (jobsView.tenant) p.append("tenant_id", jobsView.tenant);
@@ -211,21 +213,27 @@ async function jobsPage() {
   const body = h("tbody", {}), info = h("span", { id: "jobs-info", class: "muted" });
   const head = h("tr", {}, COLUMNS.map(([key, label]) => h("th", { class: "sortable", "data-sort": key, on: { click: () => {
     jobsView.desc = jobsView.sort === key ? !jobsView.desc : key === "cost" || key === "preemptions";
-    jobsView.sort = key; jobsView.offset = 0; draw();
+    jobsView.sort = key; jobsView.offset = 0; jobsView.cursors = []; draw();
   } } }, label)));
-  const refilter = (k) => (v) => { jobsView[k] = v; jobsView.offset = 0; draw(); };
+  const refilter = (k) => (v) => { jobsView[k] = v; jobsView.offset = 0; jobsView.cursors = []; draw(); };
+  let nextAfter = null;
   const admin = (sessionStorage.getItem("spotplane.who") || "") === "admin";
   const filters = h("div", { class: "filters" },
     select("filter-state", [["", "any state"], ...STATES.map((x) => [x, x])], jobsView.state, refilter("state")),
     select("filter-kind", [["", "any kind"], ["hp", "hp"], ["spot", "spot"], ["deadline", "deadline"]], jobsView.kind, refilter("kind")),
     admin ? select("filter-tenant", [["", "any tenant"], ...Object.entries(tenantNames)], jobsView.tenant, refilter("tenant")) : null,
     h("input", { id: "filter-q", type: "search", placeholder: "id or name", value: jobsView.q, on: { change: (e) => refilter("q")(e.target.value) } }),
-    h("button", { id: "prev", on: { click: () => { jobsView.offset = Math.max(0, jobsView.offset - jobsView.limit); draw(); } } }, "◀ prev"),
-    h("button", { id: "next", on: { click: () => { jobsView.offset += jobsView.limit; draw(); } } }, "next ▶"), info);
+    h("button", { id: "prev", on: { click: () => { jobsView.offset = Math.max(0, jobsView.offset - jobsView.limit); jobsView.cursors.pop(); draw(); } } }, "◀ prev"),
+    h("button", { id: "next", on: { click: () => {
+      if (jobsView.sort === "submitted" && !nextAfter) return;  // the last page
+      if (nextAfter) jobsView.cursors.push(nextAfter);
+      jobsView.offset += jobsView.limit; draw();
+    } } }, "next ▶"), info);
   view().append(h("h1", {}, "Jobs"), filters, h("table", { id: "jobs" }, h("thead", {}, head), body));
   async function draw() {
     const page = await api(jobsQuery());
-    if (page.total && jobsView.offset >= page.total) { jobsView.offset = Math.floor((page.total - 1) / jobsView.limit) * jobsView.limit; return draw(); }
+    nextAfter = page.next_after || null;
+    if (page.total && jobsView.offset >= page.total && !jobsView.cursors.length) { jobsView.offset = Math.floor((page.total - 1) / jobsView.limit) * jobsView.limit; return draw(); }
     for (const th of head.children) {
       th.classList.toggle("sorted-asc", th.dataset.sort === jobsView.sort && !jobsView.desc);
       th.classList.toggle("sorted-desc", th.dataset.sort === jobsView.sort && jobsView.desc);
