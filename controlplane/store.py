@@ -117,6 +117,36 @@ CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_at);
 CREATE TABLE IF NOT EXISTS quarantine (
   tbl TEXT NOT NULL, id TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL, body TEXT,
   PRIMARY KEY (tbl, id));
+""" + """
+CREATE TABLE IF NOT EXISTS job_totals (
+  state TEXT NOT NULL, kind TEXT NOT NULL, n INTEGER NOT NULL DEFAULT 0,
+  cost REAL NOT NULL DEFAULT 0, on_demand_cost REAL NOT NULL DEFAULT 0, PRIMARY KEY (state, kind));
+CREATE TRIGGER IF NOT EXISTS job_totals_insert AFTER INSERT ON jobs BEGIN
+  INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
+    VALUES (new.state, new.kind, 1, new.cost, new.on_demand_cost)
+    ON CONFLICT (state, kind) DO UPDATE SET n = n + 1, cost = cost + excluded.cost,
+      on_demand_cost = on_demand_cost + excluded.on_demand_cost;
+END;
+CREATE TRIGGER IF NOT EXISTS job_totals_update AFTER UPDATE OF state, kind, cost, on_demand_cost ON jobs
+BEGIN
+  UPDATE job_totals SET n = n - 1, cost = cost - old.cost, on_demand_cost = on_demand_cost - old.on_demand_cost
+    WHERE state = old.state AND kind = old.kind;
+  INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
+    VALUES (new.state, new.kind, 1, new.cost, new.on_demand_cost)
+    ON CONFLICT (state, kind) DO UPDATE SET n = n + 1, cost = cost + excluded.cost,
+      on_demand_cost = on_demand_cost + excluded.on_demand_cost;
+END;
+CREATE TRIGGER IF NOT EXISTS job_totals_delete AFTER DELETE ON jobs BEGIN
+  UPDATE job_totals SET n = n - 1, cost = cost - old.cost, on_demand_cost = on_demand_cost - old.on_demand_cost
+    WHERE state = old.state AND kind = old.kind;
+END;
+"""
+# job_totals: jobs and their bills per (state, kind), kept by the triggers above in the same
+# transaction as every job write, so /metrics reads a handful of rows however long the backlog.
+# A store written before the table existed is counted once when it is opened.
+JOB_TOTALS_BACKFILL = """
+INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
+  SELECT state, kind, COUNT(*), SUM(cost), SUM(on_demand_cost) FROM jobs GROUP BY state, kind
 """
 
 # The capacity history is bounded both ways: points older than a week of control-plane time,
@@ -269,7 +299,10 @@ class Store:
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
         with self._lock:
-            self._db.executescript(SCHEMA)
+            fresh_totals = not self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_totals'").fetchall()
+            self._db.executescript("BEGIN IMMEDIATE;" + SCHEMA
+                                   + (JOB_TOTALS_BACKFILL + ";" if fresh_totals else "") + "COMMIT;")
 
     def close(self) -> None:
         with self._lock:
@@ -869,12 +902,14 @@ class Store:
         out: dict[str, float] = {k: float(v) for k, v in self._q("SELECT name, value FROM counters")}
         for state in JobState:
             out[f"jobs{{state=\"{state.value}\"}}"] = 0.0
-        for state, kind, n in self._q("SELECT state, kind, COUNT(*) FROM jobs GROUP BY state, kind"):
+        cost = od = 0.0
+        for state, kind, n, c, o in self._q("SELECT state, kind, n, cost, on_demand_cost FROM job_totals "
+                                            "WHERE n > 0"):
             out[f"jobs{{state=\"{state}\"}}"] += n
             out[f"jobs_by_kind{{kind=\"{kind}\",state=\"{state}\"}}"] = float(n)
+            cost, od = cost + c, od + o
         for state, n in self._q("SELECT state, COUNT(*) FROM nodes GROUP BY state"):
             out[f"nodes{{state=\"{state}\"}}"] = float(n)
-        cost, od = self._q("SELECT COALESCE(SUM(cost),0), COALESCE(SUM(on_demand_cost),0) FROM jobs")[0]
         out["cost_dollars"] = float(cost)
         out["on_demand_cost_dollars"] = float(od)
         out["control_time_seconds"] = self.control_time()

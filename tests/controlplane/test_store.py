@@ -196,3 +196,53 @@ def test_capacity_history_is_pruned_by_age_and_rows_and_paged_by_cursor(tmp_path
     h100 = store.capacity_history(accelerator="H100")
     assert [(p.accelerator, p.spot_quota_gpus) for p in h100] == [("H100", 7)]
     assert store.add_capacity([]) == 0
+
+
+def _totals_by_scan(st: Store) -> dict[tuple[str, str], tuple[int, float, float]]:
+    return {(s, k): (n, c, o) for s, k, n, c, o in st._q(
+        "SELECT state, kind, COUNT(*), SUM(cost), SUM(on_demand_cost) FROM jobs GROUP BY state, kind")}
+
+
+def _totals_kept(st: Store) -> dict[tuple[str, str], tuple[int, float, float]]:
+    return {(s, k): (n, c, o) for s, k, n, c, o in st._q(
+        "SELECT state, kind, n, cost, on_demand_cost FROM job_totals WHERE n > 0")}
+
+
+def test_job_totals_follow_every_write_and_metrics_read_them(tmp_path: Path) -> None:
+    """The per-(state, kind) counts and bills /metrics reads are kept by triggers: after
+    submissions, moves, bills and a deletion they equal a scan of the jobs table."""
+    st = Store(tmp_path / "s.db")
+    t, _ = st.create_tenant("acme")
+    jobs = st.submit_jobs(t.id, [JobSpec(name=f"j{i}", kind="hp" if i % 3 == 0 else "spot",
+                                         compute_hours=1) for i in range(9)])
+    for i, j in enumerate(jobs[:6]):
+        j.state = [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED][i % 3]
+        j.cost, j.on_demand_cost = 0.5 * i, 1.25 * i
+    st.commit(jobs=jobs[:6])
+    jobs[1].cost = 7.0  # billed again without a move
+    st.commit(jobs=[jobs[1]])
+    with st._tx() as db:
+        db.execute("DELETE FROM jobs WHERE id = ?", (jobs[2].id,))
+    kept, scanned = _totals_kept(st), _totals_by_scan(st)
+    assert kept.keys() == scanned.keys()
+    for key, (n, cost, od) in scanned.items():
+        assert kept[key] == (n, pytest.approx(cost), pytest.approx(od)), key
+    assert kept[("RUNNING", "spot")] == (2, 7.0 + 2.0, 1.25 + 5.0)  # jobs 1 and 4
+    m = st.metrics()
+    assert m['jobs{state="PENDING"}'] == 3.0 and m['jobs{state="RUNNING"}'] == 2.0
+    assert m['jobs_by_kind{kind="hp",state="QUEUED"}'] == 2.0  # jobs 0 and 3
+    assert m["cost_dollars"] == pytest.approx(7.0 + 0.5 * (3 + 4 + 5))  # job 2 deleted
+    assert m["on_demand_cost_dollars"] == pytest.approx(1.25 * (1 + 3 + 4 + 5))
+
+
+def test_a_store_from_before_job_totals_is_counted_when_opened(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    st = Store(db)
+    t, _ = st.create_tenant("acme")
+    st.submit_jobs(t.id, [JobSpec(name=f"j{i}", compute_hours=1) for i in range(5)])
+    with st._tx() as conn:  # what an older release left: jobs and no totals
+        conn.execute("DROP TABLE job_totals")
+    st.close()
+    reopened = Store(db)
+    assert _totals_kept(reopened) == {("PENDING", "spot"): (5, 0.0, 0.0)}
+    assert reopened.metrics()['jobs{state="PENDING"}'] == 5.0
