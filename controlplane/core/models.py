@@ -289,6 +289,7 @@ class Job(BaseModel):
     checkpoint_left_hours: float = 0.0  # > 0 while CHECKPOINTING (simulated workload)
     next_checkpoint_hours: float | None = None
     segment_start_hours: float = 0.0  # progress when the current nodes started (planner input)
+    segment_node_age_hours: float = 0.0  # the oldest node's VM age then (planner input)
     cost: float = 0.0
     on_demand_cost: float = 0.0  # what the same GPU hours would cost on on-demand only
     gpu_hours: float = 0.0  # GPU hours billed so far

@@ -20,6 +20,13 @@ class ControllerSettings:
     scheduler: str = "gfs"
     deadline_policy: str = "uniform_progress"
     idle_node_seconds: float = 120.0
+    # VM reuse (seed 001 Sec. 4.2): 'by_age' asks policies.reuse.ReuseByAge, 'always' reuses any
+    # idle node, 'never' launches a fresh VM for every job
+    reuse: str = "by_age"
+    # an idle node past infant mortality whose remaining life still covers typical jobs is kept
+    # this long as a hot spare (by_age; 'always' keeps every idle node this long; 0: no spares)
+    hot_spare_seconds: float = 3600.0
+    typical_job_hours: float | None = None  # None: the median expected hours of active jobs
     max_placements_per_tick: int = 64
     provision_hours: float = 200.0 / HOUR  # worst provisioning delay, added to the policy's d
     zone_penalty: float = 0.25  # spot price multiplier per recent preemption in a zone

@@ -15,6 +15,7 @@ from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile.recorder import Recorder
+from controlplane.reconcile.spares import HotSpares
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from controlplane.store import Store
 from policies.placement import FrameworkScheduler
@@ -149,6 +150,7 @@ class Place:
             ops.terminate(s.nodes[node_id], now, f"replaced for job {job.id}")
         reused = [s.nodes[i] for i in p.reuse]
         for n in reused:
+            ops.end_idle(n, now)
             n.job_id, n.tenant_id, n.idle_since = job.id, job.tenant_id, None
             w.nodes[n.id] = n
         new = ops.launch(job, offer, market, p.launch, now) if p.launch else []
@@ -181,18 +183,27 @@ def _market(job: Job) -> Market | None:
 
 
 class ReapIdle:
-    """Terminates nodes no job holds: at once unless ready, after ``idle_node_seconds`` if so."""
+    """Terminates nodes no job holds: at once unless ready, after ``idle_node_seconds`` if so,
+    or after ``hot_spare_seconds`` for a hot spare (``controlplane.reconcile.spares``)."""
 
-    def __init__(self, settings: ControllerSettings, state: LoopState, ops: NodeOps) -> None:
+    def __init__(self, settings: ControllerSettings, state: LoopState, ops: NodeOps,
+                 spares: HotSpares | None = None) -> None:
         self.settings, self.state, self.ops = settings, state, ops
+        self.spares = spares
 
     def run(self, now: float) -> None:
+        typical: float | None = None
         for n in list(self.state.nodes.values()):
             if n.job_id is not None or n.state not in BUSY_STATES or n.state is NodeState.TERMINATING:
                 continue
             idle = n.idle_since if n.idle_since is not None else now
-            if n.state is not NodeState.READY or now - idle >= self.settings.idle_node_seconds:
-                self.ops.terminate(n, now, "idle")
+            keep = self.settings.idle_node_seconds
+            if self.spares is not None and n.state is NodeState.READY:
+                typical = self.spares.typical_hours() if typical is None else typical
+                keep = self.spares.keep_seconds(n, now, typical)
+            if n.state is not NodeState.READY or now - idle >= keep:
+                self.ops.terminate(n, now, "idle" if n.id not in self.state.spares
+                                   else f"hot spare idle {(now - idle) / HOUR:.2f} h")
 
 
 def account_demand(state: LoopState, settings: ControllerSettings) -> Demand:
