@@ -43,6 +43,7 @@ from controlplane.core.models import (
     hash_token,
 )
 from controlplane.core.units import DB_FILE
+from controlplane.reconcile.policyhost import check_policy
 from controlplane.store import IdempotentCall, Store, StoredAnswer
 from serve.metrics import ApiMetrics, build_registry, exposition
 
@@ -178,6 +179,8 @@ class ControlPlaneService:
                 f"{spec.workers}) but tenant {tenant.name} may use at most {tenant.max_gpus}",
                 fix="use fewer workers or GPUs per worker, or ask the admin to raise max_gpus",
             )
+        if spec.policy is not None:
+            check_policy(spec.policy, f"{field_prefix}policy")
         if spec.accelerator is not None:
             known = self.accelerators()
             if known and spec.accelerator not in known:

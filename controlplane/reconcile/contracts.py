@@ -18,7 +18,9 @@ class ControllerSettings:
     pool_nodes: dict[str, int] = field(default_factory=lambda: {"V100": 48, "H100": 12})
     default_pool_nodes: int = 16
     scheduler: str = "gfs"
-    deadline_policy: str = "uniform_progress"
+    # a deadline job's policy when its spec names none; None: the best measured multi-zone
+    # policy where the job's offers span several zones, Uniform Progress where they do not
+    deadline_policy: str | None = None
     idle_node_seconds: float = 120.0
     # VM reuse (seed 001 Sec. 4.2): 'by_age' asks policies.reuse.ReuseByAge, 'always' reuses any
     # idle node, 'never' launches a fresh VM for every job
