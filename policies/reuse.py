@@ -153,16 +153,6 @@ class VmReusePolicy:
                                      xtol=1e-9))
 
 
-def infant_mortality_hours(model: PreemptionModel, step_hours: float = 0.25) -> float:
-    """The age at which the early hazard has fallen to h(0)/e (inf if it never does, e.g. a
-    memoryless model): past it a VM is in the bathtub's stable middle (Sec. 4.2's hot spares)."""
-    L = float(model.max_lifetime)
-    ages = np.arange(0.0, L, step_hours)
-    h = model.hazard(ages)
-    below = np.flatnonzero((h <= h[0] / math.e) & (np.diff(h, prepend=h[0]) <= 0))
-    return float(ages[below[0]]) if below.size and h[0] > 0 else math.inf
-
-
 ReuseMode = Literal["by_age", "always", "never"]
 REUSE_MODES: tuple[ReuseMode, ...] = ("by_age", "always", "never")
 
@@ -226,11 +216,19 @@ class ReuseByAge:
             out[idx] = -T if pol is None else -pol._cost(np.array(T), ages.hours[idx])
         return np.asarray(np.nan_to_num(out, nan=-np.inf, neginf=-1e18), dtype=np.float64)
 
-    def keep_as_spare(self, key: str, age_hours: float, typical_hours: float) -> bool:
-        """A hot spare: past infant mortality and still worth reusing for a typical job."""
+    def expected_hours(self, key: str, job_hours: float, age_hours: float) -> float:
+        """E[M_s(T)]: the expected completion time of a T-hour job on a VM of age s."""
+        pol = self.policy(key)
+        return job_hours if pol is None else float(pol._cost(np.array(job_hours), age_hours))
+
+    def spare_saving_hours(self, key: str, typical_hours: float, age_hours: float) -> float:
+        """Hours a typical job saves on this idle VM against a fresh one: E[M_0(T)] +
+        provisioning - E[M_s(T)] (> 0 while the VM is past the fresh VM's infant mortality
+        and short of its end of life; 0 for a memoryless or never-preempted VM)."""
         pol = self.policy(key)
         if pol is None or self.mode == "never":
-            return False
-        if age_hours < infant_mortality_hours(pol.model):
-            return False
-        return pol.decide(typical_hours, age_hours) is ReuseDecision.REUSE
+            return 0.0
+        if float(pol.model.sf(np.array(age_hours))) <= 0.0:
+            return 0.0
+        new = self.expected_hours(key, typical_hours, 0.0) + self.provision_hours
+        return max(0.0, new - self.expected_hours(key, typical_hours, age_hours))

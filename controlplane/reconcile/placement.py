@@ -192,15 +192,14 @@ class ReapIdle:
         self.spares = spares
 
     def run(self, now: float) -> None:
-        typical: float | None = None
-        for n in list(self.state.nodes.values()):
-            if n.job_id is not None or n.state not in BUSY_STATES or n.state is NodeState.TERMINATING:
-                continue
+        idle_nodes = [n for n in self.state.nodes.values() if n.job_id is None
+                      and n.state in BUSY_STATES and n.state is not NodeState.TERMINATING]
+        ready = [n for n in idle_nodes if n.state is NodeState.READY]
+        spares = self.spares.select(ready, now) if self.spares is not None else set()
+        hot = max(self.settings.idle_node_seconds, self.settings.hot_spare_seconds)
+        for n in idle_nodes:
             idle = n.idle_since if n.idle_since is not None else now
-            keep = self.settings.idle_node_seconds
-            if self.spares is not None and n.state is NodeState.READY:
-                typical = self.spares.typical_hours() if typical is None else typical
-                keep = self.spares.keep_seconds(n, now, typical)
+            keep = hot if n.id in spares else self.settings.idle_node_seconds
             if n.state is not NodeState.READY or now - idle >= keep:
                 self.ops.terminate(n, now, "idle" if n.id not in self.state.spares
                                    else f"hot spare idle {(now - idle) / HOUR:.2f} h")

@@ -9,7 +9,6 @@ import pytest
 
 from benchmarks import replay
 
-
 LEGACY = ["--deadline-policy", "uniform_progress", "--reuse", "always", "--hot-spare-seconds", "0"]
 
 
