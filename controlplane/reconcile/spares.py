@@ -89,9 +89,9 @@ class HotSpares:
         idle past ``idle_node_seconds``).
 
         By age: the VMs on which a typical job saves hours against a fresh VM, best first; the
-        i-th is kept while its expected wait for a job, i / rate, is within its saving (so a
-        spare's idle cost stays below what its reuse saves), and at most rate x
-        ``hot_spare_seconds`` of them.
+        i-th is kept while the jobs ahead of it, (i - 1) / rate hours of arrivals, come within
+        its saving (so a spare's idle cost stays below what its reuse saves), and at most
+        1 + rate x ``hot_spare_seconds`` of them.
         """
         if self.settings.hot_spare_seconds <= 0 or self.plugin.mode == "never" or not nodes:
             return set()
