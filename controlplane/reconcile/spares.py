@@ -25,6 +25,7 @@ from policies.preemption import BathtubModel, PreemptionModel, default_gce_model
 from policies.reuse import REUSE_MODES, ReuseByAge
 
 DEFAULT_TYPICAL_JOB_HOURS = 1.0  # spares' yardstick when no job is active
+SPARE_SLACK = 1.0  # spares kept beyond rate x saving (the first spare is always worth a try)
 ARRIVAL_WINDOW_SECONDS = 4 * 3600.0  # the recent past the arrival rate is measured over
 
 
@@ -101,9 +102,11 @@ class HotSpares:
             typical, rate = self.typical_hours(), self.arrival_rate(now)
             saving = {n.id: self.plugin.spare_saving_hours(
                 lifetime_key(n), typical, node_age_hours(n, now)) for n in nodes}
-            ranked = sorted((n for n in nodes if saving[n.id] > 0), key=lambda n: (-saving[n.id], n.id))
+            order = {n.id: i for i, n in enumerate(nodes)}  # ties: the loop's node order
+            ranked = sorted((n for n in nodes if saving[n.id] > 0),
+                            key=lambda n: (-saving[n.id], order[n.id]))
             cap = rate * self.settings.hot_spare_seconds / HOUR
-            keep = [n for i, n in enumerate(ranked, 1) if i <= rate * saving[n.id] + 1 and i <= cap + 1]
+            keep = [n for i, n in enumerate(ranked, 1) if i <= rate * saving[n.id] + SPARE_SLACK and i <= cap + 1]
         for n in keep:
             if now - (n.idle_since if n.idle_since is not None else now) >= \
                     self.settings.idle_node_seconds:
