@@ -10,11 +10,11 @@ import pytest
 from benchmarks import live_reuse
 
 
-def test_a_tiny_live_reuse_run_has_three_arms_and_the_targets(
+def test_a_tiny_live_reuse_run_has_four_arms_and_the_targets(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert live_reuse.main(["--json", "--jobs", "3", "--days", "0.1", "--seeds", "0"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert list(out["arms"]) == ["by_age", "always_reuse", "always_fresh"]
+    assert list(out["arms"]) == ["by_age", "always_reuse", "always_reuse_120s", "always_fresh"]
     for arm in out["arms"].values():
         assert (arm["jobs"], arm["succeeded"]) == (3, 3)
         assert arm["total_cost"] == pytest.approx(arm["job_cost"] + arm["idle_cost"], abs=0.011)
