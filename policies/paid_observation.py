@@ -169,9 +169,8 @@ class ProbingSpotplane(SpotplaneMultiZone):
             bar = min((self._score(z) for z in up), default=float("inf"))
         stale = [z for z in obs.zones if not z.spot_available and self._score(z) < bar
                  and obs.elapsed_hours - self._probed.get(z.zone, -1e9) >= self.reprobe_hours - EPS]
-        stale.sort(key=lambda z: (self._score(z), z.zone))
-        # on spot one a tick; off spot (idle or on-demand, where every hour is dear) all of them
-        chosen = stale[:1] if obs.state is Kind.SPOT else stale
-        for z in chosen:
-            self._probed[z.zone] = obs.elapsed_hours
-        return tuple(z.zone for z in chosen)
+        if not stale:
+            return ()
+        best = min(stale, key=lambda z: (self._score(z), z.zone))
+        self._probed[best.zone] = obs.elapsed_hours
+        return (best.zone,)
