@@ -366,6 +366,13 @@ class ControlPlaneService:
     def cost(self, principal: Principal) -> list[CostSummary]:
         return self.store.cost_by_tenant(principal.scope)
 
+    def idle_cost(self, principal: Principal) -> tuple[float, float]:
+        """Idle nodes' cost and, of it, hot spares' (the admin's; a tenant's is none)."""
+        if not principal.is_admin:
+            return (0.0, 0.0)
+        m = self.store.metrics()
+        return (m.get("idle_cost_dollars", 0.0), m.get("spare_idle_cost_dollars", 0.0))
+
     # -- health and metrics --------------------------------------------------------------------
     def control_time(self) -> float:
         return self.store.control_time()

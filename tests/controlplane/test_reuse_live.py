@@ -23,6 +23,7 @@ from controlplane.reconcile.state import LoopState
 from controlplane.store import Store
 from policies.reuse import ReuseByAge
 from policies.schedulers import make_scheduler, with_plugin
+from serve.schemas import CostReport
 from serve.service import ControlPlaneService, Principal
 
 PRICE = 29.7858  # a3-highgpu-8g spot, $/h
@@ -185,3 +186,14 @@ def test_a_deadline_job_names_its_policy_and_an_unknown_one_is_a_422(store: Stor
         JobSpec(name="s", kind=JobKind.SPOT, compute_hours=1.0, policy="greedy")
     assert check_policy("spotplane") == "spotplane" and "spotplane" in LIVE_POLICIES
     assert (default_policy(13), default_policy(1)) == ("spotplane", "uniform_progress")
+
+
+def test_the_cost_report_shows_idle_and_spare_cost_to_the_admin_only(store: Store) -> None:
+    service = ControlPlaneService(store, "admin-hash")
+    tenant = store.create_tenant("acme")[0].id
+    store.commit(counters={"idle_cost_dollars": 12.5, "spare_idle_cost_dollars": 10.0},
+                 control_time=HOUR)
+    admin = CostReport.of(service.cost(Principal.admin()), service.idle_cost(Principal.admin()))
+    assert (admin.idle_cost, admin.spare_idle_cost, admin.total_cost) == (12.5, 10.0, 0.0)
+    mine = service.idle_cost(Principal(tenant_id=tenant))
+    assert mine == (0.0, 0.0)
