@@ -650,8 +650,9 @@ class SpotplaneAPI:
     @app.get(f"{API}/cost", tags=["cost"], response_model=CostReport, responses=_ERRORS)
     async def cost(self, creds: Auth = None) -> CostReport:
         """Spend per tenant against the on-demand-only counterfactual (same GPU hours)."""
-        rows: list[CostSummary] = self.service.cost(self._who(creds))
-        return CostReport.of(rows)
+        who = self._who(creds)
+        rows: list[CostSummary] = self.service.cost(who)
+        return CostReport.of(rows, self.service.idle_cost(who))
 
 
 # --------------------------------------------------------------------------------------------

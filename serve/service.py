@@ -45,6 +45,7 @@ from controlplane.core.models import (
     hash_token,
 )
 from controlplane.core.units import DB_FILE
+from controlplane.reconcile.policyhost import check_policy
 from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer
 from serve.metrics import ApiMetrics, build_registry, exposition
 
@@ -183,6 +184,8 @@ class ControlPlaneService:
                 f"{spec.workers}) but tenant {tenant.name} may use at most {tenant.max_gpus}",
                 fix="use fewer workers or GPUs per worker, or ask the admin to raise max_gpus",
             )
+        if spec.policy is not None:
+            check_policy(spec.policy, f"{field_prefix}policy")
         if spec.accelerator is not None:
             known = self.accelerators()
             if known and spec.accelerator not in known:
@@ -383,6 +386,13 @@ class ControlPlaneService:
 
     def cost(self, principal: Principal) -> list[CostSummary]:
         return self.store.cost_by_tenant(principal.scope)
+
+    def idle_cost(self, principal: Principal) -> tuple[float, float]:
+        """Idle nodes' cost and, of it, hot spares' (the admin's; a tenant's is none)."""
+        if not principal.is_admin:
+            return (0.0, 0.0)
+        m = self.store.metrics()
+        return (m.get("idle_cost_dollars", 0.0), m.get("spare_idle_cost_dollars", 0.0))
 
     # -- health and metrics --------------------------------------------------------------------
     def control_time(self) -> float:

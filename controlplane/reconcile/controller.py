@@ -47,10 +47,11 @@ from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, accoun
 from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import DeadlinePolicyHost, LocalDeadlineHost
 from controlplane.reconcile.recorder import Recorder
+from controlplane.reconcile.spares import HotSpares, lifetime_models, reuse_plugin
 from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import Store
 from policies.placement import FrameworkScheduler
-from policies.schedulers import make_scheduler
+from policies.schedulers import make_scheduler, with_plugin
 
 __all__ = ["Controller"]
 
@@ -71,12 +72,12 @@ class Controller:
         self.policy_host: DeadlinePolicyHost = (policy_host if policy_host is not None
                                                 else LocalDeadlineHost(store))
         self.executor = executor
-        self.state = state = LoopState(offers=fleet.offers())
+        self.state = state = LoopState(offers=fleet.offers(), lifetime_models=lifetime_models(fleet))
         self.quota: QuotaSource = quota or StoreQuota(store, state)
+        reuse = reuse_plugin(settings, state.lifetime_models, settings.provision_hours)
         if scheduler is None:
-
             scheduler = make_scheduler(settings.scheduler, seed=settings.seed)
-        self.scheduler = scheduler
+        self.scheduler = scheduler = with_plugin(scheduler, filter=reuse, score=reuse)
         self.after_barrier: Callable[[int], None] | None = None  # fault injection (tests)
         self._recovered = False
         self._metrics_carry: dict[str, float] = {}  # phase timings, committed next tick
@@ -88,7 +89,7 @@ class Controller:
         self.advance_jobs = AdvanceJobs(state, rec, ops, executor, clock)
         self.policies = AskPolicies(self.policy_host, settings, state, rec, ops)
         self.place = Place(scheduler, self.quota, settings, state, rec, ops)
-        self.reap_idle = ReapIdle(settings, state, ops)
+        self.reap_idle = ReapIdle(settings, state, ops, HotSpares(settings, state, reuse))
         self.persist = Persist(store, settings, state, epoch)
         self.act = Act(fleet, store, state, rec, ops)
         self.forget_finished = ForgetFinished(store, self.policy_host, state)

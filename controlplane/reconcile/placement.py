@@ -22,6 +22,7 @@ from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile.recorder import Recorder
+from controlplane.reconcile.spares import HotSpares
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from controlplane.store import Store
 from policies.placement import FrameworkScheduler
@@ -178,6 +179,7 @@ class Place:
             ops.terminate(s.nodes[node_id], now, f"replaced for job {job.id}")
         reused = [s.nodes[i] for i in p.reuse]
         for n in reused:
+            ops.end_idle(n, now)
             n.job_id, n.tenant_id, n.idle_since = job.id, job.tenant_id, None
             w.nodes[n.id] = n
         new = ops.launch(job, offer, market, p.launch, now) if p.launch else []
@@ -242,18 +244,26 @@ def _market(job: Job) -> Market | None:
 
 
 class ReapIdle:
-    """Terminates nodes no job holds: at once unless ready, after ``idle_node_seconds`` if so."""
+    """Terminates nodes no job holds: at once unless ready, after ``idle_node_seconds`` if so,
+    or after ``hot_spare_seconds`` for a hot spare (``controlplane.reconcile.spares``)."""
 
-    def __init__(self, settings: ControllerSettings, state: LoopState, ops: NodeOps) -> None:
+    def __init__(self, settings: ControllerSettings, state: LoopState, ops: NodeOps,
+                 spares: HotSpares | None = None) -> None:
         self.settings, self.state, self.ops = settings, state, ops
+        self.spares = spares
 
     def run(self, now: float) -> None:
-        for n in list(self.state.nodes.values()):
-            if n.job_id is not None or n.state not in BUSY_STATES or n.state is NodeState.TERMINATING:
-                continue
+        idle_nodes = [n for n in self.state.nodes.values() if n.job_id is None
+                      and n.state in BUSY_STATES and n.state is not NodeState.TERMINATING]
+        ready = [n for n in idle_nodes if n.state is NodeState.READY]
+        spares = self.spares.select(ready, now) if self.spares is not None else set()
+        hot = max(self.settings.idle_node_seconds, self.settings.hot_spare_seconds)
+        for n in idle_nodes:
             idle = n.idle_since if n.idle_since is not None else now
-            if n.state is not NodeState.READY or now - idle >= self.settings.idle_node_seconds:
-                self.ops.terminate(n, now, "idle")
+            keep = hot if n.id in spares else self.settings.idle_node_seconds
+            if n.state is not NodeState.READY or now - idle >= keep:
+                self.ops.terminate(n, now, "idle" if n.id not in self.state.spares
+                                   else f"hot spare idle {(now - idle) / HOUR:.2f} h")
 
 
 def account_demand(state: LoopState, settings: ControllerSettings) -> Demand:

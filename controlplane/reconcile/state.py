@@ -14,6 +14,7 @@ from clusters.fleet import LaunchRequest, Offer
 from controlplane.core.models import Decision, Event, Job, JobState, Node, NodeState, Tenant
 from controlplane.store import BadRow, Intent
 from policies.checkpoint import CheckpointIntervals
+from policies.preemption import PreemptionModel
 
 UP_STATES = frozenset({NodeState.READY, NodeState.NOTICED})
 WITH_NODES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CHECKPOINTING})
@@ -73,7 +74,10 @@ class LoopState:
     ticks: int = 0
     offer_cache: dict[tuple[str | None, int], list[Offer]] = field(default_factory=dict)
     quota_cache: dict[str, float | None] = field(default_factory=dict)
-    planners: dict[float, CheckpointIntervals] = field(default_factory=dict)  # by checkpoint hours
+    planners: dict[tuple[float, float], CheckpointIntervals] = field(
+        default_factory=dict)  # by (checkpoint hours, node age bucket)
+    lifetime_models: dict[str, PreemptionModel] = field(default_factory=dict)  # cloud -> model
+    spares: set[str] = field(default_factory=set)  # idle nodes kept as hot spares
     work: TickWork = field(default_factory=TickWork)
 
     def offers_for(self, job: Job) -> list[Offer]:
