@@ -3,7 +3,8 @@
 One :class:`~policies.quota.SpotQuotaAllocator` per accelerator pool. The ForecasterActor pushes
 the HP demand forecast; the actor computes Eq. 10's quota from the pool's capacity, its idle
 GPUs (S0) and the GPUs spot jobs hold (Sa), adapts eta from the eviction rate (Eq. 11), and
-writes the quotas to the store, where the controller reads them each tick (spot admission).
+writes the quotas to the store, where the controller reads them each tick (spot admission),
+with one point per pool in the store's bounded capacity history (what the dashboard draws).
 Its eta state is saved in the store, so it survives restarts.
 """
 
@@ -14,10 +15,15 @@ from typing import Any
 
 import ray
 
-from controlplane.core.models import JobKind, Quota
+from controlplane.core.models import CapacityPoint, JobKind, Quota
 from controlplane.store import Store
 from policies.forecast import Forecast
-from policies.quota import QuotaParams, SpotQuotaAllocator
+from policies.quota import (
+    QuotaParams,
+    SpotQuotaAllocator,
+    aggregate_mean_demand,
+    aggregate_upper_demand,
+)
 
 STATE_KEY = "quota_allocators"
 
@@ -58,7 +64,7 @@ class QuotaAllocatorActor:
 
         usage = self.usage()
         self._adapt_eta(now)
-        quotas = []
+        quotas, points = [], []
         for acc, alloc in self.allocators.items():
             mean, sigma = forecasts.get(acc, ([[0.0]], [[0.0]]))
             fc = Forecast(np.asarray(mean, dtype=float), np.asarray(sigma, dtype=float))
@@ -67,7 +73,15 @@ class QuotaAllocatorActor:
             q = alloc.quota(cap, fc, max(cap - used, 0.0), spot)
             quotas.append(Quota(pool="default", accelerator=acc, capacity_gpus=int(cap),
                                 spot_quota_gpus=int(q), updated_at=now))
+            h = alloc.params.horizon_hours
+            points.append(CapacityPoint(
+                at=now, pool="default", accelerator=acc, capacity_gpus=int(cap),
+                spot_quota_gpus=int(q), hp_demand_gpus=aggregate_mean_demand(fc, h),
+                hp_demand_upper_gpus=aggregate_upper_demand(fc, alloc.params.p, h,
+                                                            alloc.params.aggregation),
+                guarantee_hours=h, eta=alloc.eta))
         self.store.set_quotas(quotas)
+        self.store.add_capacity(points)
         self.store.set_meta(STATE_KEY, json.dumps({a: al.state_dict()
                                                    for a, al in self.allocators.items()}))
         return quotas

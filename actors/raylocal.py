@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from controlplane.core.errors import InvalidInput
+
 _lock = threading.Lock()
+REPO = Path(__file__).resolve().parents[1]
 
 # Serve restarts a dead HTTP proxy only after its health check failed 3 times in a row, one check
 # every RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S (Ray's default 10 s: 20-30 s of refused
@@ -107,22 +110,90 @@ class WorkloadAddress:
     token_path: str | None = None
 
 
+@dataclass(frozen=True)
+class OsUser:
+    """Another OS account for the workload Ray's processes (its raylet, workers and every job)."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def named(cls, name: str) -> OsUser:
+        """The account ``name``; switching to it needs root (CAP_SETUID/CAP_SETGID)."""
+        import pwd
+
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            raise InvalidInput("workload_user", f"no OS user named {name!r}",
+                               fix="create it (useradd --system spotplane-jobs) or pass an existing one") from None
+        if os.geteuid() != 0:
+            raise InvalidInput("workload_user", f"running the workload Ray as {name!r} needs root "
+                               f"(this process is uid {os.geteuid()})",
+                               fix="start spotplane as root, or leave the workload user unset "
+                                   "(same-user mode: docs/security.md, known limits)")
+        if entry.pw_uid == os.geteuid():
+            raise InvalidInput("workload_user", f"{name!r} is the control plane's own user",
+                               fix="pass another account, e.g. nobody")
+        return cls(name, entry.pw_uid, entry.pw_gid)
+
+    def check_runs(self, python: str) -> None:
+        """Refuse (naming the fix) when the account cannot run ``python`` with Ray: an
+        interpreter installed under a 0700 home (pyenv in /root, say) is out of its reach."""
+        try:
+            probe = subprocess.run([python, "-c", "import ray"], user=self.uid, group=self.gid,
+                                   extra_groups=[], cwd="/", env={"PATH": "/usr/bin:/bin"},
+                                   capture_output=True, text=True, timeout=120, check=False)
+            why = (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1]
+            ok = probe.returncode == 0
+        except OSError as exc:  # the interpreter itself is out of reach
+            why, ok = str(exc), False
+        if not ok:
+            raise InvalidInput("workload_user", f"{self.name!r} cannot run {python} with Ray ({why})",
+                               fix="install Python and the venv where that user can read them "
+                                   "(not under a 0700 home), or leave the workload user unset")
+
+    def give(self, path: str | Path) -> None:
+        """Hand ``path`` (a directory the workload writes: its HOME, an artifact root) to the user."""
+        os.chown(path, self.uid, self.gid)
+
+
 class WorkloadRay:
     """A private local Ray for tenants' jobs, started in a child with a scrubbed environment
     (``python -m actors.raylocal SLOTS NUM_CPUS``, ``HOME`` a directory of its own) so its raylet, dashboard agent and
-    every job it starts inherit no secret of the process that starts it. ``stop()`` (or the
-    parent's death: the child's stdin closes) shuts it down."""
+    every job it starts inherit no secret of the process that starts it. With ``user`` the
+    child (so the raylet, its workers and every job) runs as that OS account, which cannot read
+    the control plane's 0600/0700 state files, Ray token or ``/proc/<pid>/environ``.
+    ``stop()`` (or the parent's death: the child's stdin closes) shuts it down."""
 
     def __init__(self, slots: int, *, num_cpus: int = 4, home: str | Path,
-                 python: str = sys.executable, timeout_s: float = 180.0, attempts: int = 3) -> None:
-        token = Path(home) / ".ray" / "auth_token"
+                 python: str = sys.executable, timeout_s: float = 180.0, attempts: int = 3,
+                 user: OsUser | None = None, token: bool = True) -> None:
+        # its own Ray token, written once (every start attempt uses the same), at Ray's default
+        # path under its HOME: the executor and the actor bridge get its path; the jobs' drivers
+        # find it through RAY_AUTH_TOKEN_PATH (a Ray job must join its own cluster)
+        token_file = new_token_file(Path(home) / ".ray" / "auth_token") if token else None
+        env = scrubbed_env(str(home), token_path=str(token_file) if token_file else None)
+        if token_file is None:
+            env["RAY_AUTH_MODE"] = "disabled"
+        ids: dict[str, Any] = {}
+        if user is not None:
+            user.check_runs(python)
+            user.give(home)
+            if token_file is not None:
+                user.give(token_file.parent)
+                user.give(token_file)
+            env.update(USER=user.name, LOGNAME=user.name)
+            ids = {"user": user.uid, "group": user.gid, "extra_groups": []}
+        self.user = user
         for attempt in range(1, attempts + 1):
             # Ray gives a new raylet 30 s to register (hard-coded): a loaded machine misses it
             self.proc = subprocess.Popen(
                 [python, "-m", "actors.raylocal", str(slots), str(num_cpus)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                env={**scrubbed_env(str(home)), "RAY_AUTH_MODE": "disabled"},
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                 start_new_session=True,  # a terminal's Ctrl-C reaches it only through stop()
+                cwd=REPO, **ids,  # `-m actors.raylocal` from the checkout, whoever runs it
             )
             assert self.proc.stdout is not None
             line = _read_line(self.proc.stdout, timeout_s)
@@ -133,7 +204,7 @@ class WorkloadRay:
                 raise RuntimeError(f"the workload Ray did not start in {attempts} attempts")
         info = json.loads(line)
         self.address = WorkloadAddress(dashboard=info["dashboard"], gcs=info["gcs"],
-                                       token_path=str(token) if token.is_file() else None)
+                                       token_path=str(token_file) if token_file else None)
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Shut the workload Ray down (its jobs die with it)."""

@@ -4,8 +4,10 @@
 [--kinds controller,http_proxy,...] [--min-kills K]``
 starts a private local Ray, the control plane (simulated fleet, deadline policies in their own
 actors, quota and forecaster actors, the Ray job executor for real jobs) and the Serve API over a
-fresh store. Several tenants submit spot, HP and deadline jobs (and a few real
-``examples/train_numpy.py`` jobs, whose checkpoint actors are targets too) through the API for N
+fresh store, and for real jobs a second local Ray, the workload cluster (``WorkloadRay``, with
+its own Ray token, as under ``spotplane up``). Several tenants submit spot, HP and deadline jobs
+(and a few real ``examples/train_numpy.py`` jobs, whose checkpoint actors on the workload Ray are
+targets too) through the API for N
 minutes while a killer sends SIGKILL, one at a time, to the controller actor's worker process,
 the API replica, the HTTP proxy, a deadline-policy actor, the quota and forecaster actors and a
 checkpoint actor, and measures each one's time to recover. Then it lets the jobs finish and checks:
@@ -15,8 +17,9 @@ accepted = stored, no job lost or duplicated, no node launched twice per launch 
 The HTTP proxy is restarted by the Serve controller's health check (Ray 2.60: every
 ``RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S`` = 10 s, unhealthy after 3 failures in a row, so ~20-30 s
 of refused connections); :func:`actors.raylocal.init_local_ray` sets the period to 1 s.
-Worker raylets are not killed: everything here runs on the one local raylet (the simulated
-fleet's nodes are not Ray nodes), and killing the head raylet ends the whole cluster by design.
+Worker raylets are not killed: the control plane and the workload each run on one local head
+raylet (the simulated fleet's nodes are not Ray nodes, so no spotplane process lives on a worker
+raylet here), and killing a head raylet ends that whole cluster by design.
 """
 
 from __future__ import annotations
@@ -40,8 +43,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from actors.executor import slot_resources
-from actors.raylocal import free_port, init_local_ray
+from actors.raylocal import WorkloadRay, free_port, init_local_ray
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from controlplane.cli.demo import real_job as demo_job
 from controlplane.reconcile.contracts import ControllerSettings
@@ -96,6 +98,9 @@ def _title(pid: int) -> str:
         return ""
 
 
+WORKLOAD_ROOTS: set[int] = set()  # the workload Ray's launcher (its raylet and workers below it)
+
+
 def our_raylets() -> list[int]:
     """The raylet process(es) of the Ray this driver started."""
     import ray
@@ -106,8 +111,9 @@ def our_raylets() -> list[int]:
 
 
 def our_workers() -> dict[int, str]:
-    """pid -> process title of every process under our raylet (never another Ray's)."""
-    roots = set(our_raylets())
+    """pid -> process title of every process under our raylet or under the workload Ray we
+    started (where real jobs and their checkpoint actors run), never another Ray's."""
+    roots = set(our_raylets()) | WORKLOAD_ROOTS
     pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     parent = {p: _ppid(p) for p in pids}
     out: dict[int, str] = {}
@@ -340,16 +346,25 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
 
     rng = random.Random(seed)
     state = Path(tempfile.mkdtemp(prefix="spotplane-chaos-"))
-    init_local_ray(namespace=NAMESPACE, num_cpus=4, include_dashboard=real_jobs > 0,
-                   log_to_driver=False, configure_logging=False, resources=slot_resources(8))
+    init_local_ray(namespace=NAMESPACE, num_cpus=4, include_dashboard=False,
+                   log_to_driver=False, configure_logging=False)
     handles = None
     api = False
+    workload: WorkloadRay | None = None
     try:
+        options: dict[str, Any] = {}
+        if real_jobs:  # tenants' jobs run on a Ray of their own, as under `spotplane up`
+            workload = WorkloadRay(8, num_cpus=2, home=tempfile.mkdtemp(prefix="spotplane-chaos-home-"))
+            WORKLOAD_ROOTS.add(workload.proc.pid)
+            options = {"artifact_uri": str(state / "artifacts"),
+                       "workload_address": workload.address.dashboard,
+                       "workload_gcs": workload.address.gcs,
+                       "workload_token_path": workload.address.token_path}
         settings = RuntimeSettings(
             state_dir=state, fleet="sim", speed=speed, clock="sim", namespace=NAMESPACE,
             policy_actor_shards=2, controller=ControllerSettings(),
             executor_factory="actors.executor:runtime_executor" if real_jobs else None,
-            executor_options={"artifact_uri": str(state / "artifacts")} if real_jobs else {})
+            executor_options=options)
         handles = start_control_plane(settings)
         store = Store(settings.db_path)
         tokens = [store.create_tenant(f"chaos-{i}", max_gpus=64)[1] for i in range(tenants)]
@@ -411,6 +426,9 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         if handles is not None:
             with contextlib.suppress(Exception):
                 stop_control_plane(handles)
+        if workload is not None:
+            workload.stop()
+            WORKLOAD_ROOTS.discard(workload.proc.pid)
         ray.shutdown()
 
 

@@ -2,12 +2,18 @@
 
     python -m benchmarks.multiregion [--json] [--windows 100] [--compute-hours 48]
         [--deadline-hours 60] [--overhead-hours 0.2] [--seed S] [--plot F.png]
+        [--observe free|paid] [--zones K]
 
 Policies: up_best_zone (Uniform Progress pinned to the zone that was cheapest for that window, in
 hindsight), up_zone_mean (UP pinned to each zone, mean over zones), up_eager_failover,
 spotplane (ours: policies.multizone.SpotplaneMultiZone) and omniscient (multi-zone DP). Costs are
 dollars for one a3-highgpu-8g; windows start at random ticks (fixed seed). spotplane learns zone
 run lengths from the trace *before* the window (the past, which a live system has observed).
+
+``--observe paid`` adds spotplane_paid: spotplane when a zone's availability is known only
+where the job runs, where a launch was tried or where a probe was bought (one minute of spot in
+that zone, in the cost), the policy choosing what to probe
+(``policies.paid_observation``). ``--zones K`` replays each window on K zones drawn at random.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from policies.multizone import (
     ZonePinned,
     multizone_plan,
 )
+from policies.paid_observation import ProbingSpotplane, simulate_zones_paid
 
 SEED = 20251004
 POLICIES = ("up_best_zone", "up_zone_mean", "up_eager_failover", "spotplane", "omniscient")
@@ -57,7 +64,8 @@ class World:
         return simulate_zones(policy, self.up[:, start : start + n], self.g, self.names, self.spot, self.od, record=record)
 
 
-def run_window(world: World, task: DeadlineTask, start: int) -> dict[str, SimResult | list[SimResult]]:
+def run_window(world: World, task: DeadlineTask, start: int, paid: bool = False,
+               probes: list[tuple[int, float, int]] | None = None) -> dict[str, SimResult | list[SimResult]]:
     n = window_ticks(task.deadline_hours, world.g)
     out: dict[str, SimResult | list[SimResult]] = {}
     pinned = []
@@ -69,6 +77,12 @@ def run_window(world: World, task: DeadlineTask, start: int) -> dict[str, SimRes
     out["up_eager_failover"] = world.run(EagerFailover(task, tick_hours=world.g), start, n)
     hist = world.up[:, :start]
     out["spotplane"] = world.run(SpotplaneMultiZone(task, tick_hours=world.g, history=hist, zone_names=world.names), start, n)
+    if paid:
+        pol = ProbingSpotplane(task, tick_hours=world.g, history=hist, zone_names=world.names)
+        r = simulate_zones_paid(pol, world.up[:, start : start + n], world.g, world.names, world.spot, world.od)
+        out["spotplane_paid"] = r.result
+        if probes is not None:
+            probes.append((r.probes, r.probe_cost, r.refused_launches))
     plan = multizone_plan(task, world.up[:, start : start + n], world.g, world.spot, world.od)
     out["omniscient"] = world.run(MultiZonePlanPolicy(task, plan, world.names, world.g), start, n)
     return out
@@ -76,7 +90,12 @@ def run_window(world: World, task: DeadlineTask, start: int) -> dict[str, SimRes
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
-    world = World(DataCatalog(data_dir()).h100_zones())
+    world = full = World(DataCatalog(data_dir()).h100_zones())
+    if not 1 <= args.zones <= len(full.names):
+        raise InvalidInput("--zones", f"must be 1..{len(full.names)}, got {args.zones}", fix="e.g. --zones 6")
+    paid = args.observe == "paid"
+    policies = POLICIES + (("spotplane_paid",) if paid else ())
+    probes: list[tuple[int, float, int]] = []
     task = DeadlineTask(args.compute_hours, args.deadline_hours, args.overhead_hours,
                         on_demand_price=min(world.od), spot_price=min(world.spot))
     n = window_ticks(task.deadline_hours, world.g)
@@ -88,18 +107,22 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                            fix=f"use at most {world.n_ticks * world.g:g} hours")
     rng = np.random.default_rng(args.seed)
     starts = rng.integers(0, world.n_ticks - n + 1, size=args.windows)
-    acc: dict[str, list[tuple[float, bool, int]]] = {p: [] for p in POLICIES}
-    per_zone = np.zeros((len(starts), len(world.names)))
+    acc: dict[str, list[tuple[float, bool, int]]] = {p: [] for p in policies}
+    subsets = [np.sort(rng.choice(len(full.names), args.zones, replace=False)) for _ in starts]
+    per_zone = np.zeros((len(starts), len(full.names)))
     for w, s in enumerate(starts):
-        res = run_window(world, task, int(s))
+        if args.zones < len(full.names):
+            world = World([full.zones[j] for j in subsets[w]])
+        res = run_window(world, task, int(s), paid, probes)
         pinned = res["pinned"]
         assert isinstance(pinned, list)
         costs = [r.cost for r in pinned]
-        per_zone[w] = costs
+        per_zone[w] = np.nan
+        per_zone[w, [full.names.index(z) for z in world.names]] = costs
         b = int(np.argmin(costs))
         acc["up_best_zone"].append((pinned[b].cost, pinned[b].met_deadline, pinned[b].changeovers))
         acc["up_zone_mean"].append((float(np.mean(costs)), all(r.met_deadline for r in pinned), int(np.mean([r.changeovers for r in pinned]))))
-        for p in ("up_eager_failover", "spotplane", "omniscient"):
+        for p in ("up_eager_failover", "spotplane", "omniscient") + (("spotplane_paid",) if paid else ()):
             r = res[p]
             assert isinstance(r, SimResult)
             acc[p].append((r.cost, r.met_deadline, r.changeovers))
@@ -114,16 +137,24 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "vs_omniscient_pct": round(float((c.mean() / omni.mean() - 1) * 100), 2),
             "p75_vs_omniscient_pct": round(float(np.percentile(c / omni - 1, 75) * 100), 2),
         }
-    best_fixed = int(np.argmin(per_zone.mean(0)))
+    zone_mean = np.nanmean(per_zone, axis=0)
+    best_fixed = int(np.nanargmin(zone_mean))
     out = {
         "windows": int(len(starts)),
         "task": {"compute_hours": task.compute_hours, "deadline_hours": task.deadline_hours, "overhead_hours": task.overhead_hours},
         "policies": table,
-        "zone_mean_cost": {z: round(float(c), 2) for z, c in zip(world.names, per_zone.mean(0), strict=True)},
-        "best_fixed_zone": {"zone": world.names[best_fixed], "cost": round(float(per_zone[:, best_fixed].mean()), 2)},
+        "zones": args.zones, "observe": args.observe,
+        "zone_mean_cost": {z: round(float(c), 2) for z, c in zip(full.names, zone_mean, strict=True)
+                           if np.isfinite(c)},
+        "best_fixed_zone": {"zone": full.names[best_fixed], "cost": round(float(zone_mean[best_fixed]), 2)},
         "on_demand_cost": round(min(world.od) * (task.compute_hours + task.overhead_hours), 2),
         "seconds": round(time.perf_counter() - t0, 2),
     }
+    if paid:
+        out["paid_observation"] = {
+            "probes_per_window": round(float(np.mean([p[0] for p in probes])), 2),
+            "probe_cost_per_window": round(float(np.mean([p[1] for p in probes])), 2),
+            "refused_launches_per_window": round(float(np.mean([p[2] for p in probes])), 2)}
     if args.plot:
         plot(args.plot, world, task, int(starts[0]))
     return out
@@ -161,12 +192,14 @@ def plot(path: str, world: World, task: DeadlineTask, start: int) -> None:
 
 def print_table(out: dict[str, Any]) -> None:
     t = out["task"]
-    print(f"13 H100 zones, {out['windows']} windows, C={t['compute_hours']} h, R={t['deadline_hours']} h, d={t['overhead_hours']} h; "
+    print(f"{out['zones']} H100 zones ({out['observe']} observation), {out['windows']} windows, C={t['compute_hours']} h, R={t['deadline_hours']} h, d={t['overhead_hours']} h; "
           f"all on-demand in the cheapest zone: ${out['on_demand_cost']}")
     print(f"{'policy':<20}{'cost $':>10}{'vs omni':>10}{'p75':>9}{'missed':>8}{'changeovers':>13}")
     for p, r in out["policies"].items():
         print(f"{p:<20}{r['cost']:>10.2f}{r['vs_omniscient_pct']:>9.1f}%{r['p75_vs_omniscient_pct']:>8.1f}%{r['missed']:>8d}{r['changeovers']:>13.1f}")
     print(f"best fixed zone overall: {out['best_fixed_zone']}; {out['seconds']} s")
+    if "paid_observation" in out:
+        print(f"paid observation per window: {out['paid_observation']}")
 
 
 @entry
@@ -179,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compute-hours", type=float, default=48.0)
     ap.add_argument("--deadline-hours", type=float, default=60.0)
     ap.add_argument("--overhead-hours", type=float, default=0.2)
+    ap.add_argument("--observe", choices=("free", "paid"), default="free",
+                    help="paid: add spotplane learning zones by running, launching and probing")
+    ap.add_argument("--zones", type=int, default=13, help="zones per window, drawn at random")
     args = ap.parse_args(argv)
     out = bench(args)
     if args.json:

@@ -39,12 +39,13 @@ TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 class Replay:
     """One control plane on a manual clock, and the scenario's jobs submitted into its store."""
 
-    def __init__(self, start_hours: float, seed: int, state: Path) -> None:
+    def __init__(self, start_hours: float, seed: int, state: Path,
+                 settings: ControllerSettings | None = None) -> None:
         self.clock = SimClock(start=0.0)
         fleet = SimulatedFleet.from_options(clock=self.clock, seed=seed, state_path=state / "fleet.db",
                                             lifetime_model=default_gce_model())
         self.store = Store(state / "spotplane.db")
-        self.controller = Controller(self.store, fleet, self.clock, ControllerSettings(),
+        self.controller = Controller(self.store, fleet, self.clock, settings or ControllerSettings(),
                                      epoch=self.store.take_controller_lease())
         self.scenario = Scenario()
         self.tenants = {name: self.store.create_tenant(name, max_gpus=10_000)[0].id
@@ -101,10 +102,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start-hours", type=float, default=7.0,
                     help="hours of the fleet's traces before the jobs arrive (default 7)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deadline-policy", default=None,
+                    help="every deadline job's policy (default: the controller's default)")
+    ap.add_argument("--reuse", default="by_age", help="by_age | always | never")
+    ap.add_argument("--hot-spare-seconds", type=float, default=3600.0)
     args = ap.parse_args(argv)
+    settings = ControllerSettings(deadline_policy=args.deadline_policy, reuse=args.reuse,
+                                  hot_spare_seconds=args.hot_spare_seconds)
     with tempfile.TemporaryDirectory(prefix="spotplane-replay-") as tmp:
         print(f"replaying the demo from {args.start_hours} h ...", file=sys.stderr)
-        replay = Replay(args.start_hours, args.seed, Path(tmp))
+        replay = Replay(args.start_hours, args.seed, Path(tmp), settings)
         submitted_at, t0 = replay.clock.now(), time.perf_counter()
         demo = report(replay, replay.run(), submitted_at, time.perf_counter() - t0)
         replay.store.close()

@@ -26,7 +26,7 @@ from controlplane.core.errors import (
 log = logging.getLogger(__name__)
 
 API = "/v1"
-NEXT_OFFSET_HEADER = "X-Spotplane-Next-Offset"  # set by the API when a page stops at its byte cap
+NEXT_AFTER_HEADER = "X-Spotplane-Next-After"  # the API's cursor of the next page of jobs
 DEFAULT_PAGE = 1000  # GET /v1/jobs without a limit
 ENDPOINT_FILE = "endpoint.json"
 
@@ -174,8 +174,8 @@ class SpotplaneClient:
         tenant_id: str | None = None,
         limit: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Jobs, oldest first: follows ``X-Spotplane-Next-Offset`` while the API cut a page short
-        at its byte cap, until ``limit`` jobs (the API's default page of 1,000 when None)."""
+        """Jobs, oldest first: follows the cursor (``X-Spotplane-Next-After``) page after page,
+        byte-cap cuts included, until ``limit`` jobs (the API's default page of 1,000 when None)."""
         want = DEFAULT_PAGE if limit is None else limit
         params: dict[str, Any] = {"state": state, "kind": kind, "bag_id": bag_id,
                                   "tenant_id": tenant_id, "limit": limit}
@@ -183,10 +183,10 @@ class SpotplaneClient:
         while True:
             response = self.send("GET", f"{API}/jobs", params=params)
             out.extend(response.json())
-            next_offset = response.headers.get(NEXT_OFFSET_HEADER)
-            if next_offset is None or len(out) >= want:
+            after = response.headers.get(NEXT_AFTER_HEADER)
+            if after is None or len(out) >= want:
                 return out
-            params = {**params, "offset": int(next_offset), "limit": want - len(out)}
+            params = {**params, "after": after, "limit": want - len(out)}
 
     def job(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"{API}/jobs/{job_id}")

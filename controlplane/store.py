@@ -34,6 +34,7 @@ from controlplane.core.models import (
     TERMINAL_STATES,
     Bag,
     BagSpec,
+    CapacityPoint,
     CostSummary,
     Decision,
     Event,
@@ -71,8 +72,11 @@ CREATE TABLE IF NOT EXISTS jobs (
   gpu_hours REAL NOT NULL DEFAULT 0,
   cancel_requested INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
+CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant_id, seq);
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (state, kind, submitted_at);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
 CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
+CREATE INDEX IF NOT EXISTS jobs_bag_state ON jobs (bag_id, state);
 CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
 CREATE TABLE IF NOT EXISTS bags (
   id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL);
@@ -99,16 +103,57 @@ CREATE TABLE IF NOT EXISTS zones (
 CREATE TABLE IF NOT EXISTS quotas (
   pool TEXT NOT NULL, accelerator TEXT NOT NULL, body TEXT NOT NULL,
   PRIMARY KEY (pool, accelerator));
+CREATE TABLE IF NOT EXISTS capacity_history (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, accelerator TEXT NOT NULL,
+  body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS capacity_history_at ON capacity_history (at);
 CREATE TABLE IF NOT EXISTS forecasts (tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS idempotency (
   tenant_id TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
   response TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tenant_id, key));
+CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_at);
 CREATE TABLE IF NOT EXISTS quarantine (
   tbl TEXT NOT NULL, id TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL, body TEXT,
   PRIMARY KEY (tbl, id));
+""" + """
+CREATE TABLE IF NOT EXISTS job_totals (
+  state TEXT NOT NULL, kind TEXT NOT NULL, n INTEGER NOT NULL DEFAULT 0,
+  cost REAL NOT NULL DEFAULT 0, on_demand_cost REAL NOT NULL DEFAULT 0, PRIMARY KEY (state, kind));
+CREATE TRIGGER IF NOT EXISTS job_totals_insert AFTER INSERT ON jobs BEGIN
+  INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
+    VALUES (new.state, new.kind, 1, new.cost, new.on_demand_cost)
+    ON CONFLICT (state, kind) DO UPDATE SET n = n + 1, cost = cost + excluded.cost,
+      on_demand_cost = on_demand_cost + excluded.on_demand_cost;
+END;
+CREATE TRIGGER IF NOT EXISTS job_totals_update AFTER UPDATE OF state, kind, cost, on_demand_cost ON jobs
+BEGIN
+  UPDATE job_totals SET n = n - 1, cost = cost - old.cost, on_demand_cost = on_demand_cost - old.on_demand_cost
+    WHERE state = old.state AND kind = old.kind;
+  INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
+    VALUES (new.state, new.kind, 1, new.cost, new.on_demand_cost)
+    ON CONFLICT (state, kind) DO UPDATE SET n = n + 1, cost = cost + excluded.cost,
+      on_demand_cost = on_demand_cost + excluded.on_demand_cost;
+END;
+CREATE TRIGGER IF NOT EXISTS job_totals_delete AFTER DELETE ON jobs BEGIN
+  UPDATE job_totals SET n = n - 1, cost = cost - old.cost, on_demand_cost = on_demand_cost - old.on_demand_cost
+    WHERE state = old.state AND kind = old.kind;
+END;
 """
+# job_totals: jobs and their bills per (state, kind), kept by the triggers above in the same
+# transaction as every job write, so /metrics reads a handful of rows however long the backlog.
+# A store written before the table existed is counted once when it is opened.
+JOB_TOTALS_BACKFILL = """
+INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
+  SELECT state, kind, COUNT(*), SUM(cost), SUM(on_demand_cost) FROM jobs GROUP BY state, kind
+"""
+
+# The capacity history is bounded both ways: points older than a week of control-plane time,
+# and all but the newest rows, go at every write (a refresh every 300 s of control time writes
+# one point per pool: 2,016 a week per pool).
+CAPACITY_MAX_AGE_S = 7 * 24 * 3600.0
+CAPACITY_MAX_ROWS = 20_000
 
 JOB_COLUMNS = "id, tenant_id, kind, state, bag_id, submitted_at, body, cancel_requested"
 NODE_COLUMNS = "id, state, job_id, body"
@@ -136,14 +181,28 @@ INTENT_DONE = "done"
 INTENT_FAILED = "failed"
 
 
+IDEMPOTENCY_TTL_S = 24 * 3600.0  # how long a key's answer is kept (Stripe keeps keys 24 h)
+
+
 @dataclass(frozen=True)
 class IdempotentCall:
     """A submission carrying an Idempotency-Key: the key, a digest of the request, and how to
-    render the answer (status 201) that a retry with the same key gets back verbatim."""
+    render the answer (status 201) that a retry with the same key gets back verbatim.
+
+    ``at`` is wall-clock seconds (retries happen in wall time, whatever the control-plane
+    clock's speed); an answer recorded ``ttl_s`` or more before ``at`` has expired: it is
+    pruned, and the key creates anew."""
 
     key: str
     fingerprint: str
     render: Callable[[Bag | None, Sequence[Job]], str]
+    at: float = 0.0
+    ttl_s: float = IDEMPOTENCY_TTL_S
+
+    @property
+    def not_before(self) -> float:
+        """Answers recorded at or before this instant have expired."""
+        return self.at - self.ttl_s
 
 
 @dataclass(frozen=True)
@@ -240,7 +299,10 @@ class Store:
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
         with self._lock:
-            self._db.executescript(SCHEMA)
+            fresh_totals = not self._db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_totals'").fetchall()
+            self._db.executescript("BEGIN IMMEDIATE;" + SCHEMA
+                                   + (JOB_TOTALS_BACKFILL + ";" if fresh_totals else "") + "COMMIT;")
 
     def close(self) -> None:
         with self._lock:
@@ -382,16 +444,29 @@ class Store:
         jobs = [self._new_job(tenant_id, s, t) for s in specs]
         return self._once(tenant_id, call, None, jobs, t)
 
-    def idempotent_answer(self, tenant_id: str, key: str) -> StoredAnswer | None:
-        """The answer recorded for ``key`` of ``tenant_id``, if any."""
+    def idempotent_answer(self, tenant_id: str, key: str,
+                          not_before: float = float("-inf")) -> StoredAnswer | None:
+        """The answer recorded for ``key`` of ``tenant_id`` after ``not_before``, if any."""
         rows = self._q("SELECT fingerprint, status, response FROM idempotency "
-                       "WHERE tenant_id = ? AND key = ?", (tenant_id, key))
+                       "WHERE tenant_id = ? AND key = ? AND created_at > ?",
+                       (tenant_id, key, not_before))
         return StoredAnswer(rows[0][0], rows[0][1], rows[0][2], True) if rows else None
+
+    def prune_idempotency(self, not_before: float) -> int:
+        """Forget every key answered at or before ``not_before`` (wall seconds); returns how many."""
+        with self._tx() as db:
+            return self._prune_keys(db, not_before)
+
+    @staticmethod
+    def _prune_keys(db: sqlite3.Connection, not_before: float) -> int:
+        return int(db.execute("DELETE FROM idempotency WHERE created_at <= ?",
+                              (not_before,)).rowcount)
 
     def _once(self, tenant_id: str, call: IdempotentCall, bag: Bag | None, jobs: Sequence[Job],
               now: float) -> StoredAnswer:
         body = call.render(bag, jobs)
         with self._tx() as db:
+            self._prune_keys(db, call.not_before)  # an expired answer goes: the key creates anew
             row = db.execute("SELECT fingerprint, status, response FROM idempotency "
                              "WHERE tenant_id = ? AND key = ?", (tenant_id, call.key)).fetchone()
             if row is not None:
@@ -401,7 +476,7 @@ class Store:
                            (bag.id, tenant_id, now, bag.model_dump_json()))
             self._insert_jobs(db, jobs)
             db.execute("INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, ?)",
-                       (tenant_id, call.key, call.fingerprint, 201, body, now))
+                       (tenant_id, call.key, call.fingerprint, 201, body, call.at))
         return StoredAnswer(call.fingerprint, 201, body, False)
 
     def jobs_in_flight(self, tenant_id: str) -> int:
@@ -467,13 +542,19 @@ class Store:
     def list_jobs(self, tenant_id: str | None = None, *,
                   state: JobState | str | Iterable[JobState | str] | None = None,
                   kind: JobKind | str | None = None, bag_id: str | None = None,
-                  limit: int = 1000, offset: int = 0, max_bytes: int | None = None) -> list[Job]:
+                  limit: int = 1000, offset: int = 0, max_bytes: int | None = None,
+                  after: str | None = None) -> list[Job]:
         """Jobs, oldest first; ``tenant_id=None`` means every tenant (admin views); with
-        ``max_bytes`` reading stops after the stored bodies pass it."""
-        where, args = [], []  # type: ignore[var-annotated]
+        ``max_bytes`` reading stops after the stored bodies pass it. ``after`` (a job id of the
+        same scope) is a cursor: the page starts past that job, one index range however deep."""
+        where: list[str] = []
+        args: list[Any] = []
         if tenant_id is not None:
             where.append("tenant_id = ?")
             args.append(tenant_id)
+        if after is not None:
+            where.append("seq > ?")
+            args.append(self._cursor_seq(after, tenant_id))
         states = _states(state)
         if states is not None:
             where.append(f"state IN ({','.join('?' * len(states))})")
@@ -492,6 +573,15 @@ class Store:
                 if max_bytes is not None else self._q(sql, [*args, limit, offset]))
         return [self._job_or_stand_in(r) for r in rows]
 
+    def _cursor_seq(self, after: str, tenant_id: str | None) -> int:
+        """The seq of job ``after`` (a page cursor); InvalidInput when it is no job of the scope."""
+        rows = self._q("SELECT seq, tenant_id FROM jobs WHERE id = ?", (after,))
+        if not rows or (tenant_id is not None and rows[0][1] != tenant_id):
+            raise InvalidInput("after", f"{after!r} is not a job of this list",
+                               fix="pass the X-Spotplane-Next-After header of the previous page, "
+                                   "or leave `after` out for the first page")
+        return int(rows[0][0])
+
     def _q_bytes(self, sql: str, args: Sequence[Any], max_bytes: int,
                  body_at: int = 0) -> list[tuple[Any, ...]]:
         """Rows of ``sql`` until their bodies (column ``body_at``) pass ``max_bytes``: the row that
@@ -508,10 +598,18 @@ class Store:
     def job_page(self, tenant_id: str | None = None, *, states: list[str] | None = None,
                  kind: str | None = None, text: str | None = None, order_by: str = "seq",
                  descending: bool = False, now: float = 0.0, limit: int = 50,
-                 offset: int = 0) -> tuple[int, list[Job]]:
+                 offset: int = 0, after: str | None = None) -> tuple[int, list[Job]]:
         """One sorted, filtered page of jobs and how many match; ``order_by`` is a key of
-        :data:`JOB_ORDER` (the dashboard's sortable columns), ``text`` matches id or name."""
-        where, args = [], []  # type: ignore[var-annotated]
+        :data:`JOB_ORDER` (the dashboard's sortable columns), ``text`` matches id or name;
+        ``after`` (a job id, in submission order only) starts the page past that job."""
+        where: list[str] = []
+        args: list[Any] = []
+        if after is not None:
+            if JOB_ORDER[order_by] != "seq":
+                raise InvalidInput("after", f"pages by cursor only in submission order, not by "
+                                   f"{order_by}", fix="sort by submitted, or page with offset")
+            where.append("seq < ?" if descending else "seq > ?")
+            args.append(self._cursor_seq(after, tenant_id))
         if tenant_id is not None:
             where.append("tenant_id = ?")
             args.append(tenant_id)
@@ -525,12 +623,17 @@ class Store:
             where.append("(id LIKE ? OR json_extract(body, '$.name') LIKE ?)")
             args.extend([f"%{text}%"] * 2)
         sql_where = (" WHERE " + " AND ".join(where)) if where else ""
-        total = int(self._q(f"SELECT COUNT(*) FROM jobs{sql_where}", args)[0][0])
+        count_where = [w for w in where if not w.startswith("seq ")]  # every match, not the rest
+        count_args = args[1:] if after is not None else args
+        total = int(self._q("SELECT COUNT(*) FROM jobs"
+                            + ((" WHERE " + " AND ".join(count_where)) if count_where else ""),
+                            count_args)[0][0])
         order = JOB_ORDER[order_by]
         direction = "DESC" if descending else "ASC"
         order_args = [now] if "?" in order else []
-        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs{sql_where} "
-                       f"ORDER BY {order} IS NULL, {order} {direction}, seq LIMIT ? OFFSET ?",
+        by = (f"seq {direction}" if order == "seq"  # the index's own order: no sort
+              else f"{order} IS NULL, {order} {direction}, seq")
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs{sql_where} ORDER BY {by} LIMIT ? OFFSET ?",
                        [*args, *order_args, *order_args, limit, offset])
         return total, [self._job_or_stand_in(r) for r in rows]
 
@@ -739,6 +842,45 @@ class Store:
         return [Quota.model_validate_json(r[0])
                 for r in self._q("SELECT body FROM quotas ORDER BY pool, accelerator")]
 
+    def add_capacity(self, points: Sequence[CapacityPoint], *,
+                     max_age_s: float = CAPACITY_MAX_AGE_S,
+                     max_rows: int = CAPACITY_MAX_ROWS) -> int:
+        """Append one refresh's points, then prune points older than ``max_age_s`` before the
+        newest point and all but the newest ``max_rows``; returns how many were pruned."""
+        if not points:
+            return 0
+        newest = max(p.at for p in points)
+        with self._tx() as db:
+            db.executemany("INSERT INTO capacity_history (at, accelerator, body) VALUES (?, ?, ?)",
+                           [(p.at, p.accelerator, p.model_dump_json(exclude={"id"})) for p in points])
+            gone = db.execute("DELETE FROM capacity_history WHERE at < ?",
+                              (newest - max_age_s,)).rowcount
+            gone += db.execute("DELETE FROM capacity_history WHERE id <= (SELECT id FROM "
+                               "capacity_history ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                               (max_rows,)).rowcount
+        return gone
+
+    def capacity_history(self, *, accelerator: str | None = None, after: int | None = None,
+                         limit: int = 500) -> list[CapacityPoint]:
+        """Points oldest first: those with ``id > after``, or without ``after`` the newest
+        ``limit`` (a chart's window); at most ``limit`` either way."""
+        where: list[str] = []
+        args: list[Any] = []
+        if accelerator is not None:
+            where.append("accelerator = ?")
+            args.append(accelerator)
+        if after is not None:
+            where.append("id > ?")
+            args.append(after)
+        sql = "SELECT id, body FROM capacity_history"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY id {'ASC' if after is not None else 'DESC'} LIMIT ?"
+        rows = self._q(sql, [*args, limit])
+        points = [CapacityPoint.model_validate_json(body).model_copy(update={"id": i})
+                  for i, body in rows]
+        return points if after is not None else points[::-1]
+
     def put_forecasts(self, rows: Sequence[ForecastRow]) -> None:
         with self._tx() as db:
             db.executemany("INSERT OR REPLACE INTO forecasts VALUES (?, ?)",
@@ -760,12 +902,14 @@ class Store:
         out: dict[str, float] = {k: float(v) for k, v in self._q("SELECT name, value FROM counters")}
         for state in JobState:
             out[f"jobs{{state=\"{state.value}\"}}"] = 0.0
-        for state, kind, n in self._q("SELECT state, kind, COUNT(*) FROM jobs GROUP BY state, kind"):
+        cost = od = 0.0
+        for state, kind, n, c, o in self._q("SELECT state, kind, n, cost, on_demand_cost FROM job_totals "
+                                            "WHERE n > 0"):
             out[f"jobs{{state=\"{state}\"}}"] += n
             out[f"jobs_by_kind{{kind=\"{kind}\",state=\"{state}\"}}"] = float(n)
+            cost, od = cost + c, od + o
         for state, n in self._q("SELECT state, COUNT(*) FROM nodes GROUP BY state"):
             out[f"nodes{{state=\"{state}\"}}"] = float(n)
-        cost, od = self._q("SELECT COALESCE(SUM(cost),0), COALESCE(SUM(on_demand_cost),0) FROM jobs")[0]
         out["cost_dollars"] = float(cost)
         out["on_demand_cost_dollars"] = float(od)
         out["control_time_seconds"] = self.control_time()
@@ -822,7 +966,8 @@ class Store:
 
     def max_spot_queue_seconds(self, now: float, window_seconds: float) -> float:
         """Longest time a spot job waited in QUEUED among waits that ended in the last
-        ``window_seconds`` or are still going on (GFS Eq. 11's max spot queueing time over H)."""
+        ``window_seconds`` or are still going on, a PENDING one since its submission (GFS
+        Eq. 11's max spot queueing time over H)."""
         entered = ("(SELECT MAX(q.at) FROM events q WHERE q.job_id = {job} AND q.dst = 'QUEUED'"
                    " AND q.id < {before})")
         ended = self._q(
@@ -832,7 +977,11 @@ class Store:
         ongoing = self._q(
             "SELECT MAX(? - " + entered.format(job="j.id", before="1e18") + ") "
             "FROM jobs j WHERE j.kind = 'spot' AND j.state = 'QUEUED'", (now,))
-        waits = [w for (w,) in ended + ongoing if w is not None]
+        # a backlog the controller has not admitted yet waits too: since its submission (the
+        # oldest is one probe of the jobs_waiting index, however long the backlog)
+        pending = self._q("SELECT ? - MIN(submitted_at) FROM jobs WHERE state = 'PENDING' "
+                          "AND kind = 'spot'", (now,))
+        waits = [w for (w,) in ended + ongoing + pending if w is not None]
         return max([0.0, *waits])
 
     # -- what the controller calls -------------------------------------------------------------
@@ -846,6 +995,42 @@ class Store:
         rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN "
                        f"({','.join('?' * len(states))}) ORDER BY seq", states)
         return _split(self._job_row(r) for r in rows)
+
+    def load_placed_jobs(self) -> tuple[list[Job], list[BadRow]]:
+        """Active jobs past the queue (starting, running, checkpointing, preempted) that load,
+        and the rows that do not: what a restarted controller needs before its first tick."""
+        states = [s.value for s in ACTIVE_STATES - {JobState.PENDING, JobState.QUEUED}]
+        rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state IN "
+                       f"({','.join('?' * len(states))}) ORDER BY seq", states)
+        return _split(self._job_row(r) for r in rows)
+
+    def tenant_jobs_after(self, tenant_id: str, state: JobState, after_seq: int,
+                          limit: int) -> list[tuple[int, Job | BadRow]]:
+        """Up to ``limit`` of one tenant's jobs in ``state`` past ``after_seq``, oldest first
+        (one range of the ``jobs_tenant_state`` index), each with its seq."""
+        rows = self._q(f"SELECT {JOB_COLUMNS}, seq FROM jobs WHERE tenant_id = ? AND state = ? "
+                       "AND seq > ? ORDER BY seq LIMIT ?",
+                       (tenant_id, JobState(state).value, after_seq, limit))
+        return [(int(r[-1]), self._job_row(r[:-1])) for r in rows]
+
+    def load_waiting_jobs(self, ids: Sequence[str]) -> tuple[list[Job], list[BadRow]]:
+        """The jobs among ``ids`` still PENDING or QUEUED (a backlog's cancelled jobs), by id."""
+        out: list[Job | BadRow] = []
+        for i in range(0, len(ids), 500):
+            part = list(ids[i:i + 500])
+            rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN "
+                           f"({','.join('?' * len(part))}) AND state IN ('PENDING', 'QUEUED') "
+                           "ORDER BY seq", part)
+            out += [self._job_row(r) for r in rows]
+        return _split(out)
+
+    def has_pending(self) -> bool:
+        """Whether any submission waits for the controller (one probe of an index)."""
+        return bool(self._q("SELECT 1 FROM jobs WHERE state = 'PENDING' LIMIT 1"))
+
+    def tenant_ids(self) -> list[str]:
+        """Every tenant's id, oldest first (no row is parsed)."""
+        return [r[0] for r in self._q("SELECT id FROM tenants ORDER BY created_at, id")]
 
     def new_jobs(self, known: set[str] | None = None) -> list[Job]:
         """PENDING jobs (submitted since the controller last looked) that load."""

@@ -413,8 +413,11 @@ class YoungDalyPlanner:
 
     def plan(self, work_hours: float, start_age_hours: float = 0.0) -> CheckpointSchedule:
         J = _steps("work_hours", work_hours, self.step, positive=True)
-        k = max(1, round(self.interval_hours / self.step))
-        cps = tuple(i * self.step for i in range(k, J, k))
+        if math.isfinite(self.interval_hours):
+            k = max(1, round(self.interval_hours / self.step))
+            cps = tuple(i * self.step for i in range(k, J, k))
+        else:  # hazard(0) = 0: no failure expected, no checkpoint
+            cps = ()
         work = J * self.step
         em = expected_makespan(self.model, cps, work, self.delta, start_age_hours, self.step,
                                restart_hours=self.restart)

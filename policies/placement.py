@@ -69,6 +69,7 @@ class TaskRequest:
     pods: int = 1
     gpu_model: tuple[str, ...] | None = None
     tenant: str = "default"
+    expected_hours: float | None = None  # how long it is expected to run (None: unknown)
 
     def __post_init__(self) -> None:
         if self.priority not in ("hp", "spot"):
@@ -154,6 +155,16 @@ class Placement:
 # ---------------------------------------------------------------------------------------------
 # snapshot
 # ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class NodeAges:
+    """Per node: its VM's age in hours (NaN: no VM yet, a launch would make a fresh one) and the
+    key of its lifetime model ('' : never preempted); ``fresh`` is the key of a new VM's model."""
+
+    hours: np.ndarray
+    model: np.ndarray
+    fresh: str = ""
+
+
 def _ro(a: np.ndarray) -> np.ndarray:
     v = a.view()
     v.flags.writeable = False
@@ -189,6 +200,7 @@ class ClusterSnapshot:
     idle_cards: np.ndarray | None = None
     free_gpus: np.ndarray | None = None
     spot_nodes: np.ndarray | None = None
+    ages: NodeAges | None = None  # VM ages, for plugins that weigh a node's age (None: unknown)
     _memo: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:

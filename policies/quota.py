@@ -132,6 +132,14 @@ def _summed_gaussian(hp_forecast: UpperBound, p: float, horizon_hours: int) -> f
     return float(max(np.max(total), 0.0))
 
 
+def aggregate_mean_demand(hp_forecast: UpperBound, horizon_hours: int) -> float:
+    """Eq. 9's inner term with the mean in place of the p-quantile: sum_o max_{1..H} mu_o (GPUs)."""
+    mean = np.asarray(hp_forecast.mean, dtype=float)
+    if mean.ndim != 2 or mean.shape[0] == 0:
+        return 0.0
+    return float(np.sum(np.maximum(np.max(mean[:, :horizon_hours], axis=1), 0.0)))
+
+
 @dataclass
 class SpotQuotaAllocator:
     """Spot quota of one GPU pool: inventory (Eq. 9), quota (Eq. 10), eta feedback (Eq. 11)."""

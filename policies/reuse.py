@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import optimize
 
 from controlplane.core.errors import InvalidInput
+from policies.placement import BoolArray, ClusterSnapshot, TaskRequest, WorkState
 from policies.preemption import PreemptionModel
 
 log = logging.getLogger(__name__)
@@ -102,7 +106,7 @@ class VmReusePolicy:
         self.model = model
         self.restarts = restarts
 
-    def _cost(self, T: FloatArray, s: float) -> FloatArray:
+    def _cost(self, T: FloatArray, s: float | FloatArray) -> FloatArray:
         f = expected_makespan_with_restarts if self.restarts else expected_running_time
         return f(self.model, T, s)
 
@@ -114,6 +118,15 @@ class VmReusePolicy:
         old = float(self._cost(np.array(T), s))
         new = float(self._cost(np.array(T), 0.0))
         return ReuseDecision.REUSE if old <= new + 1e-12 else ReuseDecision.NEW_VM
+
+    def reuse_mask(self, job_hours: float, vm_ages_hours: ArrayLike) -> NDArray[np.bool_]:
+        """:meth:`decide` for many VM ages at once: True where reusing the VM is no worse."""
+        T = np.asarray(_hours("job_hours", job_hours), dtype=np.float64)
+        s = _hours("vm_age_hours", vm_ages_hours)
+        alive = self.model.sf(s) > 0.0
+        old = self._cost(T, np.where(alive, s, 0.0))
+        new = self._cost(T, np.zeros_like(s))
+        return np.asarray(alive & (old <= new + 1e-12), dtype=bool)
 
     def _gap(self, T: FloatArray, s: float) -> FloatArray:
         with np.errstate(invalid="ignore"):
@@ -138,3 +151,84 @@ class VmReusePolicy:
         lo, hi = float(T[k - 1]), float(T[k])
         return float(optimize.brentq(lambda x: float(self._gap(np.array([x]), s)[0]), lo, hi,
                                      xtol=1e-9))
+
+
+ReuseMode = Literal["by_age", "always", "never"]
+REUSE_MODES: tuple[ReuseMode, ...] = ("by_age", "always", "never")
+
+
+@dataclass(frozen=True)
+class ReuseByAge:
+    """Placement plugin (Filter + Score): reuse an idle VM only when seed 001's policy says so.
+
+    Filter: an idle VM of age s is feasible for a job of T expected hours iff
+    :meth:`VmReusePolicy.reuse_mask` says reusing it is no worse than a new VM (Sec. 4.2, with
+    restarts); a VM whose model key has no model is memoryless (its age does not matter).
+    Score: minus the expected completion time in hours, E[M_s(T)] on an idle VM and
+    E[M_0(T)] + ``provision_hours`` on a slot that needs a new VM, so the reusable VM that
+    finishes soonest wins. ``mode='always'`` reuses any idle VM, ``'never'`` none.
+    """
+
+    models: Mapping[str, PreemptionModel] = field(default_factory=dict)
+    provision_hours: float = 150.0 / 3600.0
+    mode: ReuseMode = "by_age"
+    name: str = "reuse_by_age"
+
+    def __post_init__(self) -> None:
+        if self.mode not in REUSE_MODES:
+            raise InvalidInput("reuse", f"unknown reuse mode {self.mode!r}",
+                               fix=f"use one of {', '.join(REUSE_MODES)}")
+
+    def policy(self, key: str) -> VmReusePolicy | None:
+        m = self.models.get(key)
+        return None if m is None else VmReusePolicy(m)
+
+    def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray | None:
+        ages = snap.ages
+        if ages is None or self.mode == "always":
+            return None
+        live = np.isfinite(ages.hours)
+        if self.mode == "never":
+            return ~live
+        if task.expected_hours is None or not live.any():
+            return None
+        ok = np.ones(snap.n_nodes, dtype=bool)
+        for key in np.unique(ages.model[live]):
+            pol = self.policy(str(key))
+            if pol is None:
+                continue
+            idx = live & (ages.model == key)
+            ok[idx] = pol.reuse_mask(task.expected_hours, ages.hours[idx])
+        return ok
+
+    def score(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> FloatArray:
+        ages = snap.ages
+        if ages is None or self.mode != "by_age":
+            return np.zeros(snap.n_nodes)  # 'always': the first idle node, as without the plugin
+        T = float(task.expected_hours or 0.0)
+        live = np.isfinite(ages.hours)
+        fresh = self.policy(ages.fresh)
+        new = T if fresh is None else float(fresh._cost(np.array(T), 0.0))
+        out = np.full(snap.n_nodes, -(new + self.provision_hours))
+        for key in np.unique(ages.model[live]):
+            pol = self.policy(str(key))
+            idx = live & (ages.model == key)
+            out[idx] = -T if pol is None else -pol._cost(np.array(T), ages.hours[idx])
+        return np.asarray(np.nan_to_num(out, nan=-np.inf, neginf=-1e18), dtype=np.float64)
+
+    def expected_hours(self, key: str, job_hours: float, age_hours: float) -> float:
+        """E[M_s(T)]: the expected completion time of a T-hour job on a VM of age s."""
+        pol = self.policy(key)
+        return job_hours if pol is None else float(pol._cost(np.array(job_hours), age_hours))
+
+    def spare_saving_hours(self, key: str, typical_hours: float, age_hours: float) -> float:
+        """Hours a typical job saves on this idle VM against a fresh one: E[M_0(T)] +
+        provisioning - E[M_s(T)] (> 0 while the VM is past the fresh VM's infant mortality
+        and short of its end of life; 0 for a memoryless or never-preempted VM)."""
+        pol = self.policy(key)
+        if pol is None or self.mode == "never":
+            return 0.0
+        if float(pol.model.sf(np.array(age_hours))) <= 0.0:
+            return 0.0
+        new = self.expected_hours(key, typical_hours, 0.0) + self.provision_hours
+        return max(0.0, new - self.expected_hours(key, typical_hours, age_hours))

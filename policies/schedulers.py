@@ -29,7 +29,7 @@ fgd        fragmentation-aware placement (FGD adapted from in-card to in-node), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from policies.placement import (
     ClusterSnapshot,
     CoLocationScore,
     EvictionScore,
+    FilterPlugin,
     FragmentationScore,
     FrameworkScheduler,
     GpuModelFilter,
@@ -47,6 +48,7 @@ from policies.placement import (
     Preemptor,
     QueueRule,
     QuotaRule,
+    ScorePlugin,
     TaskRequest,
     WorkState,
     gfs_node_cost,
@@ -94,6 +96,14 @@ def _gfs(name: str, *, full_scores: bool = True, smart_preempt: bool = True,
         pre = Preemptor(node_choice="random", random_victims=True, seed=seed)
     return FrameworkScheduler(name, filters, scores, pre, QueueRule("size", strict=False),
                               quota or QuotaRule(), seed=seed)
+
+
+def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = None,
+                score: ScorePlugin | None = None) -> FrameworkScheduler:
+    """A copy of the scheduler with one more filter and/or score plugin (the score as the last,
+    tie-breaking key); the scheduler itself is not changed."""
+    return replace(scheduler, filters=scheduler.filters + ((filter,) if filter else ()),
+                   scores=scheduler.scores + ((score,) if score else ()))
 
 
 def make_scheduler(name: str, *, seed: int = 0, quota: bool = False) -> FrameworkScheduler:

@@ -189,7 +189,9 @@ async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Re
 MAX_LIST_LIMIT = 10_000  # the largest `limit` of GET /v1/jobs (the byte cap binds first)
 TRUNCATED_HEADER = "X-Spotplane-Truncated"
 NEXT_OFFSET_HEADER = "X-Spotplane-Next-Offset"
+NEXT_AFTER_HEADER = "X-Spotplane-Next-After"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+HEALTH_CHECK_PERIOD_S = 2.0  # the API replica's Serve health check (see the deployment)
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json",
                           "/"})  # "/" and /dashboard/* are the dashboard's page and assets
 PUBLIC_PREFIXES = ("/dashboard/",)
@@ -285,9 +287,11 @@ _LIST_HEADERS = {
 }
 
 
-def bounded_list(items: Sequence[BaseModel], max_bytes: int, offset: int | None = None) -> Response:
+def bounded_list(items: Sequence[BaseModel], max_bytes: int, offset: int | None = None, *,
+                 ids: Sequence[str] | None = None, full: bool = False) -> Response:
     """A JSON array of ``items``, cut before it passes ``max_bytes`` (at least one item kept);
-    a cut answer says so in its headers, with the offset to continue from when paged."""
+    a cut answer says so in its headers, with the offset to continue from when paged. With
+    ``ids`` (the items' ids), a cut or ``full`` page names its last id as the next cursor."""
     parts: list[bytes] = []
     size = 2
     for item in items:
@@ -301,6 +305,8 @@ def bounded_list(items: Sequence[BaseModel], max_bytes: int, offset: int | None 
         headers[TRUNCATED_HEADER] = "true"
         if offset is not None:
             headers[NEXT_OFFSET_HEADER] = str(offset + len(parts))
+    if ids is not None and parts and (full or len(parts) < len(items)):
+        headers[NEXT_AFTER_HEADER] = ids[len(parts) - 1]
     return Response(b"[" + b",".join(parts) + b"]", media_type="application/json", headers=headers)
 
 
@@ -442,6 +448,9 @@ def _replayable(answer: StoredAnswer) -> Response:
     num_replicas=1,
     max_ongoing_requests=64,
     ray_actor_options={"num_cpus": 0},
+    # a dead replica is noticed at its next health check (Serve's default: every 10 s); every
+    # 2 s brings the API back sooner after a crash, for one cheap call per check
+    health_check_period_s=HEALTH_CHECK_PERIOD_S,
 )
 @serve.ingress(app)
 class SpotplaneAPI:
@@ -449,7 +458,8 @@ class SpotplaneAPI:
 
     def __init__(self, db_path: str, admin_token_hash: str, limits: dict[str, Any] | None = None) -> None:
         self.limits = ApiLimits.model_validate(limits or {})
-        caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs)
+        caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs,
+                    idempotency_ttl_s=self.limits.idempotency_ttl_s)
         self.service = ControlPlaneService.open(db_path, admin_token_hash, caps)
         Gate.state = GateState(self.service, self.limits)
         self._started = time.monotonic()
@@ -522,7 +532,9 @@ class SpotplaneAPI:
     @app.get(f"{API}/jobs", tags=["jobs"], response_model=list[JobView], responses=_ERRORS | {
         200: {"description": "the jobs, oldest first", "headers": {
             **_LIST_HEADERS, NEXT_OFFSET_HEADER: {"description": "offset of the next page when cut",
-                                                  "schema": {"type": "string"}}}}})
+                                                  "schema": {"type": "string"}},
+            NEXT_AFTER_HEADER: {"description": "`after` of the next page, when one may follow",
+                                "schema": {"type": "string"}}}}})
     async def list_jobs(
         self,
         creds: Auth = None,
@@ -532,14 +544,20 @@ class SpotplaneAPI:
         tenant_id: Annotated[str | None, Query(max_length=128, description="admin only: one tenant's jobs")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1000,
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+        after: Annotated[str | None, Query(max_length=64, description=(
+            "cursor: the id of the last job of the previous page (X-Spotplane-Next-After)"))] = None,
     ) -> Response:
         """The caller's jobs (every tenant's for the admin), oldest first; at most ``limit`` and
-        at most the list byte cap (then ``X-Spotplane-Next-Offset`` says where to go on)."""
+        at most the list byte cap. ``X-Spotplane-Next-After`` names the cursor of the next page
+        (pass it as ``after``: as fast a million jobs deep as on the first page); the older
+        ``offset`` paging still works (``X-Spotplane-Next-Offset`` when the byte cap cut)."""
         jobs = self.service.list_jobs(
             self._who(creds), state=state, kind=kind, bag_id=bag_id, tenant_id=tenant_id,
-            limit=limit, offset=offset, max_bytes=self.limits.max_list_bytes,
+            limit=limit, offset=offset, max_bytes=self.limits.max_list_bytes, after=after,
         )
-        return self._list([JobView.of(j) for j in jobs], offset)
+        return bounded_list([JobView.of(j) for j in jobs], self.limits.max_list_bytes,
+                            None if after is not None else offset, ids=[j.id for j in jobs],
+                            full=len(jobs) >= limit)
 
     @app.get(f"{API}/jobs/{{job_id}}", tags=["jobs"], response_model=JobView, responses=_ERRORS)
     async def get_job(self, job_id: str, creds: Auth = None) -> JobView:
@@ -632,8 +650,9 @@ class SpotplaneAPI:
     @app.get(f"{API}/cost", tags=["cost"], response_model=CostReport, responses=_ERRORS)
     async def cost(self, creds: Auth = None) -> CostReport:
         """Spend per tenant against the on-demand-only counterfactual (same GPU hours)."""
-        rows: list[CostSummary] = self.service.cost(self._who(creds))
-        return CostReport.of(rows)
+        who = self._who(creds)
+        rows: list[CostSummary] = self.service.cost(who)
+        return CostReport.of(rows, self.service.idle_cost(who))
 
 
 # --------------------------------------------------------------------------------------------

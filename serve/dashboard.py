@@ -4,7 +4,7 @@ The page (``serve/static``: one HTML file, one hand-written script, one styleshe
 the caller's token in ``sessionStorage`` and reads everything through ``/v1`` with it, so a tenant
 sees exactly what the API lets it see. The views here are typed and scoped like every handler:
 a sorted, filtered page of jobs with its total, the overview's counts and node history, one job's
-timeline of attempts, and recent preemptions.
+timeline of attempts, recent preemptions, and the GPU pools' capacity history.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from ray import serve
 
 from controlplane.core.errors import NotFound
-from controlplane.core.models import Event, Job, JobKind, JobState, Node
+from controlplane.core.models import CapacityPoint, Event, Job, JobKind, JobState, Node
 from controlplane.core.units import HOUR
 from serve.auth import bearer_scheme
 from serve.schemas import ERROR_CODES, MAX_OFFSET, CostReport, declared_errors
@@ -75,6 +75,7 @@ class JobPage(BaseModel):
     limit: int
     now: float
     items: list[JobRow]
+    next_after: str | None = None  # the cursor of the next page (submission order, full page)
 
 
 class NodeCount(BaseModel):
@@ -153,14 +154,19 @@ async def job_page(
     desc: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    after: Annotated[str | None, Query(max_length=64, description=(
+        "cursor (sort=submitted only): the page starts past this job; `offset` then only "
+        "numbers the rows"))] = None,
 ) -> JobPage:
     """One sorted, filtered page of the caller's jobs (every tenant's for the admin) and the total."""
     service, who = _who(creds)
     total, jobs = service.job_page(who, states=state, kind=kind, tenant_id=tenant_id, text=q,
-                                   order_by=sort, descending=desc, limit=limit, offset=offset)
+                                   order_by=sort, descending=desc, limit=limit,
+                                   offset=0 if after is not None else offset, after=after)
     now = service.control_time()
+    cursor = jobs[-1].id if sort == "submitted" and len(jobs) == limit else None
     return JobPage(total=total, offset=offset, limit=limit, now=now,
-                   items=[JobRow.of(j, now) for j in jobs])
+                   items=[JobRow.of(j, now) for j in jobs], next_after=cursor)
 
 
 @router.get("/v1/dashboard/overview", tags=["dashboard"], response_model=Overview)
@@ -235,5 +241,30 @@ async def preemptions(creds: Auth = None, limit: Annotated[int, Query(ge=1, le=5
     return service.recent_preemptions(who, limit)
 
 
-__all__ = ["HOLDING", "JobPage", "JobRow", "Overview", "Segment", "node_history", "router", "segments"]
+class CapacityHistory(BaseModel):
+    """Capacity points oldest first, and the cursor that fetches the points after them."""
+
+    items: list[CapacityPoint]
+    next_cursor: int | None  # pass as ``after`` to get newer points; None: no point yet
+
+
+@router.get("/v1/capacity/history", tags=["capacity"], response_model=CapacityHistory)
+async def capacity_history(
+    creds: Auth = None,
+    accelerator: Annotated[str | None, Query(min_length=1, max_length=64,
+                                             description="one GPU pool, e.g. V100")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_OFFSET, description=(
+        "cursor: only points newer than it (a previous answer's next_cursor); "
+        "without it the newest `limit` points"))] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> CapacityHistory:
+    """Per GPU pool over time: forecast HP demand and its upper bound (admin only; null for a
+    tenant), capacity, spot quota, guarantee hours H and eta, one point per quota refresh."""
+    service, who = _who(creds)
+    items = service.capacity_history(who, accelerator=accelerator, after=after, limit=limit)
+    cursor = items[-1].id if items else after
+    return CapacityHistory(items=items, next_cursor=cursor)
+
+
+__all__ = ["HOLDING", "CapacityHistory", "JobPage", "JobRow", "Overview", "Segment", "node_history", "router", "segments"]
 

@@ -28,6 +28,7 @@ class ApiLimits(BaseModel):
     max_jobs_in_flight: int = Field(default=10_000, ge=1, description="unfinished jobs per tenant")
     max_bag_jobs: int = Field(default=1000, ge=1, le=10_000, description="parameter sets per bag")
     max_list_bytes: int = Field(default=4 << 20, ge=4096, description="bytes of one list response")
+    idempotency_ttl_s: float = Field(default=24 * 3600.0, gt=0, description="how long an Idempotency-Key replays")
     metrics_token_hash: str | None = Field(default=None, description="SHA-256 of the /metrics token")
 
     @classmethod
@@ -37,7 +38,7 @@ class ApiLimits(BaseModel):
         return cls(
             max_body_bytes=s.api_max_body_bytes, rate_per_s=s.api_rate_per_s, burst=s.api_burst,
             max_jobs_in_flight=s.api_max_jobs_in_flight, max_bag_jobs=s.api_max_bag_jobs,
-            max_list_bytes=s.api_max_list_bytes,
+            max_list_bytes=s.api_max_list_bytes, idempotency_ttl_s=s.api_idempotency_ttl_s,
             metrics_token_hash=hash_token(s.metrics_token) if s.metrics_token else None,
         )
 

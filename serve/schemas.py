@@ -98,9 +98,13 @@ class CostReport(BaseModel):
     total_cost: float
     on_demand_cost: float
     savings_pct: float
+    idle_cost: float = Field(default=0.0, description=(
+        "Idle nodes' cost, apart from job costs (admin only; 0 for a tenant)."))
+    spare_idle_cost: float = Field(default=0.0, description=(
+        "Of idle_cost, what hot spares cost while kept for reuse (admin only)."))
 
     @classmethod
-    def of(cls, rows: Sequence[CostSummary]) -> CostReport:
+    def of(cls, rows: Sequence[CostSummary], idle: tuple[float, float] = (0.0, 0.0)) -> CostReport:
         total = sum(r.cost for r in rows)
         od = sum(r.on_demand_cost for r in rows)
         return cls(
@@ -108,6 +112,8 @@ class CostReport(BaseModel):
             total_cost=total,
             on_demand_cost=od,
             savings_pct=100.0 * (1.0 - total / od) if od > 0 else 0.0,
+            idle_cost=idle[0],
+            spare_idle_cost=idle[1],
         )
 
 

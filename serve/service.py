@@ -23,10 +23,12 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
+from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
 from controlplane.core.models import (
     Bag,
     BagSpec,
+    CapacityPoint,
     CostSummary,
     Decision,
     Event,
@@ -43,7 +45,8 @@ from controlplane.core.models import (
     hash_token,
 )
 from controlplane.core.units import DB_FILE
-from controlplane.store import IdempotentCall, Store, StoredAnswer
+from controlplane.reconcile.policyhost import check_policy
+from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer
 from serve.metrics import ApiMetrics, build_registry, exposition
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class Caps:
     max_jobs_in_flight: int = 10_000
     max_bag_jobs: int = 1000
     in_flight_retry_s: float = 60.0
+    idempotency_ttl_s: float = IDEMPOTENCY_TTL_S  # an Idempotency-Key's answer is kept this long
 
 
 Render = Callable[[Bag | None, Sequence[Job]], str]
@@ -101,9 +105,11 @@ class Principal:
 class ControlPlaneService:
     """Every operation of the API, checked and scoped to a principal."""
 
-    def __init__(self, store: Store, admin_token_hash: str, caps: Caps | None = None) -> None:
+    def __init__(self, store: Store, admin_token_hash: str, caps: Caps | None = None,
+                 clock: Clock | None = None) -> None:
         self.store = store
         self.caps = caps or Caps()
+        self.clock = clock or WallClock()  # wall time: when Idempotency-Keys expire
         self._admin_hash = admin_token_hash
         self._tokens: dict[str, Tenant] = {}  # token hash -> tenant (tokens never change)
         self._lock = threading.Lock()
@@ -178,6 +184,8 @@ class ControlPlaneService:
                 f"{spec.workers}) but tenant {tenant.name} may use at most {tenant.max_gpus}",
                 fix="use fewer workers or GPUs per worker, or ask the admin to raise max_gpus",
             )
+        if spec.policy is not None:
+            check_policy(spec.policy, f"{field_prefix}policy")
         if spec.accelerator is not None:
             known = self.accelerators()
             if known and spec.accelerator not in known:
@@ -219,7 +227,8 @@ class ControlPlaneService:
               create: Callable[[IdempotentCall], StoredAnswer]) -> StoredAnswer:
         """One create under an Idempotency-Key: a retry replays the first answer, a new key is
         checked and created in the transaction that records its answer."""
-        call = IdempotentCall(key, fingerprint(what, tenant.id, spec.model_dump(mode="json")), render)
+        call = IdempotentCall(key, fingerprint(what, tenant.id, spec.model_dump(mode="json")), render,
+                              at=self.clock.now(), ttl_s=self.caps.idempotency_ttl_s)
         earlier = self._replay(tenant.id, call)
         if earlier is not None:
             return earlier
@@ -227,7 +236,7 @@ class ControlPlaneService:
         return self._same_request(create(call), call)
 
     def _replay(self, tenant_id: str, call: IdempotentCall) -> StoredAnswer | None:
-        earlier = self.store.idempotent_answer(tenant_id, call.key)
+        earlier = self.store.idempotent_answer(tenant_id, call.key, call.not_before)
         return None if earlier is None else self._same_request(earlier, call)
 
     @staticmethod
@@ -259,7 +268,11 @@ class ControlPlaneService:
         limit: int = 1000,
         offset: int = 0,
         max_bytes: int | None = None,
+        after: str | None = None,
     ) -> list[Job]:
+        if after is not None and offset:
+            raise InvalidInput("after", "cannot be combined with offset",
+                               fix="page with `after` (the X-Spotplane-Next-After header) alone")
         scope = principal.scope
         if principal.is_admin:
             scope = tenant_id
@@ -268,13 +281,13 @@ class ControlPlaneService:
         states = list(state) if state else None
         return self.store.list_jobs(
             scope, state=states, kind=kind, bag_id=bag_id, limit=limit, offset=offset,
-            max_bytes=max_bytes,
+            max_bytes=max_bytes, after=after,
         )
 
     def job_page(self, principal: Principal, *, states: list[JobState] | None = None,
                  kind: JobKind | None = None, tenant_id: str | None = None, text: str | None = None,
                  order_by: str = "seq", descending: bool = False, limit: int = 50,
-                 offset: int = 0) -> tuple[int, list[Job]]:
+                 offset: int = 0, after: str | None = None) -> tuple[int, list[Job]]:
         """One sorted, filtered page of the caller's jobs (any tenant's for the admin) and the total."""
         if principal.is_admin:
             scope = tenant_id
@@ -284,7 +297,8 @@ class ControlPlaneService:
             scope = principal.tenant_id
         return self.store.job_page(scope, states=[s.value for s in states] if states else None,
                                    kind=kind, text=text, order_by=order_by, descending=descending,
-                                   now=self.store.control_time(), limit=limit, offset=offset)
+                                   now=self.store.control_time(), limit=limit, offset=offset,
+                                   after=after)
 
     def job_counts(self, principal: Principal) -> dict[str, int]:
         """The caller's jobs per state (every tenant's for the admin)."""
@@ -360,8 +374,25 @@ class ControlPlaneService:
     def forecasts(self, principal: Principal) -> list[ForecastRow]:
         return self.store.forecasts(principal.scope)
 
+    def capacity_history(self, principal: Principal, *, accelerator: str | None,
+                         after: int | None, limit: int) -> list[CapacityPoint]:
+        """Every pool's capacity points; a tenant's come without the HP demand (it sums every
+        tenant's forecast), the rest (capacity, quota, H, eta) is pool-wide like ``/v1/quotas``."""
+        points = self.store.capacity_history(accelerator=accelerator, after=after, limit=limit)
+        if principal.is_admin:
+            return points
+        return [p.model_copy(update={"hp_demand_gpus": None, "hp_demand_upper_gpus": None})
+                for p in points]
+
     def cost(self, principal: Principal) -> list[CostSummary]:
         return self.store.cost_by_tenant(principal.scope)
+
+    def idle_cost(self, principal: Principal) -> tuple[float, float]:
+        """Idle nodes' cost and, of it, hot spares' (the admin's; a tenant's is none)."""
+        if not principal.is_admin:
+            return (0.0, 0.0)
+        m = self.store.metrics()
+        return (m.get("idle_cost_dollars", 0.0), m.get("spare_idle_cost_dollars", 0.0))
 
     # -- health and metrics --------------------------------------------------------------------
     def control_time(self) -> float:

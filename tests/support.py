@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
+import signal
 import socket
+import subprocess
 import types
 from pathlib import Path
 from typing import Any
@@ -65,3 +69,25 @@ def assert_no_tick_failed(controller: Any) -> None:
     assert status["tick_failures"] == 0, (
         f"{status['tick_failures']} controller tick(s) raised; the last: "
         f"{status['last_tick_failure']}")
+
+
+def stop_up(proc: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGTERM,
+            timeout: float = 60) -> None:
+    """Stop a ``spotplane up`` started with ``start_new_session=True`` however far it got, and
+    leak no Ray: ``sig`` to ``up`` (its clean stop), then after ``timeout`` s SIGKILL to its
+    whole process group (its Ray's GCS, raylet and workers share it), and SIGKILL to whatever
+    of the group outlived it. SIGINT goes to the group, as a terminal's Ctrl-C would."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            if sig == signal.SIGINT:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of a group whose leader has exited

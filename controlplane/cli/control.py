@@ -70,6 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="that cluster's GCS address (default: its dashboard host:6379; env SPOTPLANE_WORKLOAD_GCS)")
     up.add_argument("--workload-token", default=None, metavar="FILE",
                     help="that cluster's Ray auth token file (env SPOTPLANE_WORKLOAD_TOKEN_PATH)")
+    up.add_argument("--workload-user", default=None, metavar="USER",
+                    help="run the local workload Ray (so every tenant job) as this OS user, which "
+                         "cannot read the state directory; needs root and --artifacts outside the "
+                         "state directory (env SPOTPLANE_WORKLOAD_USER; docs/security.md)")
     up.set_defaults(handler=cmd_up)
 
     submit = sub.add_parser("submit", parents=[common], help="submit jobs or a bag from a YAML file")

@@ -21,12 +21,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from actors.raylocal import WorkloadRay, init_local_ray
+from actors.raylocal import OsUser, WorkloadRay, init_local_ray
 from clusters.providers import PROVIDERS
 from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
 from controlplane.core.config import load_settings
@@ -180,7 +180,7 @@ def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[
         cmd += ["--artifacts", str(args.artifacts)]
     if getattr(args, "s3_endpoint", None):
         cmd += ["--s3-endpoint", str(args.s3_endpoint)]
-    for flag in ("workload_address", "workload_gcs", "workload_token"):
+    for flag in ("workload_address", "workload_gcs", "workload_token", "workload_user"):
         if getattr(args, flag, None):
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     return cmd
@@ -217,6 +217,7 @@ def run_up(args: argparse.Namespace) -> int:
     check_not_running(state_dir)
     check_fleet(args.fleet)
     executor_options(args, state_dir)  # a bad --artifacts fails here, before Ray starts
+    workload_user(args, state_dir)  # and a workload user that cannot work
     if args.fleet == "ray" and not workload_options(args):
         raise ConfigError("fleet ray: tenants' jobs need a workload Ray cluster other than the control plane's",
                           fix="pass --workload-address (its dashboard) and --workload-gcs (docs/security.md)")
@@ -238,6 +239,23 @@ def run_up(args: argparse.Namespace) -> int:
         env = dict(os.environ, **{CHILD_ENV: "1", "SPOTPLANE_ADMIN_TOKEN": admin_token})
         return supervise(child_command(args, state_dir, port), env)
     started: dict[str, Any] = {}
+    code = 1
+    try:
+        code = _serve(args, state_dir, port, speed, admin_token, started)
+    finally:
+        left = _stop(started, state_dir)
+        if "Ray" in left:
+            # Ray's shutdown still hangs in its thread, which interpreter exit would wait on
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+    # a local Ray took everything it ran down with it; a joined cluster may still run what did not stop
+    return 1 if left and args.fleet == "ray" else code
+
+
+def _serve(args: argparse.Namespace, state_dir: Path, port: int, speed: float, admin_token: str,
+           started: dict[str, Any]) -> int:
+    """Start everything, then run the demo or serve until Ctrl-C / SIGTERM."""
     try:
         url = _start(args, state_dir, port, speed, admin_token, started)
         if args.demo:
@@ -248,8 +266,31 @@ def run_up(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, _Stop):
         print("\nspotplane: stopping (state is kept)", file=sys.stderr, flush=True)
         return 0
-    finally:
-        _stop(started, state_dir)
+
+
+def workload_user(args: argparse.Namespace, state_dir: Path) -> OsUser | None:
+    """``--workload-user`` (SPOTPLANE_WORKLOAD_USER): the OS account the local workload Ray runs
+    as, checked (it exists, is not ours, we are root, it can run this Python), with the artifact
+    directory made its own; None when unset (same-user mode, docs/security.md)."""
+    name = getattr(args, "workload_user", None) or os.environ.get("SPOTPLANE_WORKLOAD_USER")
+    if not name:
+        return None
+    if workload_options(args):
+        raise InvalidInput("--workload-user", "applies to the local workload Ray only",
+                           fix="run the operator's workload cluster under its own account, or drop "
+                               "--workload-address")
+    user = OsUser.named(name)
+    uri = executor_options(args, state_dir)["artifact_uri"]
+    if "://" not in uri:
+        root = Path(uri).resolve()
+        if root.is_relative_to(state_dir.resolve()):
+            raise InvalidInput("--artifacts", f"{root} is inside the state directory, which "
+                               f"{name!r} cannot enter (0700)",
+                               fix="pass --artifacts DIR outside the state directory")
+        root.mkdir(parents=True, exist_ok=True)
+        user.give(root)
+    user.check_runs(sys.executable)
+    return user
 
 
 def start_ray(fleet: str) -> None:
@@ -282,7 +323,8 @@ def start_workload(args: argparse.Namespace, state_dir: Path, started: dict[str,
 
     home = tempfile.mkdtemp(prefix="spotplane-workload-")
     started["workload_home"] = home
-    workload = WorkloadRay(REAL_JOB_SLOTS, num_cpus=max(4, os.cpu_count() or 1), home=home)
+    workload = WorkloadRay(REAL_JOB_SLOTS, num_cpus=max(4, os.cpu_count() or 1), home=home,
+                           user=workload_user(args, state_dir))
     started["workload"] = workload
     out = {"workload_address": workload.address.dashboard, "workload_gcs": workload.address.gcs}
     if workload.address.token_path:
@@ -385,35 +427,64 @@ def _demo(args: argparse.Namespace, url: str, admin_token: str, state_dir: Path,
         time.sleep(1.0)
 
 
-def _stop(started: dict[str, Any], state_dir: Path) -> None:
-    """Stop what was started, newest first; every step tolerates the previous one failing."""
+STOP_STEP_S = 30.0  # the most one stop step may take before ``up`` reports it and goes on
+
+
+def _stop(started: dict[str, Any], state_dir: Path) -> list[str]:
+    """Stop what was started, newest first, each step bounded by :data:`STOP_STEP_S`; every step
+    tolerates the previous one failing, and a second Ctrl-C or SIGTERM does not cut the stop
+    short. Returns the steps that did not finish in time."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     if started.pop("endpoint", False):
         clear_endpoint(state_dir)
+    steps: list[tuple[str, Callable[[], object]]] = []
     if started.pop("api", False):
-        try:
-            from serve.app import stop_api  # deferred, as in _start
+        # deferred, as in _start
+        from serve.app import stop_api
 
-            stop_api()
-        except Exception as exc:  # noqa: BLE001
-            log.warning("stopping the API: %s", exc)
+        steps.append(("the API", stop_api))
     handles = started.pop("control_plane", None)
     if handles is not None:
-        try:
-            from actors.runtime import stop_control_plane  # deferred, as in _start
+        # deferred, as in _start
+        from actors.runtime import stop_control_plane
 
-            stop_control_plane(handles)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("stopping the control plane: %s", exc)
+        steps.append(("the control plane", lambda: stop_control_plane(handles)))
     workload = started.pop("workload", None)
     if workload is not None:
-        try:
-            workload.stop()
-        except Exception as exc:  # noqa: BLE001
-            log.warning("stopping the workload Ray: %s", exc)
+        steps.append(("the workload Ray", lambda: workload.stop(timeout_s=max(1.0, STOP_STEP_S - 5))))
+    left = [what for what, stop in steps if not _step(what, stop)]
     home = started.pop("workload_home", None)
     if home is not None:
         shutil.rmtree(home, ignore_errors=True)
     if started.pop("ray", False):
         import ray
 
-        ray.shutdown()
+        if not _step("Ray", ray.shutdown):
+            left.append("Ray")
+    return left
+
+
+def _step(what: str, stop: Callable[[], object]) -> bool:
+    """Run one stop step in a daemon thread for at most :data:`STOP_STEP_S`; say how long it took."""
+    t0 = time.monotonic()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            stop()
+        except Exception as exc:  # noqa: BLE001 - one step failing must not stop the others
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name=f"stop {what}", daemon=True)
+    worker.start()
+    worker.join(STOP_STEP_S)
+    took = time.monotonic() - t0
+    if worker.is_alive():
+        print(f"spotplane: stopping {what}: not done after {took:.0f} s, going on", file=sys.stderr, flush=True)
+        return False
+    if failed:
+        log.warning("stopping %s: %s", what, failed[0])
+    print(f"spotplane: stopped {what} in {took:.1f} s", file=sys.stderr, flush=True)
+    return True

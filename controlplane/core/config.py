@@ -48,6 +48,8 @@ class Settings(BaseSettings):
     api_max_jobs_in_flight: int = Field(default=10_000, ge=1, description="Unfinished jobs per tenant.")
     api_max_bag_jobs: int = Field(default=1000, ge=1, le=10_000, description="Parameter sets per bag.")
     api_max_list_bytes: int = Field(default=4 << 20, ge=4096, description="Bytes of one list answer.")
+    api_idempotency_ttl_s: float = Field(default=24 * 3600.0, gt=0,
+                                         description="Seconds an Idempotency-Key's answer replays.")
     metrics_token: str | None = Field(default=None, description="Bearer token for /metrics (or admin).")
 
 

@@ -237,6 +237,10 @@ class JobSpec(BaseModel):
         default_factory=dict, max_length=MAX_ENV_VARS,
         description=f"Environment variables (at most {MAX_ENV_VARS}, values up to {MAX_ENV_VALUE} characters).")
     replicas: StrictInt = Field(default=1, ge=1, le=64, description="Executor replicas.")
+    policy: str | None = Field(
+        default=None, max_length=64,
+        description="Deadline jobs: the deadline policy (uniform_progress, spotplane, greedy, ...); "
+                    "null = the control plane's default (spotplane on a multi-zone fleet).")
     bag_id: str | None = Field(default=None, max_length=64)
 
     @model_validator(mode="after")
@@ -256,6 +260,9 @@ class JobSpec(BaseModel):
         elif self.deadline_hours is not None or self.deadline is not None:
             raise ValueError(f"deadline_hours: only kind=deadline jobs take a deadline "
                              f"(kind is {self.kind}); set kind: deadline or drop the deadline")
+        elif self.policy is not None:
+            raise ValueError(f"policy: only kind=deadline jobs take a deadline policy "
+                             f"(kind is {self.kind}); set kind: deadline or drop the policy")
         if self.entrypoint is None and self.workload is None:
             self.workload = "simulated"
         if self.entrypoint is not None and self.workload is not None:
@@ -289,6 +296,7 @@ class Job(BaseModel):
     checkpoint_left_hours: float = 0.0  # > 0 while CHECKPOINTING (simulated workload)
     next_checkpoint_hours: float | None = None
     segment_start_hours: float = 0.0  # progress when the current nodes started (planner input)
+    segment_node_age_hours: float = 0.0  # the oldest node's VM age then (planner input)
     cost: float = 0.0
     on_demand_cost: float = 0.0  # what the same GPU hours would cost on on-demand only
     gpu_hours: float = 0.0  # GPU hours billed so far
@@ -462,6 +470,26 @@ class Quota(BaseModel):
     capacity_gpus: int
     spot_quota_gpus: int
     updated_at: float
+
+
+class CapacityPoint(BaseModel):
+    """One GPU pool at one quota refresh: the aggregate HP demand forecast (max over the
+    guarantee window H of the tenants' summed mean, and Eq. 9's inner upper bound), the pool's
+    capacity, its spot quota (Eq. 10), H and the safety coefficient eta (Eq. 11).
+
+    ``id`` is the store's row number (the history's paging cursor). The demand fields are None
+    for a tenant: they sum every tenant's forecast."""
+
+    id: int = 0
+    at: float
+    pool: str
+    accelerator: str
+    capacity_gpus: int
+    spot_quota_gpus: int
+    hp_demand_gpus: float | None
+    hp_demand_upper_gpus: float | None
+    guarantee_hours: int
+    eta: float
 
 
 class ForecastRow(BaseModel):

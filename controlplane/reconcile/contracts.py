@@ -18,9 +18,26 @@ class ControllerSettings:
     pool_nodes: dict[str, int] = field(default_factory=lambda: {"V100": 48, "H100": 12})
     default_pool_nodes: int = 16
     scheduler: str = "gfs"
-    deadline_policy: str = "uniform_progress"
+    # a deadline job's policy when its spec names none; None: the best measured multi-zone
+    # policy where the job's offers span several zones, Uniform Progress where they do not
+    deadline_policy: str | None = None
     idle_node_seconds: float = 120.0
+    # VM reuse (seed 001 Sec. 4.2): 'by_age' asks policies.reuse.ReuseByAge, 'always' reuses any
+    # idle node, 'never' launches a fresh VM for every job
+    reuse: str = "by_age"
+    # an idle node past infant mortality whose remaining life still covers typical jobs is kept
+    # this long as a hot spare (by_age; 'always' keeps every idle node this long; 0: no spares)
+    hot_spare_seconds: float = 3600.0
+    typical_job_hours: float | None = None  # None: the median expected hours of active jobs
     max_placements_per_tick: int = 64
+    # Bounded admission: at most ``ingest_batch`` stored jobs (new submissions, and queued jobs
+    # re-read after a restart) enter the in-memory queues per tick, shared among tenants; a
+    # tenant holds at most ``queued_per_tenant`` queued jobs there and all tenants together at
+    # most ``queued_total`` (past it, only a tenant with none queued gets one in); the rest wait
+    # in the store (oldest first), so a tick's work is bounded by these knobs, not the backlog.
+    ingest_batch: int = 1000
+    queued_per_tenant: int = 1000
+    queued_total: int = 1000
     provision_hours: float = 200.0 / HOUR  # worst provisioning delay, added to the policy's d
     zone_penalty: float = 0.25  # spot price multiplier per recent preemption in a zone
     zone_memory_seconds: float = 3 * HOUR

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from clusters.fleet import FleetProvider, Offer
 from controlplane.core import counters
 from controlplane.core.clock import Clock, ManualClock
-from controlplane.core.models import Job, JobState, Node, Tenant
+from controlplane.core.models import Job, Node, Tenant
 from controlplane.reconcile.contracts import (
     ControllerSettings,
     JobExecutor,
@@ -47,10 +47,11 @@ from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, accoun
 from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import DeadlinePolicyHost, LocalDeadlineHost
 from controlplane.reconcile.recorder import Recorder
+from controlplane.reconcile.spares import HotSpares, lifetime_models, reuse_plugin
 from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import Store
 from policies.placement import FrameworkScheduler
-from policies.schedulers import make_scheduler
+from policies.schedulers import make_scheduler, with_plugin
 
 __all__ = ["Controller"]
 
@@ -71,24 +72,24 @@ class Controller:
         self.policy_host: DeadlinePolicyHost = (policy_host if policy_host is not None
                                                 else LocalDeadlineHost(store))
         self.executor = executor
-        self.state = state = LoopState(offers=fleet.offers())
+        self.state = state = LoopState(offers=fleet.offers(), lifetime_models=lifetime_models(fleet))
         self.quota: QuotaSource = quota or StoreQuota(store, state)
+        reuse = reuse_plugin(settings, state.lifetime_models, settings.provision_hours)
         if scheduler is None:
-
             scheduler = make_scheduler(settings.scheduler, seed=settings.seed)
-        self.scheduler = scheduler
+        self.scheduler = scheduler = with_plugin(scheduler, filter=reuse, score=reuse)
         self.after_barrier: Callable[[int], None] | None = None  # fault injection (tests)
         self._recovered = False
         self._metrics_carry: dict[str, float] = {}  # phase timings, committed next tick
         self._tx_seen: counters.Buckets | None = None  # store latency already recorded
         rec = Recorder(state, fleet, executor)
         ops = NodeOps(state, rec, fleet, settings, executor)
-        self.ingest = Ingest(store, state, rec, ops)
+        self.ingest = Ingest(store, state, rec, ops, settings)
         self.sync_fleet = SyncFleet(fleet, store, settings, state, rec)
         self.advance_jobs = AdvanceJobs(state, rec, ops, executor, clock)
         self.policies = AskPolicies(self.policy_host, settings, state, rec, ops)
         self.place = Place(scheduler, self.quota, settings, state, rec, ops)
-        self.reap_idle = ReapIdle(settings, state, ops)
+        self.reap_idle = ReapIdle(settings, state, ops, HotSpares(settings, state, reuse))
         self.persist = Persist(store, settings, state, epoch)
         self.act = Act(fleet, store, state, rec, ops)
         self.forget_finished = ForgetFinished(store, self.policy_host, state)
@@ -135,6 +136,8 @@ class Controller:
     def recover(self) -> None:
         """Load the active state from the store and re-apply intents a crash left pending.
 
+        Jobs past the queue are loaded here, and one batch of the queued ones; the rest are
+        re-read by ``Ingest`` in bounded batches, so the first tick does not wait for the backlog.
         A row that does not load is quarantined (``NodeOps.quarantine_rows``), never fatal.
         """
         set_time = self.clock.set if isinstance(self.clock, ManualClock) else None
@@ -144,11 +147,13 @@ class Controller:
         s = self.state
         w = s.work = TickWork()
         nodes, bad_nodes = self.store.load_nodes(live_only=True)
-        jobs, bad_jobs = self.store.load_active_jobs()
+        jobs, bad_jobs = self.store.load_placed_jobs()  # queued ones: re-read by Ingest
         s.nodes = {n.id: n for n in nodes}
         s.by_instance = {n.instance_id: n.id for n in s.nodes.values() if n.instance_id}
-        s.jobs = {j.id: j for j in jobs if j.state is not JobState.PENDING}
+        s.jobs = {j.id: j for j in jobs}
+        s.parked = dict.fromkeys(self.store.tenant_ids(), 0)
         self.ingest.load_tenants(now)
+        self.ingest.readmit(now)  # one batch; the rest in later ticks
         self._ops.quarantine_rows([*bad_nodes, *bad_jobs], now)
         for intent in self.store.pending_intents():
             resume_intent(w, intent, now)

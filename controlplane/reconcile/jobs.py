@@ -22,6 +22,7 @@ from controlplane.reconcile.contracts import (
 )
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.policyhost import DeadlinePolicyHost
+from controlplane.reconcile.pool import node_age_hours
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import UP_STATES, WITH_NODES, LoopState
 from controlplane.store import Store
@@ -61,7 +62,7 @@ class AdvanceJobs:
             up = max([n.ready_at or now for n in nodes] + [job.accounted_at or now])
             rec.move(job, JobState.RUNNING,
                      f"all {len(nodes)} workers ready in {job.zone} ({job.market})", up)
-            workload.start(job)
+            workload.start(job, max(node_age_hours(n, up) for n in nodes))
             job.accounted_at = up
             if self.executor is not None and job.spec.entrypoint is not None:
                 self.executor.start(job, nodes)
@@ -215,10 +216,13 @@ class ForgetFinished:
     def run(self) -> None:
         s = self.state
         done = [j for j in s.jobs.values() if j.terminal]
+        bags: dict[str, None] = {}  # each bag's estimate once a tick, however many finished
         for j in done:
             del s.jobs[j.id]
             if j.bag_id and j.state is JobState.SUCCEEDED:
-                self.store.update_bag_estimate(j.bag_id)
+                bags[j.bag_id] = None
+        for bag_id in bags:
+            self.store.update_bag_estimate(bag_id)
         deadline = [j.id for j in done if j.kind is JobKind.DEADLINE]
         if deadline:
             self.policy_host.forget(deadline)

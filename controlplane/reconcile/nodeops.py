@@ -92,16 +92,26 @@ class NodeOps:
         """Mark a node TERMINATING and record the terminate intent for its instance."""
         if node.gone or node.state is NodeState.TERMINATING:
             return
-        w = self.state.work
-        if node.idle_since is not None and node.job_id is None:
-            w.count("idle_cost_dollars",
-                    node.price_per_hour * max(0.0, now - node.idle_since) / HOUR)
+        if node.job_id is None:
+            self.end_idle(node, now)
         node.state = NodeState.TERMINATING
         node.ended_at = now
         self.rec.node_event(node, cause, now)
         if node.instance_id is None:
             return  # its launch intent is still pending; the launch step cancels it
         self._terminate_instances([node.instance_id], [node.id], now)
+
+    def end_idle(self, node: Node, now: float) -> None:
+        """An idle stretch ends (reuse or termination): its cost, apart from job costs, is
+        ``idle_cost_dollars`` (and ``spare_idle_cost_dollars`` for a hot spare's)."""
+        if node.idle_since is None:
+            return
+        w = self.state.work
+        cost = node.price_per_hour * max(0.0, now - node.idle_since) / HOUR
+        w.count("idle_cost_dollars", cost)
+        if node.id in self.state.spares:
+            w.count("spare_idle_cost_dollars", cost)
+            self.state.spares.discard(node.id)
 
     def _terminate_instances(self, instance_ids: list[str], node_ids: list[str],
                              now: float) -> None:

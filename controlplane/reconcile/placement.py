@@ -1,11 +1,18 @@
 """Step 5 of the reconcile loop: place queued jobs, reap idle nodes, account demand.
 
-Queued jobs (HP, then deadline, then spot) are placed by the scheduler on per-accelerator pool
-snapshots with the spot quota and tenant GPU limits; HP (and deadline) jobs evict spot jobs
-when the pool is full. Idle nodes are then terminated, and per-tenant demand is accounted.
+Queued jobs (HP, then deadline, then spot, oldest first) are placed by the scheduler on
+per-accelerator pool snapshots with the spot quota and tenant GPU limits; HP (and deadline) jobs
+evict spot jobs when the pool is full. A crowded tick (more queued jobs than
+``max_placements_per_tick``) visits tenants round-robin, the least served first, and blocks
+head-of-line per shape: once a job of a (pool, kind, market, shape) does not fit, later jobs of
+that shape are not tried this tick. Idle nodes are then terminated, and per-tenant demand is
+accounted.
 """
 
 from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
 
 from clusters.fleet import Offer
 from controlplane.core import counters
@@ -15,6 +22,7 @@ from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile.recorder import Recorder
+from controlplane.reconcile.spares import HotSpares
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from controlplane.store import Store
 from policies.placement import FrameworkScheduler
@@ -44,12 +52,12 @@ class Place:
                  state: LoopState, rec: Recorder, ops: NodeOps) -> None:
         self.scheduler, self.quota, self.settings = scheduler, quota, settings
         self.state, self.rec, self.ops = state, rec, ops
+        self._crowded = False
 
     def run(self, now: float) -> None:
         s = self.state
-        queue = sorted((j for j in s.jobs.values() if j.state is JobState.QUEUED),
-                       key=lambda j: (_KIND_ORDER[j.kind], j.submitted_at))
-        if not queue:
+        queued = [j for j in s.jobs.values() if j.state is JobState.QUEUED]
+        if not queued:
             return
         pools = pools_of(list(s.nodes.values()), self._capacity())
         for acc, pool in pools.items():
@@ -57,50 +65,72 @@ class Place:
             per_node = max((o.accelerator_count for o in s.offers if o.accelerator == acc),
                            default=1)
             pool.spot_quota_nodes = None if q is None else q / per_node
+        cap = self.settings.max_placements_per_tick
+        crowded = self._crowded = len(queued) > cap
+        if crowded:
+            queued = _placeable(queued, pools)
+        queue = sorted(queued, key=lambda j: (_KIND_ORDER[j.kind], j.submitted_at))
         tenant_gpus = self._tenant_gpus()
-        for job in queue[: self.settings.max_placements_per_tick]:
+        blocked: set[tuple[object, ...]] = set()  # shapes (and tenants' shapes) that did not fit
+        tried = 0
+        for job in (round_robin(queue, tenant_gpus) if crowded else queue):
+            if tried >= cap:
+                break
             if job.state is not JobState.QUEUED:
                 continue  # a victim of an earlier placement this tick
+            shape = _shape(job) if crowded else ()
+            if crowded and (shape in blocked or (job.tenant_id, *shape) in blocked):
+                continue  # head-of-line blocking: one of its shape did not fit this tick
+            tried += 1
             try:
-                self._place_one(job, pools, tenant_gpus, now)
+                outcome = self._place_one(job, pools, tenant_gpus, now)
             except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
                 self.ops.quarantine_job(job, now, f"placing it raised {exc!r}")
+                continue
+            if crowded and outcome == "room":
+                blocked.add(shape)
+            elif crowded and outcome == "tenant":
+                blocked.add((job.tenant_id, *shape))
 
     def _place_one(self, job: Job, pools: dict[str, Pool], tenant_gpus: dict[str, int],
-                   now: float) -> None:
-        """Place one queued job (or say why it waits)."""
+                   now: float) -> str:
+        """Place one queued job (or say why it waits): "placed", or why not: "room" (no zone or
+        no room for its shape), "tenant" (its tenant's GPU limit), "other"."""
         s = self.state
         if job.tenant_id in s.bad_tenants:
             self._wait(job, "its tenant's stored row does not load (quarantined)", now)
-            return
+            return "tenant"
         if not s.offers_for(job):
             self.rec.move(job, JobState.FAILED, self._unplaceable(job), now)
-            return
+            return "other"
         market = _market(job)
         if market is None:
-            return
+            return "other"
         offers = self.ops.zones(job, market, now)
         if not offers:
             self._wait(job, f"no {market.value} zone for {job.spec.accelerator or 'any GPU'}",
                        now)
-            return
+            return "room"
         tenant = s.tenants.get(job.tenant_id)
         if tenant is not None and tenant_gpus.get(tenant.id, 0) + job.gpus > tenant.max_gpus:
             self._wait(job, f"tenant limit: {tenant.max_gpus} GPUs", now)
-            return
+            return "tenant"
         best = offers[0]
         pool = pools.setdefault(best.accelerator, Pool(best.accelerator,
                                                        self._capacity_of(best.accelerator)))
-        p = plan(self.scheduler, pool, s.jobs, job, market, [o.zone for o in offers],
-                 s.nodes, now)
+        full = (self._crowded and job.kind is JobKind.SPOT
+                and pool.free_cards() < job.nodes_needed)  # a spot job evicts no one
+        p = None if full else plan(self.scheduler, pool, s.jobs, job, market,
+                                   [o.zone for o in offers], s.nodes, now)
         if p is None:
             self._wait(job, f"no room in the {best.accelerator} pool "
                        f"({len(pool.nodes)}/{pool.capacity} nodes"
                        + (f", spot quota {pool.spot_quota_nodes:.1f} nodes)"
                           if pool.spot_quota_nodes is not None else ")"), now)
-            return
+            return "room"
         self._apply_plan(job, p, best, market, pool, now)
         tenant_gpus[job.tenant_id] = tenant_gpus.get(job.tenant_id, 0) + job.gpus
+        return "placed"
 
     def _unplaceable(self, job: Job) -> str:
         shapes = sorted({f"{o.accelerator}x{o.accelerator_count}" for o in self.state.offers})
@@ -149,6 +179,7 @@ class Place:
             ops.terminate(s.nodes[node_id], now, f"replaced for job {job.id}")
         reused = [s.nodes[i] for i in p.reuse]
         for n in reused:
+            ops.end_idle(n, now)
             n.job_id, n.tenant_id, n.idle_since = job.id, job.tenant_id, None
             w.nodes[n.id] = n
         new = ops.launch(job, offer, market, p.launch, now) if p.launch else []
@@ -169,6 +200,38 @@ class Place:
                  f"node(s) in {job.zone}", now)
 
 
+def _placeable(queued: list[Job], pools: dict[str, Pool]) -> list[Job]:
+    """The queued jobs that may fit now: spot jobs of a pool without a free card cannot (they
+    evict no one), so a full pool's spot backlog costs one check per job, not a plan."""
+    full = {acc.lower() for acc, pool in pools.items() if pool.free_cards() == 0}
+    if not full:
+        return queued
+    spot = JobKind.SPOT
+    return [j for j in queued if j.kind is not spot or (acc := j.spec.accelerator) is None
+            or acc.lower() not in full]
+
+
+def _shape(job: Job) -> tuple[object, ...]:
+    """What decides whether a job fits: its pool, kind, market, GPUs per node and gang size."""
+    return (job.spec.accelerator, job.kind, _market(job), job.spec.gpus_per_worker,
+            job.nodes_needed)
+
+
+def round_robin(queue: Sequence[Job], tenant_gpus: dict[str, int]) -> Iterator[Job]:
+    """The queue (sorted by kind, then age) one job per tenant per round within each kind,
+    tenants with the fewest GPUs in use first (then the oldest waiting)."""
+    by_kind: dict[JobKind, dict[str, deque[Job]]] = {}
+    for job in queue:
+        by_kind.setdefault(job.kind, {}).setdefault(job.tenant_id, deque()).append(job)
+    for kind in sorted(by_kind, key=_KIND_ORDER.__getitem__):
+        heads = by_kind[kind]
+        turn = sorted(heads, key=lambda t: (tenant_gpus.get(t, 0), heads[t][0].submitted_at, t))
+        while turn:
+            for t in turn:
+                yield heads[t].popleft()
+            turn = [t for t in turn if heads[t]]
+
+
 def _market(job: Job) -> Market | None:
     """HP jobs run on-demand, spot jobs on spot, deadline jobs where their policy says."""
     if job.kind is JobKind.HP:
@@ -181,18 +244,26 @@ def _market(job: Job) -> Market | None:
 
 
 class ReapIdle:
-    """Terminates nodes no job holds: at once unless ready, after ``idle_node_seconds`` if so."""
+    """Terminates nodes no job holds: at once unless ready, after ``idle_node_seconds`` if so,
+    or after ``hot_spare_seconds`` for a hot spare (``controlplane.reconcile.spares``)."""
 
-    def __init__(self, settings: ControllerSettings, state: LoopState, ops: NodeOps) -> None:
+    def __init__(self, settings: ControllerSettings, state: LoopState, ops: NodeOps,
+                 spares: HotSpares | None = None) -> None:
         self.settings, self.state, self.ops = settings, state, ops
+        self.spares = spares
 
     def run(self, now: float) -> None:
-        for n in list(self.state.nodes.values()):
-            if n.job_id is not None or n.state not in BUSY_STATES or n.state is NodeState.TERMINATING:
-                continue
+        idle_nodes = [n for n in self.state.nodes.values() if n.job_id is None
+                      and n.state in BUSY_STATES and n.state is not NodeState.TERMINATING]
+        ready = [n for n in idle_nodes if n.state is NodeState.READY]
+        spares = self.spares.select(ready, now) if self.spares is not None else set()
+        hot = max(self.settings.idle_node_seconds, self.settings.hot_spare_seconds)
+        for n in idle_nodes:
             idle = n.idle_since if n.idle_since is not None else now
-            if n.state is not NodeState.READY or now - idle >= self.settings.idle_node_seconds:
-                self.ops.terminate(n, now, "idle")
+            keep = hot if n.id in spares else self.settings.idle_node_seconds
+            if n.state is not NodeState.READY or now - idle >= keep:
+                self.ops.terminate(n, now, "idle" if n.id not in self.state.spares
+                                   else f"hot spare idle {(now - idle) / HOUR:.2f} h")
 
 
 def account_demand(state: LoopState, settings: ControllerSettings) -> Demand:

@@ -14,7 +14,12 @@ from controlplane.core.units import HOUR
 from controlplane.reconcile import workload
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.nodeops import NodeOps
-from controlplane.reconcile.policyhost import DeadlinePolicyHost, PolicyFailed, PolicyRequest
+from controlplane.reconcile.policyhost import (
+    DeadlinePolicyHost,
+    PolicyFailed,
+    PolicyRequest,
+    default_policy,
+)
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from policies.deadline import Action, DeadlineTask, Kind, Observation, ZoneView
@@ -85,7 +90,9 @@ class AskPolicies:
             z.spot_available for z in zones)
         obs = Observation((now - job.submitted_at) / HOUR, job.progress_hours, kind,
                           job.zone if running else None, here, zones)
-        return PolicyRequest(job.id, self.settings.deadline_policy, task, obs,
+        name = job.spec.policy or self.settings.deadline_policy or default_policy(
+            len({o.zone for o in offers}))
+        return PolicyRequest(job.id, name, task, obs,
                              self.settings.tick_seconds / HOUR)
 
     def _apply(self, job: Job, act: Action, req: PolicyRequest, now: float) -> None:

@@ -18,7 +18,13 @@ import numpy as np
 
 from controlplane.core.models import Job, JobKind, Market, Node, NodeState
 from controlplane.core.units import HOUR
-from policies.placement import ClusterSnapshot, FrameworkScheduler, RunningTask, TaskRequest
+from policies.placement import (
+    ClusterSnapshot,
+    FrameworkScheduler,
+    NodeAges,
+    RunningTask,
+    TaskRequest,
+)
 
 BUSY_STATES = frozenset({NodeState.REQUESTED, NodeState.PROVISIONING, NodeState.READY,
                          NodeState.NOTICED, NodeState.TERMINATING})
@@ -44,6 +50,13 @@ class Pool:
         if self._snap is None:
             self._snap, self._slots = self._build(jobs, now)
         return self._snap, self._slots
+
+    def free_cards(self) -> int:
+        """Slots a job could take without evicting anyone: empty ones and idle live nodes."""
+        if self._snap is not None:
+            return int(self._snap.card_free[:, 0].sum())
+        idle = sum(1 for n in self.nodes if n.job_id is None and n.state is not NodeState.TERMINATING)
+        return idle + max(0, self.capacity - len(self.nodes))
 
     def _build(self, jobs: dict[str, Job], now: float) -> tuple[ClusterSnapshot, list[str | None]]:
         slots: list[str | None] = [n.id for n in self.nodes]
@@ -81,8 +94,21 @@ class Pool:
             now, np.array([s or f"empty-{i}" for i, s in enumerate(slots)]),
             np.array([self.accelerator] * n), np.ones(n, dtype=np.int64), free, hp, spot, z, z,
             running=MappingProxyType(running), node_tasks=MappingProxyType(node_tasks),
-            spot_quota=self.spot_quota_nodes, spot_allocated=spot_alloc)
+            spot_quota=self.spot_quota_nodes, spot_allocated=spot_alloc,
+            ages=self._ages(n, now))
         return snap, slots
+
+    def _ages(self, n: int, now: float) -> NodeAges:
+        """The VM age (hours) of every idle ready node, NaN elsewhere; models keyed by cloud."""
+        hours = np.full(n, np.nan)
+        keys = np.full(n, "", dtype=object)
+        for i, node in enumerate(self.nodes):
+            keys[i] = lifetime_key(node)
+            if node.job_id is None and node.state is NodeState.READY:
+                hours[i] = node_age_hours(node, now)
+        spot = [k for k in keys[: len(self.nodes)] if k]
+        fresh = max(set(spot), key=spot.count) if spot else ""
+        return NodeAges(hours, keys.astype(str), fresh)
 
     def commit(self, p: PlacementPlan, job: Job, node_of_slot: dict[int, str], now: float) -> None:
         """Patch the snapshot after ``p`` was applied: victims gone, the job on its slots."""
@@ -94,7 +120,7 @@ class Pool:
         hp = snap.hp_gpus.copy()
         spot = snap.spot_gpus.copy()
         running = dict(snap.running)
-        node_tasks = {k: list(v) for k, v in snap.node_tasks.items()}
+        node_tasks = dict(snap.node_tasks)  # its lists are replaced below, never mutated
         spot_alloc = snap.spot_allocated
         for v in p.victims:
             task = running.pop(v, None)
@@ -119,7 +145,32 @@ class Pool:
             now, snap.node_names, snap.gpu_model, snap.gpus, free, hp, spot,
             snap.evictions_short, snap.evictions_long, running=MappingProxyType(running),
             node_tasks=MappingProxyType(node_tasks), spot_quota=snap.spot_quota,
-            spot_allocated=spot_alloc)
+            spot_allocated=spot_alloc, ages=_taken(snap.ages, p.slots))
+
+
+def _taken(ages: NodeAges | None, slots: tuple[int, ...]) -> NodeAges | None:
+    """The ages with the slots a placement took marked as no longer idle."""
+    if ages is None or not slots:
+        return ages
+    hours = ages.hours.copy()
+    hours[list(slots)] = np.nan
+    return NodeAges(hours, ages.model, ages.fresh)
+
+
+def lifetime_key(node: Node) -> str:
+    """The key of the node's lifetime model: its cloud for spot VMs, '' (never preempted) else."""
+    return node.cloud if node.market is Market.SPOT else ""
+
+
+def node_age_hours(node: Node, now: float) -> float:
+    """The VM's age in hours since its launch (0 before it has one)."""
+    start = node.launched_at if node.launched_at is not None else now
+    return max(0.0, now - start) / HOUR
+
+
+def expected_hours(job: Job) -> float:
+    """How long the job is expected to run from where it stands: C minus its progress."""
+    return max(job.spec.compute_hours - job.progress_hours, 1e-3)
 
 
 def _task(job: Job, prio: Literal["hp", "spot"], cards: tuple[tuple[int, int, float], ...],
@@ -146,7 +197,8 @@ class PlacementPlan:
 
 def task_request(job: Job, accelerator: str) -> TaskRequest:
     prio: Literal["hp", "spot"] = "spot" if job.kind is JobKind.SPOT else "hp"
-    return TaskRequest(job.id, prio, 1.0, job.nodes_needed, (accelerator,), job.tenant_id)
+    return TaskRequest(job.id, prio, 1.0, job.nodes_needed, (accelerator,), job.tenant_id,
+                       expected_hours=expected_hours(job))
 
 
 def plan(scheduler: FrameworkScheduler, pool: Pool, jobs: dict[str, Job], job: Job, market: Market,

@@ -28,6 +28,8 @@ from controlplane.reconcile.state import LoopState
 from policies.checkpoint import CheckpointIntervals
 from policies.preemption import PreemptionModel, default_gce_model
 
+AGE_BUCKET_HOURS = 0.25  # node ages the checkpoint planner tells apart
+
 
 class Recorder:
     """Records what phases do to jobs and nodes into the tick's work."""
@@ -130,11 +132,17 @@ class Recorder:
         return self._planner(job).interval_hours(job.progress_hours - job.segment_start_hours)
 
     def _planner(self, job: Job) -> CheckpointIntervals:
-        key = round(job.spec.checkpoint_hours, 6)
+        """The one DP planner (Eq. 9-13) from the VM age the job's segment started at (in
+        ``AGE_BUCKET_HOURS`` steps, one solve per bucket and checkpoint cost)."""
+        model = self.fleet.lifetimes
+        if not isinstance(model, PreemptionModel):
+            model = default_gce_model()
+        age = job.segment_node_age_hours
+        bucket = min(AGE_BUCKET_HOURS * int(age // AGE_BUCKET_HOURS),
+                     max(0.0, model.max_lifetime - AGE_BUCKET_HOURS))
+        key = (round(job.spec.checkpoint_hours, 6), bucket)
         cache = self.state.planners
         if key not in cache:
-            model = self.fleet.lifetimes
-            if not isinstance(model, PreemptionModel):
-                model = default_gce_model()
-            cache[key] = CheckpointIntervals(model, job.spec.checkpoint_hours)
+            cache[key] = CheckpointIntervals(model, job.spec.checkpoint_hours,
+                                             start_age_hours=bucket)
         return cache[key]

@@ -14,6 +14,7 @@ from clusters.fleet import LaunchRequest, Offer
 from controlplane.core.models import Decision, Event, Job, JobState, Node, NodeState, Tenant
 from controlplane.store import BadRow, Intent
 from policies.checkpoint import CheckpointIntervals
+from policies.preemption import PreemptionModel
 
 UP_STATES = frozenset({NodeState.READY, NodeState.NOTICED})
 WITH_NODES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CHECKPOINTING})
@@ -57,7 +58,7 @@ class LoopState:
     """What the reconcile loop knows between ticks, and the current tick's work."""
 
     offers: list[Offer]  # the fleet's zones and instance types, with prices
-    jobs: dict[str, Job] = field(default_factory=dict)  # active (non-PENDING) jobs
+    jobs: dict[str, Job] = field(default_factory=dict)  # active jobs admitted (not PENDING)
     nodes: dict[str, Node] = field(default_factory=dict)  # live nodes
     by_instance: dict[str, str] = field(default_factory=dict)  # instance id -> node id
     tenants: dict[str, Tenant] = field(default_factory=dict)
@@ -67,10 +68,16 @@ class LoopState:
     refused: dict[str, float] = field(default_factory=dict)  # zone -> last refused spot launch
     external: dict[str, float] = field(default_factory=dict)  # instance id -> s left (agents)
     quarantined: set[tuple[str, str]] = field(default_factory=set)  # (table, id) set aside
+    # tenant id -> seq of the last of its stored QUEUED jobs re-read since a restart (a tenant
+    # is dropped once all are back in memory; see reconcile.ingest)
+    parked: dict[str, int] = field(default_factory=dict)
     ticks: int = 0
     offer_cache: dict[tuple[str | None, int], list[Offer]] = field(default_factory=dict)
     quota_cache: dict[str, float | None] = field(default_factory=dict)
-    planners: dict[float, CheckpointIntervals] = field(default_factory=dict)  # by checkpoint hours
+    planners: dict[tuple[float, float], CheckpointIntervals] = field(
+        default_factory=dict)  # by (checkpoint hours, node age bucket)
+    lifetime_models: dict[str, PreemptionModel] = field(default_factory=dict)  # cloud -> model
+    spares: set[str] = field(default_factory=set)  # idle nodes kept as hot spares
     work: TickWork = field(default_factory=TickWork)
 
     def offers_for(self, job: Job) -> list[Offer]:

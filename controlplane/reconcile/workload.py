@@ -19,10 +19,12 @@ Move = Callable[[Job, JobState, str, float], None]
 Interval = Callable[[Job], float]
 
 
-def start(job: Job) -> None:
-    """The gang just came up: pay the changeover before progress counts."""
+def start(job: Job, node_age_hours: float = 0.0) -> None:
+    """The gang just came up (its oldest VM ``node_age_hours`` old): pay the changeover before
+    progress counts."""
     job.changeover_left_hours = job.spec.overhead_hours
     job.segment_start_hours = job.progress_hours
+    job.segment_node_age_hours = node_age_hours
     job.checkpoint_left_hours = 0.0
     job.next_checkpoint_hours = None
 

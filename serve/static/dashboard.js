@@ -13,7 +13,7 @@ const REFRESH_MS = 2000;
 const TOP = 26; // charts' top margin: room for the y axis label
 
 let timer = null;
-const jobsView = { sort: "submitted", desc: false, offset: 0, limit: 50, state: "", kind: "", tenant: "", q: "" };
+const jobsView = { sort: "submitted", desc: false, offset: 0, limit: 50, state: "", kind: "", tenant: "", q: "", cursors: [] };
 let tenantNames = {};
 
 // -- DOM helpers ------------------------------------------------------------------------------
@@ -137,7 +137,9 @@ function lineChart(series, xs, opts) {
   const [X, Y] = scaler(w, ht, pad, xmax, ymax);
   Object.entries(series).forEach(([name, ys], i) => {
     const d = ys.map((y, j) => (j ? "L" : "M") + X(xs[j]).toFixed(1) + "," + Y(y).toFixed(1)).join(" ");
-    svg.append(s("path", { d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 2, "data-series": name }));
+    const dash = opts.dashed && opts.dashed.includes(name) ? { "stroke-dasharray": "6 4" } : {};
+    svg.append(s("path", { d, fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 2, "data-series": name, ...dash }));
+    if (opts.points) ys.forEach((y, j) => svg.append(s("circle", { cx: X(xs[j]).toFixed(1), cy: Y(y).toFixed(1), r: 2, fill: COLORS[i % COLORS.length], "data-series": name })));
   });
   return h("div", {}, svg, legend(Object.keys(series)));
 }
@@ -195,6 +197,8 @@ const COLUMNS = [["name", "job"], ["state", "state"], ["kind", "kind"], ["tenant
   ["cost", "cost"], ["preemptions", "preemptions"], ["checkpoints", "checkpoints"], ["slack", "deadline slack"]];
 function jobsQuery() {
   const p = new URLSearchParams({ sort: jobsView.sort, desc: jobsView.desc, limit: jobsView.limit, offset: jobsView.offset });
+  const after = jobsView.cursors[jobsView.cursors.length - 1];  // submission order pages by cursor
+  if (after) p.append("after", after);
   if (jobsView.state) p.append("state", jobsView.state);
   if (jobsView.kind) p.append("kind", jobsView.kind);
   if (jobsView.tenant) p.append("tenant_id", jobsView.tenant);
@@ -209,21 +213,27 @@ async function jobsPage() {
   const body = h("tbody", {}), info = h("span", { id: "jobs-info", class: "muted" });
   const head = h("tr", {}, COLUMNS.map(([key, label]) => h("th", { class: "sortable", "data-sort": key, on: { click: () => {
     jobsView.desc = jobsView.sort === key ? !jobsView.desc : key === "cost" || key === "preemptions";
-    jobsView.sort = key; jobsView.offset = 0; draw();
+    jobsView.sort = key; jobsView.offset = 0; jobsView.cursors = []; draw();
   } } }, label)));
-  const refilter = (k) => (v) => { jobsView[k] = v; jobsView.offset = 0; draw(); };
+  const refilter = (k) => (v) => { jobsView[k] = v; jobsView.offset = 0; jobsView.cursors = []; draw(); };
+  let nextAfter = null;
   const admin = (sessionStorage.getItem("spotplane.who") || "") === "admin";
   const filters = h("div", { class: "filters" },
     select("filter-state", [["", "any state"], ...STATES.map((x) => [x, x])], jobsView.state, refilter("state")),
     select("filter-kind", [["", "any kind"], ["hp", "hp"], ["spot", "spot"], ["deadline", "deadline"]], jobsView.kind, refilter("kind")),
     admin ? select("filter-tenant", [["", "any tenant"], ...Object.entries(tenantNames)], jobsView.tenant, refilter("tenant")) : null,
     h("input", { id: "filter-q", type: "search", placeholder: "id or name", value: jobsView.q, on: { change: (e) => refilter("q")(e.target.value) } }),
-    h("button", { id: "prev", on: { click: () => { jobsView.offset = Math.max(0, jobsView.offset - jobsView.limit); draw(); } } }, "◀ prev"),
-    h("button", { id: "next", on: { click: () => { jobsView.offset += jobsView.limit; draw(); } } }, "next ▶"), info);
+    h("button", { id: "prev", on: { click: () => { jobsView.offset = Math.max(0, jobsView.offset - jobsView.limit); jobsView.cursors.pop(); draw(); } } }, "◀ prev"),
+    h("button", { id: "next", on: { click: () => {
+      if (jobsView.sort === "submitted" && !nextAfter) return;  // the last page
+      if (nextAfter) jobsView.cursors.push(nextAfter);
+      jobsView.offset += jobsView.limit; draw();
+    } } }, "next ▶"), info);
   view().append(h("h1", {}, "Jobs"), filters, h("table", { id: "jobs" }, h("thead", {}, head), body));
   async function draw() {
     const page = await api(jobsQuery());
-    if (page.total && jobsView.offset >= page.total) { jobsView.offset = Math.floor((page.total - 1) / jobsView.limit) * jobsView.limit; return draw(); }
+    nextAfter = page.next_after || null;
+    if (page.total && jobsView.offset >= page.total && !jobsView.cursors.length) { jobsView.offset = Math.floor((page.total - 1) / jobsView.limit) * jobsView.limit; return draw(); }
     for (const th of head.children) {
       th.classList.toggle("sorted-asc", th.dataset.sort === jobsView.sort && !jobsView.desc);
       th.classList.toggle("sorted-desc", th.dataset.sort === jobsView.sort && jobsView.desc);
@@ -311,18 +321,51 @@ function traceChart(job, decisions, now) {
 }
 
 // -- Capacity -----------------------------------------------------------------------------------
+const CAPACITY_WINDOW = 500; // points kept on the page (the API's page size)
 async function capacityPage() {
+  const root = h("div", { id: "capacity" }, h("h1", {}, "Capacity"));
+  const pools = h("div", { class: "cards", id: "capacity-pools" }), rest = h("div", {});
+  view().append(root);
+  root.append(h("h2", {}, "GPU pools over time"), pools, rest);
+  let points = [], cursor = null;
+  const draw = async () => {
+    const page = await api("/v1/capacity/history?limit=" + CAPACITY_WINDOW + (cursor === null ? "" : "&after=" + cursor));
+    points = points.concat(page.items).slice(-CAPACITY_WINDOW);
+    cursor = page.next_cursor;
+    pools.replaceChildren(...capacityCards(points));
+  };
   const [quotas, forecasts] = await Promise.all([api("/v1/quotas"), api("/v1/forecasts")]);
-  view().append(h("h1", {}, "Capacity"),
-    h("h2", {}, "Spot quota per pool"),
-    quotas.length ? barChart(quotas.map((q) => ({ label: q.pool + " " + q.accelerator, values: { capacity: q.capacity_gpus, "spot quota": q.spot_quota_gpus } })), { cls: "quota-bars" })
-      : h("p", { class: "muted" }, "no quotas yet"),
+  rest.append(h("h2", {}, "Spot quota per pool now"),
     table(["pool", "accelerator", "capacity GPUs", "spot quota GPUs"], quotas.map((q) => [q.pool, q.accelerator, num(q.capacity_gpus), num(q.spot_quota_gpus)]), { id: "quotas" }),
-    h("h2", {}, "Forecast HP demand (GPU hours per hour) with its upper bound"),
+    h("h2", {}, "Forecast HP demand per tenant (GPUs, hours ahead) with its upper bound"),
     forecasts.length ? h("div", { class: "cards" }, forecasts.map((f) => h("div", { class: "card" }, h("h2", {}, tenantName(f.tenant_id)),
       lineChart({ mean: f.mean, upper: f.upper }, f.mean.map((_, i) => i + 1), { xlabel: "hours ahead", ylabel: "GPUs", cls: "forecast" }))))
-      : h("p", { class: "muted" }, "no forecasts yet"),
-    h("p", { class: "muted" }, "The API does not expose the guarantee hours or η yet."));
+      : h("p", { class: "muted" }, "no forecasts yet"));
+  await draw();
+  every(draw);
+}
+function capacityCards(points) {
+  if (!points.length) return [h("p", { class: "muted", id: "capacity-empty" }, "no quota refresh yet: the forecaster waits for HP demand history")];
+  const byPool = {};
+  for (const p of points) (byPool[p.pool + "/" + p.accelerator] ||= []).push(p);
+  const t0 = points[0].at;
+  return Object.entries(byPool).map(([pool, ps]) => {
+    const xs = ps.map((p) => (p.at - t0) / 3600);
+    const gpus = { "spot quota": ps.map((p) => p.spot_quota_gpus), capacity: ps.map((p) => p.capacity_gpus) };
+    const demand = ps[0].hp_demand_gpus !== null;
+    if (demand) {
+      gpus["HP demand (forecast)"] = ps.map((p) => p.hp_demand_gpus);
+      gpus["HP demand upper bound"] = ps.map((p) => p.hp_demand_upper_gpus);
+    }
+    const last = ps[ps.length - 1];
+    return h("div", { class: "card capacity-pool", "data-pool": pool, "data-points": ps.length },
+      h("h2", {}, pool),
+      lineChart(gpus, xs, { xlabel: "hours", ylabel: "GPUs", cls: "capacity-gpus", points: true, dashed: ["HP demand upper bound", "capacity"] }),
+      lineChart({ "η (Eq. 11)": ps.map((p) => p.eta), "guarantee hours H": ps.map((p) => p.guarantee_hours) }, xs,
+        { xlabel: "hours", ylabel: "η / hours", cls: "capacity-eta", height: 160, points: true, dashed: ["guarantee hours H"] }),
+      h("p", { class: "muted" }, `now: quota ${last.spot_quota_gpus}/${last.capacity_gpus} GPUs, η ${last.eta.toFixed(3)}, H ${last.guarantee_hours} h`
+        + (demand ? `, HP demand ${last.hp_demand_gpus.toFixed(2)} (upper ${last.hp_demand_upper_gpus.toFixed(2)}) GPUs` : " (HP demand: admin only, it sums every tenant's forecast)")));
+  });
 }
 
 // -- Fleet --------------------------------------------------------------------------------------

@@ -119,3 +119,26 @@ def test_quota_uses_the_pools_hp_forecast_and_a_full_pool_has_no_idle_gpu(tmp_pa
     assert (quotas["V100"].pool, quotas["V100"].spot_quota_gpus) == ("default", 6)
     # T4: no forecast (f = 2), but no idle GPU and no spot GPU: min(2, 0 + 0) = 0
     assert quotas["T4"].spot_quota_gpus == 0
+
+
+def test_each_update_writes_one_capacity_point_per_pool(tmp_path: Path) -> None:
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    t, _ = store.create_tenant("t")
+    _queued_spot_job(store, t.id)
+    actor = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
+    # two HP tenants: means 4 then 9 and 1 then 2 GPUs; sigma 1 and 0
+    forecasts = {"V100": ([[4.0, 9.0], [1.0, 2.0]], [[1.0, 1.0], [0.0, 0.0]])}
+    actor.update(forecasts, 300.0)
+    store.incr("spot_placements_total", 4)
+    store.incr("hp_evictions_total", 2)
+    actor.update(forecasts, 600.0)  # e = 0.5: eta 1.0 -> 0.2 (Eq. 11)
+    points = store.capacity_history()
+    assert [(p.at, p.accelerator, p.capacity_gpus, p.guarantee_hours) for p in points] == [
+        (300.0, "V100", 10, 1), (600.0, "V100", 10, 1)]
+    # demand over H = 1 h: means 4 + 1; upper: 4 + z(0.9) * 1 + 1 = 6.2816 (Eq. 9's inner term)
+    assert points[0].hp_demand_gpus == pytest.approx(5.0)
+    assert points[0].hp_demand_upper_gpus == pytest.approx(6.2815516, rel=1e-6)
+    # Eq. 10: min(f * eta, S0 + Sa) with f = 10 - 6.28 = 3.72: 3 at eta 1, int(0.74) = 0 at 0.2
+    assert [(p.eta, p.spot_quota_gpus) for p in points] == [(1.0, 3), (pytest.approx(0.2), 0)]
+    assert [q.spot_quota_gpus for q in store.quotas()] == [points[-1].spot_quota_gpus]

@@ -9,9 +9,12 @@ import pytest
 
 from benchmarks import replay
 
+LEGACY = ["--deadline-policy", "uniform_progress", "--reuse", "always", "--hot-spare-seconds", "0"]
+
 
 def test_the_demo_replay_gives_the_same_bill_to_the_cent(capsys: pytest.CaptureFixture[str]) -> None:
-    assert replay.main(["--json"]) == 0
+    """Uniform Progress for every deadline job, any idle node reused, no hot spares."""
+    assert replay.main(["--json", *LEGACY]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["ticks"], out["total_cost"], out["on_demand_cost"]) == (3208, 2586.3073, 11273.3647)
     assert (out["all_deadlines_met"], out["all_finished"], out["savings_pct"]) == (True, True, 77.06)
@@ -19,6 +22,17 @@ def test_the_demo_replay_gives_the_same_bill_to_the_cent(capsys: pytest.CaptureF
     assert len(by_name) == 29 and sum(j["deadline_met"] is True for j in out["jobs"]) == 4
     assert (by_name["hotfix-train"]["cost"], by_name["hotfix-train"]["preemptions"]) == (25.5, 0)
     assert by_name["batch-embed"]["cost"] == 46.4508
+
+
+def test_the_default_demo_bill_with_spotplane_reuse_by_age_and_hot_spares(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The defaults: the multi-zone deadline policy (spotplane) on this 22-zone fleet saves
+    $130.41 on the deadline jobs; reuse by age and hot spares leave this bill as it was."""
+    assert replay.main(["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["ticks"], out["total_cost"], out["on_demand_cost"]) == (3249, 2455.8992, 11273.3647)
+    assert (out["all_deadlines_met"], out["all_finished"], out["savings_pct"]) == (True, True, 78.22)
+    assert sum(j["deadline_met"] is True for j in out["jobs"]) == 4
 
 
 def test_a_scenario_that_cannot_finish_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch,

@@ -29,3 +29,22 @@ def test_a_short_chaos_run_keeps_every_invariant() -> None:
     assert r["kills_total"] >= 3 and r["survived_total"] == r["kills_total"], r["kills"]
     assert all(r["kills"][k]["kills"] >= 1 for k in ("controller", "api_replica", "http_proxy"))
     assert r["ok"] is True and proc.returncode == 0
+
+
+def test_policy_and_checkpoint_actor_kills_with_a_real_job_on_the_workload_ray() -> None:
+    """The actors a kill of which must not stop anything: deadline-policy, quota, forecaster
+    (restarted by Ray) and a real job's checkpoint actor on the workload Ray (not restarted:
+    its job moves on)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.chaos", "--minutes", "0.5", "--json", "--rate", "2",
+         "--kill-every", "2", "--real-jobs", "1", "--drain", "60", "--seed", "5",
+         "--kinds", "deadline_policy,quota,forecaster,checkpoint", "--min-kills", "4"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    r = json.loads(proc.stdout)
+    assert r["accepted"] > 0 and r["stored"] == r["accepted"], r
+    assert (r["lost"], r["duplicated"], r["launched_twice"], r["double_booked"]) == (0, 0, 0, 0)
+    assert r["kills_total"] >= 4 and r["survived_total"] == r["kills_total"], r["kills"]
+    assert all(r["kills"][k]["kills"] >= 1 for k in ("deadline_policy", "quota", "forecaster", "checkpoint")), \
+        r["kills"]
+    assert r["ok"] is True and proc.returncode == 0

@@ -21,8 +21,17 @@ from actors.raylocal import init_local_ray
 from controlplane.core.models import Job, JobKind, JobSpec, Market, Node
 
 PROBE = """
-import json, os
-seen = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+import json, os, pathlib, time
+# both jobs hold their GPU at once: each waits (bounded) until the other has started too, so a
+# loaded machine that runs them one after the other cannot hand both the same device
+here = pathlib.Path(__file__).parent / "started"
+here.mkdir(exist_ok=True)
+(here / str(os.getpid())).touch()
+until = time.monotonic() + 180
+while len(list(here.iterdir())) < AT_ONCE and time.monotonic() < until:
+    time.sleep(0.2)
+seen = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "overlapped": len(list(here.iterdir())) >= 2}
 try:
     import torch
     seen["torch_devices"] = torch.cuda.device_count()
@@ -37,7 +46,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fake-gpus", type=int, default=0, help="declare this many GPUs (0: detect)")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--timeout", type=float, default=300.0)
     a = ap.parse_args()
     extra = {"num_gpus": a.fake_gpus} if a.fake_gpus else {}
     ctx = init_local_ray(num_cpus=2, include_dashboard=True, namespace="gpu-probe",
@@ -45,7 +54,8 @@ def main() -> None:
     if not job_agent_ready(ctx.dashboard_url, timeout_s=120):
         sys.exit("the Ray job agent did not take a job in 120 s")
     probe = a.out.parent / "probe.py"
-    probe.write_text(PROBE)
+    at_once = int(min(2.0, ray.cluster_resources().get("GPU", 0.0)))  # a 1-GPU machine runs them in turn
+    probe.write_text(f"AT_ONCE = {at_once}\n" + PROBE)
     ex = RayJobExecutor(ctx.dashboard_url, str(a.out.parent / "artifacts"),
                         namespace="gpu-probe", pin="never", stop_timeout_s=30)
     jobs = []

@@ -30,8 +30,22 @@ def open_db(path: Path) -> list[Any]:
     return conn.execute("select name from sqlite_master").fetchall()
 
 
-def main(victim_job: str, namespace: str, control_gcs: str) -> None:
-    out: dict[str, Any] = {"env": dict(os.environ)}
+def by_path(state_dir: Path, control_pid: str, control_home: Path) -> dict[str, str]:
+    """What it gets knowing where the control plane keeps things (paths are no secret)."""
+    return {
+        "store": attempt(lambda: open_db(state_dir / "spotplane.db")),
+        "store_bytes": attempt(lambda: (state_dir / "spotplane.db").read_bytes()[:16]),
+        "listing": attempt(lambda: sorted(os.listdir(state_dir))),
+        "endpoint": attempt(lambda: read(state_dir / "endpoint.json")),
+        "environ": attempt(lambda: Path(f"/proc/{control_pid}/environ").read_bytes()[:16]),
+        "ray_token": attempt(lambda: read(control_home / ".ray" / "auth_token")),
+    }
+
+
+def main(victim_job: str, namespace: str, control_gcs: str, state_dir: str, control_pid: str,
+         control_home: str) -> None:
+    out: dict[str, Any] = {"env": dict(os.environ), "uid": os.getuid()}
+    out["by_path"] = by_path(Path(state_dir), control_pid, Path(control_home))
     home = Path.home()
     state = home / ".local" / "state" / "spotplane"
     out["files"] = {
@@ -79,4 +93,4 @@ def main(victim_job: str, namespace: str, control_gcs: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:7])

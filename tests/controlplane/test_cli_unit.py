@@ -249,3 +249,70 @@ def test_up_fleet_ray_without_a_workload_cluster_exits_2(
     monkeypatch.delenv("SPOTPLANE_WORKLOAD_ADDRESS", raising=False)
     assert main(["up", "--state-dir", str(tmp_path), "--fleet", "ray"]) == 2
     assert "--workload-address" in capsys.readouterr().err
+
+
+def test_stop_bounds_a_hung_step_and_still_runs_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`up`'s stop: a step that hangs is cut at STOP_STEP_S and named; one that raises does not
+    keep the next from running; the workload Ray is still stopped."""
+    import threading
+
+    from controlplane.cli import up
+
+    release = threading.Event()
+    stopped: list[str] = []
+
+    class Workload:
+        def stop(self, timeout_s: float) -> None:
+            stopped.append(f"workload {timeout_s:g}")
+
+    def hung_api() -> None:
+        release.wait(30)
+
+    def failing_control_plane(handles: object) -> None:
+        stopped.append("control plane")
+        raise RuntimeError("actor already dead")
+
+    import actors.runtime
+    import serve.app
+
+    monkeypatch.setattr(up, "STOP_STEP_S", 0.2)
+    monkeypatch.setattr(up.signal, "signal", lambda *_: None)  # _stop ignores Ctrl-C: not pytest's
+    monkeypatch.setattr(serve.app, "stop_api", hung_api)
+    monkeypatch.setattr(actors.runtime, "stop_control_plane", failing_control_plane)
+    started = {"api": True, "control_plane": object(), "workload": Workload()}
+    try:
+        left = up._stop(started, tmp_path)
+    finally:
+        release.set()
+    assert left == ["the API"]
+    assert stopped == ["control plane", "workload 1"]
+    err = capsys.readouterr().err
+    assert "stopping the API: not done after 0 s, going on" in err
+    assert "stopped the control plane in" in err and "stopped the workload Ray in" in err
+    assert started == {}
+
+def test_up_workload_user_is_checked_before_ray_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from controlplane.cli.up import child_command, workload_user
+
+    for name in ("SPOTPLANE_WORKLOAD_USER", "SPOTPLANE_WORKLOAD_ADDRESS", "SPOTPLANE_ARTIFACTS"):
+        monkeypatch.delenv(name, raising=False)
+    state = tmp_path / "state"
+    assert workload_user(argparse.Namespace(), state) is None  # same-user mode
+    with pytest.raises(InvalidInput, match="no OS user named 'no-such-user-x'"):
+        workload_user(argparse.Namespace(workload_user="no-such-user-x"), state)
+    with pytest.raises(InvalidInput, match="--workload-user: applies to the local workload Ray only"):
+        workload_user(argparse.Namespace(workload_user="nobody", workload_address="http://w:8265"), state)
+    monkeypatch.setenv("SPOTPLANE_WORKLOAD_USER", "nobody")
+    if os.geteuid() == 0:  # the default artifacts (STATE/artifacts) are out of nobody's reach
+        with pytest.raises(InvalidInput, match="--artifacts: .* is inside the state directory"):
+            workload_user(argparse.Namespace(), state)
+    else:
+        with pytest.raises(InvalidInput, match="needs root"):
+            workload_user(argparse.Namespace(), state)
+    up = argparse.Namespace(debug=False, host="127.0.0.1", fleet="sim", demo=False, speed=None,
+                            report_json=None, plot=None, workload_user="nobody")
+    cmd = child_command(up, tmp_path, 8000)
+    assert cmd[cmd.index("--workload-user") + 1] == "nobody"

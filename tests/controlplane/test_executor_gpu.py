@@ -50,6 +50,7 @@ def test_each_job_sees_exactly_its_gpu(tmp_path: Path) -> None:
         assert j["seen"] is not None, j["log_tail"]
         visible = j["seen"]["cuda_visible_devices"]
         assert visible is not None and len(visible.split(",")) == 1, visible
+        assert real or j["seen"]["overlapped"], "the two jobs never ran at once"
         if real:
             assert j["seen"]["torch_devices"] == 1, j["seen"]
     if not real:  # two jobs at once on two GPUs: one each, never the same

@@ -346,9 +346,9 @@ def test_policies_switch_a_job_and_quarantine_a_failed_policy(world: World) -> N
     w = world.state.work
     (asked, _) = host.asked
     assert asked.obs.state is Kind.SPOT and asked.obs.zone == "us-a" and asked.obs.spot_available
-    assert asked.task.compute_hours == 2.0 and asked.policy == "uniform_progress"
+    assert asked.task.compute_hours == 2.0 and asked.policy == "spotplane"  # two zones: the multi-zone default
     assert [(d.job_id, d.policy, d.action) for d in w.decisions] == [
-        (job.id, "uniform_progress", "on_demand")]
+        (job.id, "spotplane", "on_demand")]
     assert job.policy_action == "on_demand"
     assert job.state is JobState.QUEUED and job.message == "policy: switch spot -> on_demand"
     assert (n.state, n.job_id, n.idle_since) == (NodeState.READY, None, 600.0)

@@ -19,7 +19,7 @@ import pytest
 from controlplane.client import read_endpoint
 from controlplane.core.models import Job, JobSpec
 from controlplane.store import Store
-from tests.support import free_port
+from tests.support import free_port, stop_up
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -71,9 +71,4 @@ def test_up_starts_on_a_poisoned_store_and_names_the_quarantined_row(tmp_path: P
         _wait(lambda: api.get(f"/v1/jobs/{ok.id}").json()["state"] == "SUCCEEDED", 120,
               "the other job to finish")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_up(proc, signal.SIGINT, timeout=120)

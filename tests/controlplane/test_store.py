@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from controlplane.core.errors import Conflict, NotFound
-from controlplane.core.models import BagSpec, Job, JobSpec, JobState, hash_token
+from controlplane.core.models import BagSpec, CapacityPoint, Job, JobSpec, JobState, hash_token
 from controlplane.store import IdempotentCall, Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,3 +169,80 @@ def test_bag_counts_cost_views_and_counters_exactly(tmp_path: Path) -> None:
     assert (m['jobs{state="PENDING"}'], m['jobs{state="SUCCEEDED"}']) == (4.0, 1.0)
     assert m['jobs_by_kind{kind="spot",state="PENDING"}'] == 3.0
     assert m['jobs_by_kind{kind="hp",state="PENDING"}'] == 1.0
+
+
+def _point(at: float, acc: str = "V100", quota: int = 4) -> CapacityPoint:
+    return CapacityPoint(at=at, pool="default", accelerator=acc, capacity_gpus=10, spot_quota_gpus=quota,
+                         hp_demand_gpus=3.0, hp_demand_upper_gpus=5.0, guarantee_hours=1, eta=1.0)
+
+
+def test_capacity_history_is_pruned_by_age_and_rows_and_paged_by_cursor(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    for i in range(10):  # one refresh every 300 s, two pools
+        pruned = store.add_capacity([_point(300.0 * i, "V100", i), _point(300.0 * i, "H100", i)],
+                                    max_age_s=1200.0, max_rows=100)
+        assert pruned == (2 if i >= 5 else 0)  # points more than 1200 s before the newest go
+    assert sorted({p.at for p in store.capacity_history()}) == [1500.0, 1800.0, 2100.0, 2400.0, 2700.0]
+    store.add_capacity([_point(3000.0 + i) for i in range(8)], max_age_s=1e9, max_rows=6)
+    kept = store.capacity_history(limit=1000)
+    assert len(kept) == 6 and [p.at for p in kept] == [3002.0 + i for i in range(6)]
+    # without a cursor: the newest `limit`, oldest first; with one: the points after it
+    newest = store.capacity_history(limit=2)
+    assert [p.at for p in newest] == [3006.0, 3007.0] and newest[0].id < newest[1].id
+    after = store.capacity_history(after=kept[1].id, limit=3)
+    assert [p.id for p in after] == [p.id for p in kept[2:5]]
+    assert store.capacity_history(after=kept[-1].id) == []
+    store.add_capacity([_point(4000.0, "H100", 7)], max_age_s=1e9, max_rows=100)
+    h100 = store.capacity_history(accelerator="H100")
+    assert [(p.accelerator, p.spot_quota_gpus) for p in h100] == [("H100", 7)]
+    assert store.add_capacity([]) == 0
+
+
+def _totals_by_scan(st: Store) -> dict[tuple[str, str], tuple[int, float, float]]:
+    return {(s, k): (n, c, o) for s, k, n, c, o in st._q(
+        "SELECT state, kind, COUNT(*), SUM(cost), SUM(on_demand_cost) FROM jobs GROUP BY state, kind")}
+
+
+def _totals_kept(st: Store) -> dict[tuple[str, str], tuple[int, float, float]]:
+    return {(s, k): (n, c, o) for s, k, n, c, o in st._q(
+        "SELECT state, kind, n, cost, on_demand_cost FROM job_totals WHERE n > 0")}
+
+
+def test_job_totals_follow_every_write_and_metrics_read_them(tmp_path: Path) -> None:
+    """The per-(state, kind) counts and bills /metrics reads are kept by triggers: after
+    submissions, moves, bills and a deletion they equal a scan of the jobs table."""
+    st = Store(tmp_path / "s.db")
+    t, _ = st.create_tenant("acme")
+    jobs = st.submit_jobs(t.id, [JobSpec(name=f"j{i}", kind="hp" if i % 3 == 0 else "spot",
+                                         compute_hours=1) for i in range(9)])
+    for i, j in enumerate(jobs[:6]):
+        j.state = [JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED][i % 3]
+        j.cost, j.on_demand_cost = 0.5 * i, 1.25 * i
+    st.commit(jobs=jobs[:6])
+    jobs[1].cost = 7.0  # billed again without a move
+    st.commit(jobs=[jobs[1]])
+    with st._tx() as db:
+        db.execute("DELETE FROM jobs WHERE id = ?", (jobs[2].id,))
+    kept, scanned = _totals_kept(st), _totals_by_scan(st)
+    assert kept.keys() == scanned.keys()
+    for key, (n, cost, od) in scanned.items():
+        assert kept[key] == (n, pytest.approx(cost), pytest.approx(od)), key
+    assert kept[("RUNNING", "spot")] == (2, 7.0 + 2.0, 1.25 + 5.0)  # jobs 1 and 4
+    m = st.metrics()
+    assert m['jobs{state="PENDING"}'] == 3.0 and m['jobs{state="RUNNING"}'] == 2.0
+    assert m['jobs_by_kind{kind="hp",state="QUEUED"}'] == 2.0  # jobs 0 and 3
+    assert m["cost_dollars"] == pytest.approx(7.0 + 0.5 * (3 + 4 + 5))  # job 2 deleted
+    assert m["on_demand_cost_dollars"] == pytest.approx(1.25 * (1 + 3 + 4 + 5))
+
+
+def test_a_store_from_before_job_totals_is_counted_when_opened(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    st = Store(db)
+    t, _ = st.create_tenant("acme")
+    st.submit_jobs(t.id, [JobSpec(name=f"j{i}", compute_hours=1) for i in range(5)])
+    with st._tx() as conn:  # what an older release left: jobs and no totals
+        conn.execute("DROP TABLE job_totals")
+    st.close()
+    reopened = Store(db)
+    assert _totals_kept(reopened) == {("PENDING", "spot"): (5, 0.0, 0.0)}
+    assert reopened.metrics()['jobs{state="PENDING"}'] == 5.0

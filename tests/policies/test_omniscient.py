@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from controlplane.core.errors import InvalidInput
-from policies.deadline import DeadlineTask, Greedy, PlanPolicy, UniformProgress
+from policies.deadline import DeadlineTask, Greedy, Kind, PlanPolicy, UniformProgress
 from policies.deadline_sim import simulate, window_ticks
 from policies.omniscient import (
     Omniscient,
@@ -121,6 +121,25 @@ def test_heterogeneous_equals_brute_force_and_beats_homogeneous() -> None:
         assert het.cost == pytest.approx(_brute_force_heterogeneous(task, counts, 1.0), abs=1e-9), counts
         homo = omniscient_plan(task, np.asarray(counts) >= 2, 1.0)
         assert het.cost <= homo.cost + 1e-9
+
+
+def test_heterogeneous_by_brute_force_at_other_prices_and_its_modes() -> None:
+    """Eq. 23-32 with prices that are not 1 and 3 (so s * spot != s / spot) and a gang of three."""
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        task = DeadlineTask(2.0, 4.0, 0.5, on_demand_price=2.6, spot_price=0.7, nodes=3)
+        counts = [int(x) for x in rng.integers(0, 4, size=4)]
+        het = heterogeneous_plan(task, counts, 1.0)
+        assert het.cost == pytest.approx(_brute_force_heterogeneous(task, counts, 1.0), abs=1e-9), counts
+        assert [(m.kind, m.price, m.spot_nodes) for m in het.mode_list] == [
+            (Kind.IDLE, 0.0, 0), (Kind.SPOT, pytest.approx(2.1), 3), (Kind.ON_DEMAND, pytest.approx(1.4 + 2.6), 2),
+            (Kind.ON_DEMAND, pytest.approx(0.7 + 5.2), 1), (Kind.ON_DEMAND, pytest.approx(7.8), 0)]
+    with pytest.raises(InvalidInput) as bad:
+        heterogeneous_plan(DeadlineTask(2.0, 4.0, 0.5), [], 1.0)
+    assert (bad.value.message, bad.value.fix) == (
+        "available_counts: the trace window is empty", "give at least one tick")
+    one = heterogeneous_plan(DeadlineTask(1.0, 4.0, 0.0, spot_price=0.5, nodes=1), [1], 1.0)
+    assert one.feasible and one.cost == pytest.approx(0.5) and one.kinds() == [Kind.SPOT]
 
 
 def test_heterogeneous_with_one_node_is_homogeneous(catalog) -> None:

@@ -107,6 +107,12 @@ def test_dashboard_in_a_real_browser(control_plane: str, tmp_path: Path) -> None
     beta = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['beta']}"}, timeout=30)
     beta_job = beta.post("/v1/jobs", json={"name": "beta-etl", "kind": "spot", "accelerator": "V100",
                                            "compute_hours": 1.0}).json()["id"]
+    # gamma's HP job gives the forecaster demand history: quota refreshes, capacity points
+    r = admin.post("/v1/tenants", json={"name": "gamma", "max_gpus": 16})
+    assert r.status_code == 201, r.text
+    gamma = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {r.json()['token']}"}, timeout=30)
+    assert gamma.post("/v1/jobs", json={"name": "serving", "kind": "hp", "accelerator": "V100",
+                                        "compute_hours": 500.0}).status_code == 201
     shots: list[Path] = []
     rec = Recorder()
 
@@ -168,6 +174,8 @@ def test_dashboard_in_a_real_browser(control_plane: str, tmp_path: Path) -> None
                 page.click(f"#nav a[href='#/{name}']")
                 page.wait_for_selector({"overview": "#nodes-now", "capacity": "#quotas",
                                         "fleet": "#zones tbody tr"}[name])
+                if name == "capacity":
+                    _check_capacity(page, admin, demand=False)
                 shot(page, name)
             assert page.locator("#zones tbody tr").count() >= 2
             assert rec.errors == [], rec.errors
@@ -193,6 +201,23 @@ def test_dashboard_in_a_real_browser(control_plane: str, tmp_path: Path) -> None
                 assert not any(secret in b for b in bodies), secret
             assert rec.errors == [], rec.errors
 
+            # -- the admin's Capacity page: the pool's HP demand and its upper bound too ---------
+            page.click("#logout")
+            page.wait_for_selector("#login:not([hidden])")
+            page.fill("#token", ADMIN)
+            page.click("#login button[type=submit]")
+            page.wait_for_selector("#overview .jobs-by-state")
+            assert page.inner_text("#who") == "admin"
+            # the login tells the admin by /v1/tenants/me's 422 (the admin is no tenant), which
+            # the browser logs as a failed resource: that line, and nothing else
+            assert rec.errors == ["Failed to load resource: the server responded with a status of 422 "
+                                  "(Unprocessable Entity)"], rec.errors
+            rec.errors.clear()
+            page.click("#nav a[href='#/capacity']")
+            _check_capacity(page, admin, demand=True)
+            shot(page, "capacity-admin")
+            assert rec.errors == [], rec.errors
+
             # -- a wrong token: a clear message, and back at the login form ----------------------
             page.click("#logout")
             page.fill("#token", "spt_not-a-token")
@@ -207,11 +232,45 @@ def test_dashboard_in_a_real_browser(control_plane: str, tmp_path: Path) -> None
             assert rec.errors and all("401" in e for e in rec.errors), rec.errors
         finally:
             browser.close()
-    for client in (admin, acme, beta):
+    for client in (admin, acme, beta, gamma):
         client.close()
     notes = os.environ.get("SPOTPLANE_SCREENSHOTS")
     if notes:
         for path in shots:
             shutil.copy(path, Path(notes) / path.name)
     assert {p.name for p in shots} == {f"dashboard-{n}.png" for n in
-                                       ("login", "jobs", "job", "overview", "capacity", "fleet", "wrong-token")}
+                                       ("login", "jobs", "job", "overview", "capacity",
+                                        "capacity-admin", "fleet", "wrong-token")}
+
+
+POOL = "#capacity-pools .capacity-pool[data-pool='default/V100']"
+# read in one go (the page redraws every 2 s): points drawn, and per chart and series the path's
+# segments and the circles
+DRAWN = """(pool) => {
+  const card = document.querySelector(pool);
+  if (!card) return null;
+  const out = { points: Number(card.dataset.points), series: {} };
+  for (const svg of card.querySelectorAll("svg")) for (const path of svg.querySelectorAll("path[data-series]")) {
+    const name = path.dataset.series;
+    out.series[svg.getAttribute("class") + ":" + name] = [(path.getAttribute("d").match(/L/g) || []).length,
+      svg.querySelectorAll(`circle[data-series="${name}"]`).length];
+  }
+  return out;
+}"""
+
+
+def _check_capacity(page: Any, admin: httpx.Client, *, demand: bool) -> None:
+    """The V100 pool's card draws every history point of the page's window: spot quota and
+    capacity (GPUs), eta and H, and for the admin the HP demand and its upper bound."""
+    drawn = _wait(lambda: (d := page.evaluate(DRAWN, POOL)) and d["points"] >= 3 and d, 90,
+                  "three quota refreshes drawn on the Capacity page")
+    n = drawn["points"]
+    history = admin.get("/v1/capacity/history", params={"accelerator": "V100", "limit": 500}).json()["items"]
+    assert len(history) >= n  # the API has at least what the page drew
+    want = {"capacity-gpus:spot quota", "capacity-gpus:capacity", "capacity-eta:η (Eq. 11)",
+            "capacity-eta:guarantee hours H"}
+    if demand:
+        want |= {"capacity-gpus:HP demand (forecast)", "capacity-gpus:HP demand upper bound"}
+    assert drawn["series"] == {name: [n - 1, n] for name in want}, drawn
+    assert any((p["hp_demand_upper_gpus"] or 0) > 0 for p in history)
+    assert all(p["guarantee_hours"] == 1 and p["capacity_gpus"] == 6 for p in history)

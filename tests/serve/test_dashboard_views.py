@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.core.models import Event, JobSpec, JobState, Market, Node, NodeState
+from controlplane.core.models import (
+    CapacityPoint,
+    Event,
+    JobSpec,
+    JobState,
+    Market,
+    Node,
+    NodeState,
+)
 from controlplane.core.units import HOUR
 from controlplane.store import Store
 from serve.dashboard import JobRow, node_history, segments
@@ -90,3 +98,16 @@ def test_segments_cut_a_job_into_states_with_its_nodes() -> None:
     assert segs[1].node_ids == ["n7"] and segs[1].zone == "us-east-1a" and segs[1].market == "spot"
     assert segs[2].node_ids == ["n7"]  # still held while running
     assert segs[0].node_ids == [] and segs[0].zone is None  # queued: no nodes
+
+
+def test_capacity_history_hides_the_summed_hp_demand_from_tenants(service: ControlPlaneService) -> None:
+    acme = service.store.create_tenant("acme")[0].id
+    service.store.add_capacity([CapacityPoint(at=300.0 * i, pool="default", accelerator="V100", capacity_gpus=10,
+                                              spot_quota_gpus=i, hp_demand_gpus=2.0, hp_demand_upper_gpus=3.5,
+                                              guarantee_hours=1, eta=0.5) for i in range(3)])
+    full = service.capacity_history(Principal.admin(), accelerator=None, after=None, limit=10)
+    assert [(p.spot_quota_gpus, p.hp_demand_gpus, p.hp_demand_upper_gpus) for p in full] == [
+        (0, 2.0, 3.5), (1, 2.0, 3.5), (2, 2.0, 3.5)]
+    theirs = service.capacity_history(Principal.tenant(acme), accelerator="V100", after=full[0].id, limit=10)
+    assert [(p.spot_quota_gpus, p.hp_demand_gpus, p.hp_demand_upper_gpus, p.eta, p.guarantee_hours)
+            for p in theirs] == [(1, None, None, 0.5, 1), (2, None, None, 0.5, 1)]

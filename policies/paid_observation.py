@@ -1,0 +1,176 @@
+"""Multi-zone deadline replay where a zone's spot availability costs what it costs to learn.
+
+In :func:`policies.deadline_sim.simulate_zones` a policy sees every zone every tick for free. A
+real controller knows a zone's spot availability only where its job runs, where it tried a
+launch (a refused launch says "down", for free) or where it bought a probe (billed
+``probe_minutes`` of spot in that zone). :func:`simulate_zones_paid` replays that: the policy's
+view of a zone is the last thing it learned about it (a zone never seen is believed up, so the
+first launch tries it); a policy with a ``probes(obs) -> zone names`` method buys probes before
+it decides; a spot choice in a zone that is down is a refused launch, and the policy is asked
+again with what it just learned (at most once per zone per tick).
+
+:class:`ProbingSpotplane` is spotplane's policy with a probe rule: at most one probe a tick,
+of the zone believed down with the best score (price x (1 + d / E[run])) among those that would
+beat where the job runs (off spot: the best zone believed up) and were not probed for
+``reprobe_hours``: a cheaper zone that came back is found for a minute of spot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from controlplane.core.errors import InvalidInput
+from policies.deadline import CODE_KIND, DeadlinePolicy, Kind, Observation, ZoneView
+from policies.deadline_sim import EPS, PolicyError, SimResult, _check_window
+from policies.multizone import SpotplaneMultiZone
+
+_IDLE, _SPOT, _OD = 0, 1, 2
+_CODE = {Kind.IDLE: _IDLE, Kind.SPOT: _SPOT, Kind.ON_DEMAND: _OD}
+
+
+class Probing(Protocol):
+    def probes(self, obs: Observation) -> Sequence[str]: ...
+
+
+@dataclass(frozen=True)
+class PaidResult:
+    """A paid-observation replay: the usual result (its cost includes the probes) and what
+    learning the zones cost."""
+
+    result: SimResult
+    probes: int
+    probe_cost: float
+    refused_launches: int
+
+
+def simulate_zones_paid(policy: DeadlinePolicy, available: npt.NDArray[np.bool_], tick_hours: float,
+                        zone_names: Sequence[str], spot_prices: Sequence[float],
+                        on_demand_prices: Sequence[float], *,
+                        probe_minutes: float = 1.0) -> PaidResult:
+    """Replay ``policy`` over ``available[z, i]`` learning zones only by running, launching and
+    probing (see the module docstring); prices are per node-hour, ``task.nodes`` nodes."""
+    avail = np.asarray(available, dtype=bool)
+    if avail.ndim != 2:
+        raise InvalidInput("available", "multi-zone availability must be a (zones, ticks) array")
+    _check_window(avail, tick_hours)
+    n_z = avail.shape[0]
+    if not (len(zone_names) == len(spot_prices) == len(on_demand_prices) == n_z):
+        raise InvalidInput("zone_names", "zones, prices and availability rows must have the same length")
+    if probe_minutes < 0:
+        raise InvalidInput("probe_minutes", f"must be >= 0, got {probe_minutes}")
+    task = policy.task  # type: ignore[attr-defined]
+    g, d, c = float(tick_hours), task.overhead_hours, task.compute_hours
+    index = {z: j for j, z in enumerate(zone_names)}
+    names = list(zone_names)
+    sp = [float(p) * task.nodes for p in spot_prices]
+    od = [float(p) * task.nodes for p in on_demand_prices]
+    probe_price = [p * probe_minutes / 60.0 for p in sp]
+    known = [True] * n_z  # never seen: believed up, so a launch tries it
+    cols = avail.T.tolist()
+    probes_of = getattr(policy, "probes", None)
+    state, zone = _IDLE, -1
+    progress = overhead_left = cost = probe_cost = 0.0
+    work, billed = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+    changeovers = probes = refused = 0
+    finish = float("inf")
+    for i in range(len(cols)):
+        col = cols[i]
+        if state == _SPOT:
+            known[zone] = bool(col[zone])  # where the job runs, the zone is known
+            if not col[zone]:
+                state, zone = _IDLE, -1
+        if probes_of is not None:
+            for name in probes_of(_obs(i * g, progress, state, zone, names, known, spot_prices,
+                                       on_demand_prices)):
+                z = index[name]
+                known[z] = bool(col[z])
+                probes += 1
+                probe_cost += probe_price[z]
+        for _ in range(n_z + 1):
+            act = policy.decide(_obs(i * g, progress, state, zone, names, known, spot_prices,
+                                     on_demand_prices))
+            new = _CODE[act.kind]
+            if new != _SPOT or act.zone is None or act.zone not in index:
+                break
+            z = index[act.zone]
+            if col[z] or (state == _SPOT and z == zone):
+                break
+            known[z] = False  # a refused launch: free, and now known down
+            refused += 1
+        else:
+            raise PolicyError(f"{type(policy).__name__} kept choosing zones without spot at tick {i}")
+        if new == _IDLE:
+            state, zone = _IDLE, -1
+            continue
+        if act.zone is None or act.zone not in index:
+            raise PolicyError(f"{type(policy).__name__} must name a known zone for {act.kind} at tick {i}")
+        z = index[act.zone]
+        if new == _SPOT:
+            known[z] = True
+        if new != state or z != zone:
+            overhead_left = d
+            changeovers += 1
+            state, zone = new, z
+        p = sp[zone] if state == _SPOT else od[zone]
+        oh = min(overhead_left, g)
+        overhead_left -= oh
+        gain = g - oh
+        rest = c - progress
+        if gain >= rest - EPS:
+            used = oh + max(rest, 0.0)
+            cost += used * p
+            billed[state] += used
+            work[state] += max(rest, 0.0)
+            progress = c
+            finish = i * g + used
+            break
+        cost += g * p
+        billed[state] += g
+        work[state] += gain
+        progress += gain
+    res = SimResult(cost=cost + probe_cost, spot_hours=work[_SPOT], od_hours=work[_OD],
+                    spot_billed_hours=billed[_SPOT], od_billed_hours=billed[_OD],
+                    changeovers=changeovers, finish_hours=finish,
+                    met_deadline=finish <= task.deadline_hours + 1e-6, progress_hours=progress)
+    return PaidResult(res, probes, probe_cost, refused)
+
+
+def _obs(t: float, progress: float, state: int, zone: int, names: list[str], known: list[bool],
+         spot: Sequence[float], od: Sequence[float]) -> Observation:
+    views = tuple(ZoneView(n, known[j], float(spot[j]), float(od[j])) for j, n in enumerate(names))
+    here = known[zone] if zone >= 0 else False
+    return Observation(t, progress, CODE_KIND[state], names[zone] if zone >= 0 else None, here, views)
+
+
+class ProbingSpotplane(SpotplaneMultiZone):
+    """spotplane with a probe rule for paid observation (see the module docstring)."""
+
+    name = "spotplane_probing"
+
+    def __init__(self, task: Any, *, reprobe_hours: float = 1.0, **kw: Any) -> None:
+        super().__init__(task, **kw)
+        self.reprobe_hours = float(reprobe_hours)
+        self._probed: dict[str, float] = {}
+
+    def probes(self, obs: Observation) -> Sequence[str]:
+        """At most one zone a tick: the best-scored zone believed down that would beat where
+        the job runs (or, off spot, the best zone believed up) and was not probed in the last
+        ``reprobe_hours``."""
+        up = [z for z in obs.zones if z.spot_available]
+        here = next((z for z in obs.zones if z.zone == obs.zone), None)
+        if obs.state is Kind.SPOT and here is not None:
+            bar = self._score(here)
+        else:
+            bar = min((self._score(z) for z in up), default=float("inf"))
+        stale = [z for z in obs.zones if not z.spot_available and self._score(z) < bar
+                 and obs.elapsed_hours - self._probed.get(z.zone, -1e9) >= self.reprobe_hours - EPS]
+        if not stale:
+            return ()
+        best = min(stale, key=lambda z: (self._score(z), z.zone))
+        self._probed[best.zone] = obs.elapsed_hours
+        return (best.zone,)

@@ -1,0 +1,66 @@
+"""Paid observation (``policies.paid_observation``): zones are learned by running, refused
+launches and bought probes; exact costs on a hand-made three-zone window."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from policies.deadline import Action, DeadlineTask, Kind, Observation
+from policies.paid_observation import ProbingSpotplane, simulate_zones_paid
+
+NAMES = ("a", "b", "c")
+SPOT = (1.0, 2.0, 3.0)
+OD = (10.0, 10.0, 10.0)
+# zone a has no spot for the first two hours; b and c always have it
+UP = np.array([[False, False, True, True], [True] * 4, [True] * 4])
+
+
+class CheapestBelieved:
+    """Spot in the cheapest zone it believes up; probes the cheapest zone it believes down."""
+
+    def __init__(self, task: DeadlineTask) -> None:
+        self.task = task
+        self.seen: list[tuple[bool, ...]] = []
+
+    def probes(self, obs: Observation) -> Sequence[str]:
+        down = [z for z in obs.zones if not z.spot_available]
+        return (min(down, key=lambda z: z.spot_price).zone,) if down else ()
+
+    def decide(self, obs: Observation) -> Action:
+        self.seen.append(tuple(z.spot_available for z in obs.zones))
+        up = [z for z in obs.zones if z.spot_available]
+        return Action(Kind.SPOT, min(up, key=lambda z: z.spot_price).zone)
+
+
+def test_a_refused_launch_is_free_and_a_probe_costs_a_minute_of_spot() -> None:
+    task = DeadlineTask(3.0, 10.0, 0.0, on_demand_price=10.0, spot_price=1.0)
+    pol = CheapestBelieved(task)
+    r = simulate_zones_paid(pol, UP, 1.0, NAMES, SPOT, OD)  # type: ignore[arg-type]
+    # hour 0: a is believed up, its launch is refused, b runs; hour 1: a probed (still down),
+    # b runs; hour 2: a probed (back), the job moves there and finishes
+    assert pol.seen == [(True, True, True), (False, True, True), (False, True, True),
+                        (True, True, True)]
+    assert (r.refused_launches, r.probes) == (1, 2)
+    assert r.probe_cost == pytest.approx(2 / 60)
+    assert r.result.cost == pytest.approx(2.0 + 2.0 + 1.0 + 2 / 60)
+    assert (r.result.changeovers, r.result.finish_hours, r.result.met_deadline) == (2, 3.0, True)
+
+
+def test_spotplane_probes_only_zones_that_would_beat_where_it_runs() -> None:
+    task = DeadlineTask(3.0, 10.0, 0.0, on_demand_price=10.0, spot_price=1.0)
+    pol = ProbingSpotplane(task, tick_hours=1.0)
+    r = simulate_zones_paid(pol, UP, 1.0, NAMES, SPOT, OD)
+    assert (r.refused_launches, r.probes, r.result.met_deadline) == (1, 2, True)
+    # on b, a (believed down since its refusal) would beat it: probed at hours 1 and 2 (once an
+    # hour), c never (dearer than b); a is back at hour 2 but its run is too young to move to
+    assert r.result.cost == pytest.approx(3 * 2.0 + 2 / 60)
+    assert (r.result.changeovers, r.result.finish_hours) == (1, 3.0)
+
+
+def test_bad_probe_minutes_are_refused() -> None:
+    task = DeadlineTask(3.0, 10.0, 0.0, on_demand_price=10.0, spot_price=1.0)
+    with pytest.raises(ValueError, match="probe_minutes: must be >= 0"):
+        simulate_zones_paid(ProbingSpotplane(task), UP, 1.0, NAMES, SPOT, OD, probe_minutes=-1)

@@ -1,0 +1,154 @@
+"""Cursor pages of GET /v1/jobs on a real Serve server: ``after=<job id>`` and the
+``X-Spotplane-Next-After`` header, under a tight byte cap; each job once, tenants kept apart, a
+cursor that is no job of the list a 422 naming ``after``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from controlplane.client import SpotplaneClient
+from controlplane.core.models import JobSpec
+from controlplane.store import Store
+from serve.limits import ApiLimits
+from tests.support import free_port
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+ADMIN = "spa_cursor-admin-token"
+CAP = 65536  # bytes of one list answer: a page of 300 jobs is cut at about 90
+
+
+@dataclass
+class Paged:
+    url: str
+    store: Store
+    tokens: dict[str, str]
+    jobs: dict[str, list[str]]  # tenant name -> its job ids, oldest first
+
+    def client(self, who: str) -> httpx.Client:
+        token = ADMIN if who == "admin" else self.tokens[who]
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
+                            timeout=30)
+
+
+@pytest.fixture(scope="module")
+def paged(ray_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paged]:  # type: ignore[no-untyped-def]
+    from serve.app import start_api, stop_api
+
+    db = Path(tmp_path_factory.mktemp("cursor")) / "spotplane.db"
+    store = Store(db)
+    tokens, jobs = {}, {}
+    ids = {}
+    for name in ("acme", "beta"):
+        tenant, tokens[name] = store.create_tenant(name, max_gpus=8)
+        ids[name], jobs[name] = tenant.id, []
+    for batch in range(4):  # the tenants' jobs interleave in the table
+        for name, n in (("acme", 250), ("beta", 10)):
+            jobs[name] += [j.id for j in store.submit_jobs(ids[name], [
+                JobSpec(name=f"{name}-{batch}-{i}", compute_hours=1.0) for i in range(n)],
+                now=0.0)]
+    url = start_api(db, ADMIN, free_port(), limits=ApiLimits(max_list_bytes=CAP))
+    try:
+        yield Paged(url, store, tokens, jobs)
+    finally:
+        stop_api()
+        store.close()
+
+
+def _follow(c: httpx.Client, **params: object) -> tuple[list[str], int]:
+    """Every page by cursor: the ids in order and how many pages it took."""
+    seen: list[str] = []
+    pages = 0
+    query = dict(params)
+    while True:
+        r = c.get("/v1/jobs", params=query)  # type: ignore[arg-type]
+        assert r.status_code == 200, r.text
+        assert len(r.content) <= CAP
+        page = [j["id"] for j in r.json()]
+        seen += page
+        pages += 1
+        after = r.headers.get("x-spotplane-next-after")
+        if after is None:
+            return seen, pages
+        assert after == page[-1]  # the cursor is the last job of the page
+        query = {**params, "after": after}
+
+
+def test_paging_1000_jobs_by_cursor_returns_each_exactly_once(paged: Paged) -> None:
+    with paged.client("acme") as acme:
+        seen, pages = _follow(acme, limit=300)
+    assert seen == paged.jobs["acme"]  # oldest first, each once, none of beta's
+    assert pages >= 1000 // 300 + 1  # the byte cap cut pages short; the cursor went on
+    with paged.client("acme") as acme:
+        r = acme.get("/v1/jobs", params={"limit": 7})
+        assert [j["id"] for j in r.json()] == paged.jobs["acme"][:7]
+        assert r.headers["x-spotplane-next-after"] == paged.jobs["acme"][6]  # a full page
+        assert "x-spotplane-truncated" not in r.headers
+        last = acme.get("/v1/jobs", params={"after": paged.jobs["acme"][-2]})
+        assert [j["id"] for j in last.json()] == paged.jobs["acme"][-1:]
+        assert "x-spotplane-next-after" not in last.headers  # nothing after it
+    with SpotplaneClient(paged.url, paged.tokens["acme"]) as client:  # the CLI's client
+        assert [j["id"] for j in client.jobs(limit=1000)] == paged.jobs["acme"]
+        assert [j["id"] for j in client.jobs(limit=450)] == paged.jobs["acme"][:450]
+
+
+def test_cursor_pages_keep_tenants_apart(paged: Paged) -> None:
+    with paged.client("beta") as beta:
+        seen, _ = _follow(beta, limit=15)
+        assert seen == paged.jobs["beta"]
+        r = beta.get("/v1/jobs", params={"after": paged.jobs["acme"][0]})  # another's job
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"][0]["field"] == "after"  # as if it did not exist
+        missing = beta.get("/v1/jobs", params={"after": "job-000000000000"})
+        assert missing.status_code == 422 and missing.json()["fix"] == r.json()["fix"]
+    with paged.client("admin") as admin:
+        everyone, _ = _follow(admin, limit=500)
+        assert sorted(everyone) == sorted(paged.jobs["acme"] + paged.jobs["beta"])
+        assert len(everyone) == len(set(everyone))
+        r = admin.get("/v1/jobs", params={"tenant_id": paged.store.get_tenant("beta").id,
+                                          "after": paged.jobs["acme"][5]})
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "after"
+
+
+@pytest.mark.parametrize("params", [{"after": "job-doesnotexist"}, {"after": ""},
+                                    {"after": "x" * 65}])
+def test_a_bad_cursor_is_a_422_naming_after(paged: Paged, params: dict[str, str]) -> None:
+    with paged.client("acme") as acme:
+        r = acme.get("/v1/jobs", params=params)
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["errors"][0]["field"] == "after"
+    assert body["message"].startswith("after: ")
+
+
+def test_after_and_offset_together_is_a_422_naming_after(paged: Paged) -> None:
+    with paged.client("acme") as acme:
+        r = acme.get("/v1/jobs", params={"after": paged.jobs["acme"][3], "offset": 10})
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "after"
+        assert "X-Spotplane-Next-After" in r.json()["fix"]
+        old = acme.get("/v1/jobs", params={"offset": 995, "limit": 10})  # offset still works
+        assert [j["id"] for j in old.json()] == paged.jobs["acme"][995:]
+
+
+def test_the_dashboards_jobs_table_pages_by_cursor_in_submission_order(paged: Paged) -> None:
+    with paged.client("acme") as acme:
+        for desc, want in ((False, paged.jobs["acme"]), (True, paged.jobs["acme"][::-1])):
+            seen: list[str] = []
+            params: dict[str, object] = {"sort": "submitted", "desc": desc, "limit": 300}
+            while True:
+                r = acme.get("/v1/dashboard/jobs", params=params)  # type: ignore[arg-type]
+                assert r.status_code == 200, r.text
+                page = r.json()
+                assert page["total"] == 1000  # every match, not only those past the cursor
+                seen += [j["id"] for j in page["items"]]
+                if page["next_after"] is None:
+                    break
+                params = {**params, "after": page["next_after"], "offset": len(seen)}
+            assert seen == want
+        r = acme.get("/v1/dashboard/jobs", params={"sort": "cost", "after": paged.jobs["acme"][0]})
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "after"
