@@ -17,11 +17,14 @@ import numpy as np
 import ray
 
 from actors.tenant import tenant_actor
-from controlplane.core.models import ForecastRow, JobKind
+from controlplane.core.models import ForecastRow, JobKind, JobState
 from controlplane.store import Store
 from policies.forecast import HOURS_PER_WEEK, Forecast, LastWeekPeak, OrgLinear
 
 log = logging.getLogger(__name__)
+
+#: HP jobs in these states hold nodes: their GPUs are the demand the forecaster learns.
+HOLDING = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CHECKPOINTING})
 
 
 class ForecasterActor:
@@ -113,12 +116,16 @@ class ForecasterActor:
 
     def _per_pool(self, fc: Forecast, tenant_ids: list[str]
                   ) -> dict[str, tuple[list[list[float]], list[list[float]]]]:
-        """Split each tenant's HP forecast over pools by the accelerators its HP jobs asked for."""
+        """Split each tenant's HP forecast over pools by the accelerators of its HP jobs that hold
+        nodes now (the demand the forecaster learned), or of all its HP jobs when none does."""
         share: dict[str, dict[str, float]] = {}
+        holding: dict[str, dict[str, float]] = {}
         for j in self.store.list_jobs(kind=JobKind.HP, limit=100_000):
             acc = j.spec.accelerator or "any"
-            share.setdefault(j.tenant_id, {}).setdefault(acc, 0.0)
-            share[j.tenant_id][acc] += j.gpus
+            for d in (share, holding) if j.state in HOLDING else (share,):
+                d.setdefault(j.tenant_id, {}).setdefault(acc, 0.0)
+                d[j.tenant_id][acc] += j.gpus
+        share = {t: holding.get(t, s) for t, s in share.items()}
         pools = {q.accelerator for q in self.store.quotas()} | {
             a for s in share.values() for a in s if a != "any"}
         out = {}

@@ -77,7 +77,8 @@ class QuotaAllocatorActor:
             points.append(CapacityPoint(
                 at=now, pool="default", accelerator=acc, capacity_gpus=int(cap),
                 spot_quota_gpus=int(q), hp_demand_gpus=aggregate_mean_demand(fc, h),
-                hp_demand_upper_gpus=aggregate_upper_demand(fc, alloc.params.p, h),
+                hp_demand_upper_gpus=aggregate_upper_demand(fc, alloc.params.p, h,
+                                                            alloc.params.aggregation),
                 guarantee_hours=h, eta=alloc.eta))
         self.store.set_quotas(quotas)
         self.store.add_capacity(points)

@@ -414,7 +414,9 @@ class OrgLinear:
         H = self.horizon
         d = b.design.astype(float)
         gram = d.T @ d
-        gram[np.diag_indices_from(gram)] += 1e-3 * np.trace(gram) / gram.shape[0]
+        # ridge relative to the data, with a floor: a tenant set with no demand at all (a GPU
+        # pool its HP tasks never used) has an all-zero design and would be singular
+        gram[np.diag_indices_from(gram)] += 1e-3 * np.trace(gram) / gram.shape[0] + 1e-9
         ybar = b.y.mean(axis=0)
         w = np.linalg.solve(gram, d.T @ (b.y - ybar))
         p["Win"][:], p["b"][:H] = w, ybar

@@ -6,17 +6,25 @@ every scheduler a fresh pass over its queue (Chronus preempts only on these leas
 
 * A spot task evicted at time t keeps the work up to its last checkpoint (every
   ``checkpoint_s``, default 1 h as in the paper's code release) and rejoins the queue.
-* Metrics (seconds), HP and spot apart: JCT = finish - submit (mean, p99), JQT = the sum of all
-  queueing segments, eviction rate = evictions / runs (Sec. 4.2), and the GPU allocation rate =
-  time-averaged allocated / total GPUs between the first and the last arrival.
-* The spot quota loop (GFS family only): the HP demand of each tenant (GPUs held or queued) is
-  sampled every tick and averaged per hour; every hour a forecaster (OrgLinear, refitted every
-  ``refit_every_h`` on the last ``fit_window_h`` hours, or the last-week peak for GFS-e) predicts
-  the next H hours. Until it has history (``first_fit_h`` = 192 h for OrgLinear: lookback 168 +
-  horizon; ``last_week_peak_min_h`` = 24 h for GFS-e) there is no quota; every tick ``SpotQuotaAllocator.update_eta`` gets the
-  eviction rate and the longest spot queueing time of the last H hours, and Q_H (Eq. 10) with
-  S0 = idle GPUs and Sa = GPUs held by spot tasks becomes ``ClusterSnapshot.spot_quota``. The
-  whole cluster is one GPU pool (one quota), whatever its GPU models.
+* Metrics (seconds), HP and spot apart, over the tasks submitted at or after
+  ``SimConfig.measure_from_s``: JCT = finish - submit (mean, p99), JQT = the sum of all queueing
+  segments, eviction rate = evictions / runs (Sec. 4.2) and evictions per guarantee hour
+  (evictions / (evictions + guarantee hours completed + completions)), and the GPU allocation
+  rate = time-averaged allocated / total GPUs between the first and the last arrival.
+* The spot quota loop (GFS family, or a baseline made with ``quota=True``): one quota per GPU
+  pool (one per GPU model by default, ``pools='cluster'``: one for the cluster). The HP demand of
+  each tenant in each pool (GPUs held by running HP tasks; ``hp_demand='held_queued'`` adds the
+  queued ones, spread over their eligible pools) is sampled every tick; the hour's point is the
+  maximum (or ``hourly='mean'``) of its samples. Every hour a forecaster (OrgLinear, refitted
+  every ``refit_every_h`` on the last ``fit_window_h`` hours, or the last-week peak for GFS-e)
+  predicts the next H hours. Until it has history (``first_fit_h`` = 192 h for OrgLinear:
+  lookback 168 + horizon; ``last_week_peak_min_h`` = 24 h for GFS-e) a pool has no quota; every
+  tick ``SpotQuotaAllocator.update_eta`` gets the pool's eviction rate (``eta_rate``) and the
+  longest spot queueing time of the last H hours, and Q_H (Eq. 10) with S0 = the pool's idle GPUs
+  and Sa = its GPUs held by spot tasks is the pool's quota. A spot task may start on the nodes of
+  a pool whose quota has room for all its GPUs.
+* Chronus as released (``lease_release_s``): at every multiple of it every running task gives
+  its GPUs back and queues again, keeping its progress and paying ``lease_restart_s``.
 
 The queue: HP tasks before spot tasks; inside a class the scheduler's :class:`QueueRule`. Tasks
 are grouped by shape (priority, GPUs, pods, models): a shape that failed is not tried again
@@ -61,9 +69,28 @@ def shape_key(shape: Shape) -> tuple[str, float, int, bool, tuple[str, ...]]:
     return (prio, g, w, models is not None, models or ())
 
 
+#: The named choices where the paper's text and the authors' release differ (docs/gfs.md).
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "hp_demand": ("running", "held_queued"),  # HP demand sampled: GPUs of running HP / + queued HP
+    "hourly": ("max", "mean"),  # one hourly history point: max or mean of the per-tick samples
+    "eta_rate": ("paper", "release"),  # Eq. 11's e: evictions / starts over H / F / (F + S) over eta_window_h
+    "pools": ("per_model", "cluster"),  # one quota per GPU model, or one for the whole cluster
+}
+
+
 @dataclass(frozen=True)
 class SimConfig:
-    """Simulator knobs (seconds unless named otherwise)."""
+    """Simulator knobs (seconds unless named otherwise).
+
+    ``hp_demand``, ``hourly``, ``eta_rate`` and ``pools`` are the :data:`OPTIONS` (the default
+    first: the release's choice, except ``eta_rate``, where the release's rule never lets eta
+    recover once no spot task runs; docs/gfs.md has the runs). ``eta_rate='release'``: e = failures / (failures + successes) over the last
+    ``eta_window_h`` hours, a success per guarantee hour a spot run completes and per completion,
+    no eta update without either; ``'paper'``: evictions / starts over the last H hours.
+    ``measure_from_s``: only tasks submitted at or after it count in the metrics (a warm-up).
+    ``lease_release_s`` (Chronus as released): at every multiple of it every running task is
+    released and re-queued, and pays ``lease_restart_s`` when it starts again.
+    """
 
     checkpoint_s: float = 3600.0
     tick_s: float = 300.0
@@ -76,10 +103,23 @@ class SimConfig:
     eviction_short_s: float = 3600.0
     eviction_long_s: float = 86400.0
     check_invariants: bool = False
+    hp_demand: str = "running"
+    hourly: str = "max"
+    eta_rate: str = "paper"
+    eta_window_h: float = 4.0
+    pools: str = "per_model"
+    measure_from_s: float = 0.0
+    lease_release_s: float | None = None
+    lease_restart_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.tick_s <= 0 or self.checkpoint_s <= 0:
             raise InvalidInput("tick_s/checkpoint_s", "must be > 0", fix="use 300 and 3600")
+        for name, allowed in OPTIONS.items():
+            if getattr(self, name) not in allowed:
+                raise InvalidInput(name, f"unknown option {getattr(self, name)!r}", fix=f"use one of {', '.join(allowed)}")
+        if self.eta_window_h <= 0 or self.lease_restart_s < 0:
+            raise InvalidInput("eta_window_h/lease_restart_s", "must be > 0 / >= 0", fix="use 4 and 120")
 
 
 @dataclass
@@ -95,6 +135,8 @@ class TaskRecord:
     finish_s: float = math.nan
     epoch: int = 0
     finished: int = 0
+    guarantee_hours: int = 0
+    lease_restart: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,10 +148,19 @@ class ClassMetrics:
     jqt_mean_s: float
     runs: int
     evictions: int
+    guarantee_hours: int = 0
+    completions: int = 0
 
     @property
     def eviction_rate(self) -> float:
+        """Evictions per run (Sec. 4.2)."""
         return self.evictions / self.runs if self.runs else 0.0
+
+    @property
+    def eviction_per_guarantee_hour(self) -> float:
+        """Failures / (failures + successes), a success per completed guarantee hour or completion."""
+        n = self.evictions + self.guarantee_hours + self.completions
+        return self.evictions / n if n else 0.0
 
 
 @dataclass(frozen=True)
@@ -127,7 +178,8 @@ class SimResult:
         """The benchmark's JSON fields."""
         return {"hp_jct": self.hp.jct_mean_s, "hp_jct_p99": self.hp.jct_p99_s, "hp_jqt": self.hp.jqt_mean_s,
                 "spot_jct": self.spot.jct_mean_s, "spot_jqt": self.spot.jqt_mean_s,
-                "eviction_rate": self.spot.eviction_rate, "allocation_rate": self.allocation_rate}
+                "eviction_rate": self.spot.eviction_rate, "eviction_per_gh": self.spot.eviction_per_guarantee_hour,
+                "allocation_rate": self.allocation_rate}
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -146,6 +198,10 @@ class _MemoBound:
     @property
     def mean(self) -> np.ndarray:
         return np.asarray(self.f.mean)
+
+    @property
+    def sigma(self) -> np.ndarray:
+        return np.asarray(self.f.sigma)
 
     def upper(self, p: float) -> np.ndarray:
         if p not in self._up:
@@ -173,11 +229,14 @@ class QuotaLoop:
         self.quota: float | None = None
 
     def sample(self, demand: np.ndarray) -> None:
-        self.acc += demand
+        if self.cfg.hourly == "max":
+            self.acc = np.maximum(self.acc, demand)
+        else:
+            self.acc += demand
         self.samples += 1
 
     def close_hour(self) -> None:
-        self.hours.append(self.acc / max(self.samples, 1))
+        self.hours.append(self.acc.copy() if self.cfg.hourly == "max" else self.acc / max(self.samples, 1))
         self.acc = np.zeros_like(self.acc)
         self.samples = 0
         hist = np.stack(self.hours, axis=1)
@@ -200,8 +259,9 @@ class QuotaLoop:
         else:
             self.forecast = None  # no estimator yet: no quota (spot may take any idle GPU)
 
-    def update(self, eviction_rate: float, max_queue_s: float, idle: float, spot_alloc: float) -> float | None:
-        if self.adapt_eta:
+    def update(self, eviction_rate: float | None, max_queue_s: float, idle: float, spot_alloc: float) -> float | None:
+        """One 300 s step: Eq. 11 (skipped when ``eviction_rate`` is None: no data), then Eq. 10."""
+        if self.adapt_eta and eviction_rate is not None:
             self.allocator.update_eta(min(max(eviction_rate, 0.0), 1.0), max(max_queue_s, 0.0))
         if self.forecast is None:
             self.quota = None  # no history yet: no quota (the first hour)
@@ -247,15 +307,26 @@ class GpuSimulator:
         self.calls = 0
         self._alloc_area = 0.0
         self._last_t = 0.0
-        self._recent_runs: deque[float] = deque()
-        self._recent_evictions: deque[float] = deque()
         self._recent_waits: deque[tuple[float, float]] = deque()
         self.tenant_index = {t: i for i, t in enumerate(workload.tenants)}
-        self.hp_tenant = np.zeros(max(len(workload.tenants), 1))
-        self.quota_loop: QuotaLoop | None = None
+        n_ten = max(len(workload.tenants), 1)
+        models = np.asarray(nodes.gpu_model).astype(str)
+        self.pool_names = sorted(set(models.tolist())) if self.cfg.pools == "per_model" and self.n else ["all"]
+        self.pool_of = (np.searchsorted(np.array(self.pool_names), models) if len(self.pool_names) > 1
+                        else np.zeros(self.n, dtype=np.int64))
+        n_pools = len(self.pool_names)
+        self.pool_cap = np.bincount(self.pool_of, weights=g.astype(float), minlength=n_pools)
+        self.hp_running = np.zeros((n_pools, n_ten))  # GPUs held by running HP tasks per pool, tenant
+        self.hp_queued = np.zeros((n_pools, n_ten))  # GPUs asked for by queued HP tasks (spread)
+        self.spot_pool = np.zeros(n_pools)  # GPUs held by spot tasks per pool
+        self._pool_events: list[dict[str, deque[float]]] = [
+            {"runs": deque(), "evictions": deque(), "successes": deque()} for _ in range(n_pools)]
+        self._gh_heap: list[tuple[float, str, int]] = []  # (next guarantee-hour mark, task, run number)
+        self.quota_loops: list[QuotaLoop] = []
         if scheduler.quota is not None:
-            self.quota_loop = QuotaLoop(len(self.hp_tenant), self.total, scheduler.quota.forecaster,
-                                        scheduler.quota.adapt_eta, self.cfg, workload.start_hour)
+            self.quota_loops = [QuotaLoop(n_ten, float(c), scheduler.quota.forecaster, scheduler.quota.adapt_eta,
+                                          self.cfg, workload.start_hour) for c in self.pool_cap]
+        self._lease_s = self.cfg.lease_release_s or getattr(scheduler, "lease_release_s", None)
         self._ticks = 0
         self.unschedulable: list[str] = []
         self._ro = {k: _ro(v) for k, v in (("names", np.asarray(nodes.names)), ("models", np.asarray(nodes.gpu_model)),
@@ -264,6 +335,26 @@ class GpuSimulator:
                                             ("ev_long", self.ev_long), ("idle", self.idle), ("free", self.free))}
         self._running_view = MappingProxyType(self.running)
         self._node_tasks_view = MappingProxyType(self.node_tasks)
+
+    @property
+    def quota_loop(self) -> QuotaLoop | None:
+        """The quota loop of the first pool (the only one on a one-model cluster)."""
+        return self.quota_loops[0] if self.quota_loops else None
+
+    def _pools_for(self, models: tuple[str, ...] | None) -> np.ndarray:
+        """Indices of the pools whose GPU model a task may use."""
+        if models is None or len(self.pool_names) == 1:
+            return np.arange(len(self.pool_names))
+        return np.array([i for i, m in enumerate(self.pool_names) if m in models], dtype=np.int64)
+
+    def _spot_room(self, models: tuple[str, ...] | None) -> tuple[np.ndarray, np.ndarray]:
+        """(eligible pools, GPUs each may still give spot tasks under its quota; inf = no quota)."""
+        pools = self._pools_for(models)
+        room = np.full(len(pools), np.inf)
+        for k, i in enumerate(pools):
+            if self.quota_loops and self.quota_loops[i].quota is not None:
+                room[k] = self.quota_loops[i].quota - self.spot_pool[i]
+        return pools, room
 
     # ---- events --------------------------------------------------------------------------
     def _push(self, t: float, kind: int, tid: str = "", epoch: int = 0) -> None:
@@ -344,7 +435,14 @@ class GpuSimulator:
         req = rec.task.request
         self.queues[req.priority].setdefault(req.shape, deque()).append(tid)
         if req.is_hp:
-            self.hp_tenant[self.tenant_index.get(req.tenant, 0)] += req.total_gpus
+            self._queued_hp(req, +1.0)
+
+    def _queued_hp(self, req: TaskRequest, sign: float) -> None:
+        """A queued HP task's GPUs, spread over its eligible pools by capacity (held_queued only)."""
+        pools = self._pools_for(req.gpu_model)
+        cap = self.pool_cap[pools]
+        share = cap / cap.sum() if cap.sum() > 0 else np.full(len(pools), 1.0 / max(len(pools), 1))
+        self.hp_queued[pools, self.tenant_index.get(req.tenant, 0)] += sign * req.total_gpus * share
 
     def _try_new(self, tid: str) -> bool:
         """An arrival frees nothing: try it alone, when no queued task of its class goes first."""
@@ -398,23 +496,34 @@ class GpuSimulator:
         if prio == "spot":
             if float(self.free.sum()) < need - EPS:
                 return False
-            if self.quota_loop is not None and self.quota_loop.quota is not None:
-                return self.spot_alloc + need <= self.quota_loop.quota + EPS
+            if self.quota_loops:
+                return bool(np.any(self._spot_room(shape[3])[1] >= need - EPS))
             return True
         return float(self.free.sum()) + self.spot_alloc >= need - EPS
 
-    def _snapshot(self) -> ClusterSnapshot:
+    def _snapshot(self, req: TaskRequest | None = None) -> ClusterSnapshot:
         r = self._ro  # read-only views of the live arrays: the snapshot is trusted, no copies
+        quota, nodes = None, None
+        if self.quota_loops and req is not None and not req.is_hp:
+            pools, room = self._spot_room(req.gpu_model)
+            ok = pools[room >= req.total_gpus - EPS]
+            if np.isfinite(room).any():
+                # the spot task may use the nodes of the pools with room for it; Q_H as seen by
+                # Algorithm 3 is what it holds now plus the largest room of those pools
+                quota = self.spot_alloc + (float(room[room >= req.total_gpus - EPS].max()) if len(ok) else 0.0)
+                nodes = _ro(np.isin(self.pool_of, ok)) if len(self.pool_names) > 1 else None
+                if not np.isfinite(quota):
+                    quota = None
         return ClusterSnapshot(
             self.now, r["names"], r["models"], r["gpus"], r["card_free"], r["hp"], r["spot"], r["ev_short"],
             r["ev_long"], self._running_view, self._node_tasks_view, self.G, self.F,
-            None if self.quota_loop is None else self.quota_loop.quota, self.spot_alloc, r["idle"], r["free"])
+            quota, self.spot_alloc, r["idle"], r["free"], spot_nodes=nodes)
 
     def _attempt(self, shape: Shape, q: dict[Shape, deque[str]]) -> bool:
         tid = q[shape][0]
         rec = self.records[tid]
         self.calls += 1
-        placement = self.s.schedule(self._snapshot(), rec.task.request)
+        placement = self.s.schedule(self._snapshot(rec.task.request), rec.task.request)
         if placement is None:
             self.failed.add(shape)
             return False
@@ -437,18 +546,26 @@ class GpuSimulator:
             self._refresh(pod.node)
             (self.hp if req.is_hp else self.spot)[pod.node] += req.gpus
             self.node_tasks[pod.node][req.id] = None
+        self._pool_account(cards, req.is_hp, req.tenant, +1.0)
         if len(p.pods) != req.pods:
             raise RuntimeError(f"placement of {req.id} has {len(p.pods)} pods, the gang needs {req.pods}")
         wait = self.now - rec.queued_since
         rec.jqt_s += wait
-        rec.runs += 1
+        restart = rec.lease_restart
+        if not restart:
+            rec.runs += 1
+        rec.lease_restart = False
         rec.epoch += 1
         if req.is_hp:
             self.hp_alloc += req.total_gpus
+            self._queued_hp(req, -1.0)
         else:
             self.spot_alloc += req.total_gpus
-            self._recent_runs.append(self.now)
+            for pool in {int(self.pool_of[pod.node]) for pod in p.pods}:
+                self._pool_events[pool]["runs"].append(self.now)
             self._recent_waits.append((self.now, wait))
+            if not restart:  # a lease restart continues its run's guarantee periods
+                heapq.heappush(self._gh_heap, (self.now + self.cfg.quota.horizon_hours * 3600.0, req.id, rec.runs))
         self.running[req.id] = RunningTask(req.id, req.priority, req.gpus, req.pods, tuple(cards), self.now,
                                            self.cfg.checkpoint_s, req.tenant)
         self._push(self.now + rec.remaining_s, FINISH, req.id, rec.epoch)
@@ -464,14 +581,24 @@ class GpuSimulator:
                 raise RuntimeError(f"card over-freed: node {n} card {c} by {tid}")
             touched.add(n)
             (self.hp if rt.priority == "hp" else self.spot)[n] -= s
+        req = self.records[tid].task.request
         for n in touched:
             self.node_tasks[n].pop(tid, None)
             self._refresh(n)
+        self._pool_account(rt.cards, rt.priority == "hp", req.tenant, -1.0)
         if rt.priority == "hp":
             self.hp_alloc -= rt.total_gpus
         else:
             self.spot_alloc -= rt.total_gpus
         return rt
+
+    def _pool_account(self, cards: Any, hp: bool, tenant: str, sign: float) -> None:
+        """GPUs of ``cards`` added to (or taken from) their pools' running-HP or spot totals."""
+        for n, _, share in cards:
+            if hp:
+                self.hp_running[self.pool_of[n], self.tenant_index.get(tenant, 0)] += sign * share
+            else:
+                self.spot_pool[self.pool_of[n]] += sign * share
 
     def _finish(self, tid: str) -> None:
         rt = self._release(tid)
@@ -479,10 +606,13 @@ class GpuSimulator:
         rec.finish_s = self.now
         rec.finished += 1
         rec.remaining_s = 0.0
-        if rt.priority == "hp":
-            self.hp_tenant[self.tenant_index.get(rec.task.request.tenant, 0)] -= rt.total_gpus
-        else:
+        if rt.priority == "spot":
             self.G += 1
+            self._pool_event(rt, "successes")
+
+    def _pool_event(self, rt: RunningTask, kind: str) -> None:
+        for pool in {int(self.pool_of[n]) for n, _, _ in rt.cards}:
+            self._pool_events[pool][kind].append(self.now)
 
     def _evict(self, tid: str) -> None:
         rt = self.running.get(tid)
@@ -495,7 +625,7 @@ class GpuSimulator:
         rec.evictions += 1
         rec.epoch += 1
         self.F += 1
-        self._recent_evictions.append(self.now)
+        self._pool_event(rt, "evictions")
         for n in {n for n, _, _ in rt.cards}:
             self.ev_short[n] += 1
             self.ev_long[n] += 1
@@ -508,28 +638,73 @@ class GpuSimulator:
         self.idle[n] = int((row >= 1 - EPS).sum())
         self.free[n] = float(row.sum())
 
+    def _guarantee_hours(self) -> None:
+        """Each spot run that has held its GPUs for another guarantee period scores a success."""
+        period = self.cfg.quota.horizon_hours * 3600.0
+        while self._gh_heap and self._gh_heap[0][0] <= self.now + EPS:
+            t, tid, run = heapq.heappop(self._gh_heap)
+            rt = self.running.get(tid)
+            if rt is None or self.records[tid].runs != run:
+                continue
+            self.records[tid].guarantee_hours += 1
+            self._pool_event(rt, "successes")
+            heapq.heappush(self._gh_heap, (t + period, tid, run))
+
+    def _eviction_rate(self, pool: int) -> float | None:
+        """Eq. 11's e for one pool by ``eta_rate`` (see :class:`SimConfig`); None = no data."""
+        ev = self._pool_events[pool]
+        release = self.cfg.eta_rate == "release"
+        win = (self.cfg.eta_window_h if release else self.cfg.quota.horizon_hours) * 3600.0
+        for dq in ev.values():
+            while dq and dq[0] < self.now - win:
+                dq.popleft()
+        f = len(ev["evictions"])
+        if release:
+            n = f + len(ev["successes"])
+            return f / n if n else None
+        runs = len(ev["runs"])
+        return min(f / runs, 1.0) if runs else (1.0 if f else 0.0)
+
     def _tick(self) -> None:
         self._ticks += 1
-        ql = self.quota_loop
-        if ql is None:
-            return
-        ql.sample(self.hp_tenant.copy())
+        self._guarantee_hours()
+        if self.quota_loops:
+            self._quota_tick()
+        if self._lease_s and self._at_multiple(self._lease_s):
+            self._release_leases()
+
+    def _at_multiple(self, period: float) -> bool:
+        r = self.now % period
+        return r < 1e-6 or period - r < 1e-6
+
+    def _quota_tick(self) -> None:
+        demand = self.hp_running if self.cfg.hp_demand == "running" else self.hp_running + self.hp_queued
         per_hour = max(int(round(3600.0 / self.cfg.tick_s)), 1)
-        if self._ticks % per_hour == 0:
-            ql.close_hour()
         h = self.cfg.quota.horizon_hours * 3600.0
-        for dq in (self._recent_runs, self._recent_evictions):
-            while dq and dq[0] < self.now - h:
-                dq.popleft()
         while self._recent_waits and self._recent_waits[0][0] < self.now - h:
             self._recent_waits.popleft()
-        runs, evs = len(self._recent_runs), len(self._recent_evictions)
-        e = min(evs / runs, 1.0) if runs else (1.0 if evs else 0.0)
         waits = [w for _, w in self._recent_waits]
         for d in self.queues["spot"].values():
             if d:
                 waits.append(self.now - self.records[d[0]].queued_since)
-        ql.update(e, max(waits, default=0.0), float(self.free.sum()), self.spot_alloc)
+        longest = max(waits, default=0.0)
+        for i, ql in enumerate(self.quota_loops):
+            ql.sample(np.maximum(demand[i], 0.0))
+            if self._ticks % per_hour == 0:
+                ql.close_hour()
+            idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
+            ql.update(self._eviction_rate(i), longest, idle, float(self.spot_pool[i]))
+
+    def _release_leases(self) -> None:
+        """Chronus as released: every running task gives its GPUs back and queues again; it
+        keeps its progress and pays ``lease_restart_s`` when it starts again."""
+        for tid in list(self.running):
+            rt = self._release(tid)
+            rec = self.records[tid]
+            rec.remaining_s = max(rec.remaining_s - (self.now - rt.started_s), 0.0) + self.cfg.lease_restart_s
+            rec.epoch += 1
+            rec.lease_restart = True
+            self._enqueue(tid, self.now)
 
     def _check(self) -> None:
         used = np.zeros_like(self.card_free)
@@ -542,14 +717,16 @@ class GpuSimulator:
 
     # ---- results -------------------------------------------------------------------------
     def _class(self, hp: bool) -> ClassMetrics:
-        recs = [r for r in self.records.values() if r.task.request.is_hp == hp]
+        recs = [r for r in self.records.values()
+                if r.task.request.is_hp == hp and r.task.submit_s >= self.cfg.measure_from_s]
         done = [r for r in recs if r.finished]
         jct = np.array([r.finish_s - r.task.submit_s for r in done])
         jqt = np.array([r.jqt_s for r in done])
         return ClassMetrics(len(recs), len(done), float(jct.mean()) if len(jct) else 0.0,
                             float(np.percentile(jct, 99)) if len(jct) else 0.0,
                             float(jqt.mean()) if len(jqt) else 0.0,
-                            sum(r.runs for r in recs), sum(r.evictions for r in recs))
+                            sum(r.runs for r in recs), sum(r.evictions for r in recs),
+                            sum(r.guarantee_hours for r in recs), len(done))
 
     def _result(self) -> SimResult:
         span = self.last_arrival - self.first_arrival

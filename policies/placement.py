@@ -177,7 +177,8 @@ class ClusterSnapshot:
 
     ``card_free[n, c]`` is the free share of card c on node n (1 = idle, padding cards = 0).
     ``spot_succeeded`` / ``spot_evicted`` are G and F of Eq. 18-19. ``spot_quota`` is Eq. 10's
-    Q_H (None = no quota) and ``spot_allocated`` the GPUs spot tasks hold now.
+    Q_H (None = no quota) and ``spot_allocated`` the GPUs spot tasks hold now; ``spot_nodes``
+    (None = all) masks the nodes whose GPU pool's quota has room for the spot task asked about.
     """
 
     now_s: float
@@ -198,6 +199,7 @@ class ClusterSnapshot:
     spot_allocated: float = 0.0
     idle_cards: np.ndarray | None = None
     free_gpus: np.ndarray | None = None
+    spot_nodes: np.ndarray | None = None
     ages: NodeAges | None = None  # VM ages, for plugins that weigh a node's age (None: unknown)
     _memo: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
@@ -689,6 +691,7 @@ class FrameworkScheduler:
     queue: QueueRule = field(default_factory=QueueRule)
     quota: QuotaRule | None = None
     preempt_every_s: float | None = None  # Chronus: preempt only at lease ends (multiples of it)
+    lease_release_s: float | None = None  # Chronus as released: every task re-queued this often
     seed: int = 0
 
     def quota_satisfied(self, snap: ClusterSnapshot, task: TaskRequest) -> bool:
@@ -718,6 +721,8 @@ class FrameworkScheduler:
                 m = f.filter(snap, task, work)
                 if m is not None:
                     mask &= m
+        if not task.is_hp and snap.spot_nodes is not None:
+            mask &= snap.spot_nodes
         return mask
 
     def non_preemptive(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from scipy.stats import norm
 
 from controlplane.core.errors import InvalidInput
 
@@ -43,12 +44,18 @@ class UpperBound(Protocol):
     def upper(self, p: float) -> np.ndarray: ...
 
 
+AGGREGATIONS = ("summed_gaussian", "sum_of_quantiles")
+
+
 @dataclass(frozen=True)
 class QuotaParams:
     """Table 4 of the paper (alpha, beta, gamma and m are the scheduler's, kept here for one config).
 
     ``horizon_hours`` is H in Eq. 9-11 (the paper sweeps 1, 2, 4); ``theta_seconds`` is Eq. 11's
     queueing threshold; ``update_seconds`` is how often the simulator calls :meth:`update_eta`.
+    ``aggregation`` is how Eq. 9 joins the tenants: ``summed_gaussian`` (the authors' release:
+    the p-quantile of N(sum mu, sqrt(sum sigma^2)) per hour) or ``sum_of_quantiles`` (the text
+    of Eq. 9: the sum over tenants of each one's p-quantile).
     """
 
     alpha: float = 0.5
@@ -62,6 +69,7 @@ class QuotaParams:
     eta0: float = 1.0
     eta_min: float = 0.05
     eta_max: float = 4.0
+    aggregation: str = "summed_gaussian"
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.p < 1.0:
@@ -73,6 +81,9 @@ class QuotaParams:
         if self.theta_seconds < 0 or self.update_seconds <= 0:
             raise InvalidInput("theta_seconds/update_seconds", "must be non-negative / positive",
                                fix="use 3600 and 300 (Table 4)")
+        if self.aggregation not in AGGREGATIONS:
+            raise InvalidInput("aggregation", f"unknown aggregation {self.aggregation!r}",
+                               fix=f"use one of {', '.join(AGGREGATIONS)}")
         if not 0 < self.eta_min <= self.eta0 <= self.eta_max:
             raise InvalidInput("eta0", f"need 0 < eta_min <= eta0 <= eta_max, got "
                                f"{self.eta_min}, {self.eta0}, {self.eta_max}",
@@ -84,8 +95,12 @@ class QuotaParams:
         return round(1.0 - self.p, 12)  # 1 - 0.9 is 0.0999...98 in binary
 
 
-def aggregate_upper_demand(hp_forecast: UpperBound, p: float, horizon_hours: int) -> float:
-    """Eq. 9's inner term: sum over tenants of the max over [1:H] of the p-quantile (GPUs)."""
+def aggregate_upper_demand(hp_forecast: UpperBound, p: float, horizon_hours: int,
+                           aggregation: str = "sum_of_quantiles") -> float:
+    """Eq. 9's inner term (GPUs): sum_o max_{1..H} ICDF(p, mu_o, sigma_o) (``sum_of_quantiles``)
+    or max_{1..H} ICDF(p, sum_o mu_o, sqrt(sum_o sigma_o^2)) (``summed_gaussian``)."""
+    if aggregation == "summed_gaussian":
+        return _summed_gaussian(hp_forecast, p, horizon_hours)
     bound = np.asarray(hp_forecast.upper(p), dtype=float)
     if bound.ndim != 2:
         raise InvalidInput("hp_forecast", f"upper(p) must be [tenants, hours], got {bound.shape}",
@@ -97,6 +112,24 @@ def aggregate_upper_demand(hp_forecast: UpperBound, p: float, horizon_hours: int
         return 0.0
     peak = np.max(bound[:, :horizon_hours], axis=1)
     return float(np.sum(np.maximum(peak, 0.0)))
+
+
+def _summed_gaussian(hp_forecast: UpperBound, p: float, horizon_hours: int) -> float:
+    """The p-quantile of the tenants' summed demand, N(sum mu, sqrt(sum sigma^2)), max over H."""
+    sigma = getattr(hp_forecast, "sigma", None)
+    if sigma is None:  # a bound without a Gaussian (e.g. empirical): fall back to the sum
+        return aggregate_upper_demand(hp_forecast, p, horizon_hours)
+    mu, sd = np.asarray(hp_forecast.mean, dtype=float), np.asarray(sigma, dtype=float)
+    if mu.ndim != 2 or mu.shape != sd.shape:
+        raise InvalidInput("hp_forecast", f"mean {mu.shape} and sigma {sd.shape} must be [tenants, hours]",
+                           fix="pass a policies.forecast.Forecast")
+    if mu.shape[1] < horizon_hours:
+        raise InvalidInput("hp_forecast", f"covers {mu.shape[1]} h < H = {horizon_hours} h",
+                           fix=f"predict with horizon >= {horizon_hours}")
+    if mu.shape[0] == 0:
+        return 0.0
+    total = mu[:, :horizon_hours].sum(axis=0) + float(norm.ppf(p)) * np.sqrt((sd[:, :horizon_hours] ** 2).sum(axis=0))
+    return float(max(np.max(total), 0.0))
 
 
 def aggregate_mean_demand(hp_forecast: UpperBound, horizon_hours: int) -> float:
@@ -126,7 +159,8 @@ class SpotQuotaAllocator:
     def inventory(self, capacity_gpus: float, hp_forecast: UpperBound) -> float:
         """Eq. 9 (corrected): f(p, H) = C - min(C, sum_o max_{1..H} ICDF(p, mu_o, sigma_o))."""
         _check_nonneg("capacity_gpus", capacity_gpus)
-        demand = aggregate_upper_demand(hp_forecast, self.params.p, self.params.horizon_hours)
+        demand = aggregate_upper_demand(hp_forecast, self.params.p, self.params.horizon_hours,
+                                        self.params.aggregation)
         return capacity_gpus - min(capacity_gpus, demand)
 
     def quota(self, capacity_gpus: float, hp_forecast: UpperBound, s0: float, sa: float) -> float:

@@ -18,6 +18,8 @@ yarn_cs    strict FCFS per priority, best fit, preemption of the newest spot tas
            node where that frees enough
 chronus    leases (20 min HP, 5 min spot): preemption only at spot lease ends (multiples of
            300 s), best fit, FCFS with backfill
+chronus_rel Chronus as its authors' simulator runs it: the above, and every 1,200 s every running
+           task gives its lease back and queues again (120 s restart cost, ``SimConfig``)
 lyra       first fit ("inefficient scoring"), preemption that minimises lost work (GPU-seconds
            since the victims' starts: Lyra assumes no checkpoints), FCFS with backfill
 fgd        fragmentation-aware placement (FGD adapted from in-card to in-node), YARN-style
@@ -56,13 +58,18 @@ from policies.placement import (
     lost_work_cost,
 )
 
-SCHEDULERS = ("gfs", "yarn_cs", "chronus", "lyra", "fgd", "gfs_e", "gfs_d", "gfs_s", "gfs_p", "gfs_sp")
-BASELINES = ("yarn_cs", "chronus", "lyra", "fgd")
+SCHEDULERS = ("gfs", "yarn_cs", "chronus", "chronus_rel", "lyra", "fgd", "gfs_e", "gfs_d", "gfs_s", "gfs_p",
+              "gfs_sp")
+BASELINES = ("yarn_cs", "chronus", "chronus_rel", "lyra", "fgd")
+#: The baselines the authors' release runs behind GFS's spot quota (``quota=True``).
+QUOTA_BASELINES = ("yarn_cs", "lyra", "fgd")
 ABLATIONS = ("gfs_e", "gfs_d", "gfs_s", "gfs_p", "gfs_sp")
 
 #: Chronus lease lengths (paper Sec. 4.1): HP (SLO) 20 min, spot (best-effort) 5 min.
 CHRONUS_HP_LEASE_S = 1200.0
 CHRONUS_SPOT_LEASE_S = 300.0
+#: Chronus as released: the restart cost a task pays after each lease release.
+CHRONUS_RESTART_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -99,8 +106,16 @@ def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = 
                    scores=scheduler.scores + ((score,) if score else ()))
 
 
-def make_scheduler(name: str, *, seed: int = 0) -> FrameworkScheduler:
-    """One of :data:`SCHEDULERS` by name (see the module table)."""
+def make_scheduler(name: str, *, seed: int = 0, quota: bool = False) -> FrameworkScheduler:
+    """One of :data:`SCHEDULERS` by name (see the module table); ``quota=True`` puts a baseline
+    behind GFS's spot quota (OrgLinear, adaptive eta), as the authors' release runs them."""
+    s = _make(name, seed)
+    if quota and s.quota is None:
+        s.quota = QuotaRule()
+    return s
+
+
+def _make(name: str, seed: int) -> FrameworkScheduler:
     basic = (GpuModelFilter(), CapacityFilter())
     if name == "gfs":
         return _gfs(name, seed=seed)
@@ -121,6 +136,10 @@ def make_scheduler(name: str, *, seed: int = 0) -> FrameworkScheduler:
         return FrameworkScheduler(name, basic, (PackingScore(),), Preemptor(keep_oldest, node_choice="first"),
                                   QueueRule("fcfs", strict=False), None,
                                   preempt_every_s=CHRONUS_SPOT_LEASE_S, seed=seed)
+    if name == "chronus_rel":
+        return FrameworkScheduler(name, basic, (PackingScore(),), Preemptor(keep_oldest, node_choice="first"),
+                                  QueueRule("fcfs", strict=False), None, preempt_every_s=CHRONUS_SPOT_LEASE_S,
+                                  lease_release_s=CHRONUS_HP_LEASE_S, seed=seed)
     if name == "lyra":
         return FrameworkScheduler(name, basic, (FirstFitScore(),),
                                   Preemptor(keep_by_lost_work, lost_work_cost, node_choice="min_cost"),

@@ -119,7 +119,11 @@ LOAD_LEVELS = {"low": 1.0, "medium": 2.0, "high": 4.0}
 
 @dataclass(frozen=True)
 class GfsA100Config:
-    """Knobs of :func:`gfs_a100`; the defaults are the paper's setting (see the module doc)."""
+    """Knobs of :func:`gfs_a100`; the defaults are the paper's setting (see the module doc).
+
+    ``hp_peak_scale`` multiplies the HP arrivals' diurnal peak factor (robustness runs: 1.5, 2);
+    ``gang_widths`` are the (pods, weight) of gang tasks.
+    """
 
     days: float = 91.0
     nodes: int = 287
@@ -132,8 +136,15 @@ class GfsA100Config:
     peak_factor: float = 3.0
     runtime: str = "table5"
     seed: int = 2
+    hp_peak_scale: float = 1.0
+    gang_widths: tuple[tuple[int, float], ...] = GANG_WIDTHS
 
     def __post_init__(self) -> None:
+        if self.hp_peak_scale <= 0:
+            raise InvalidInput("hp_peak_scale", f"must be > 0, got {self.hp_peak_scale}", fix="use 1, 1.5 or 2")
+        if not self.gang_widths or any(w < 2 or q <= 0 for w, q in self.gang_widths):
+            raise InvalidInput("gang_widths", f"need (width >= 2, weight > 0) pairs, got {self.gang_widths}",
+                               fix="e.g. ((2, 0.5), (4, 0.5))")
         if self.days <= 0 or self.nodes < 1 or self.hp_tasks < 0 or self.spot_tasks < 0:
             raise InvalidInput("config", "days, nodes and task counts must be positive",
                                fix="use the defaults (91 days, 287 nodes, Table 3 counts)")
@@ -166,14 +177,14 @@ def _exact_choice(rng: np.random.Generator, values: list[float], weights: list[f
     return rng.permutation(np.repeat(np.asarray(values, dtype=float), counts))
 
 
-def _sample_shapes(rng: np.random.Generator, n: int, mix: dict[float, float], gang: float
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def _sample_shapes(rng: np.random.Generator, n: int, mix: dict[float, float], gang: float,
+                   widths: tuple[tuple[int, float], ...] = GANG_WIDTHS) -> tuple[np.ndarray, np.ndarray]:
     gpus = _exact_choice(rng, list(mix.keys()), list(mix.values()), n)
     whole = np.flatnonzero(gpus >= 1)
     n_gang = min(int(round(gang * n)), len(whole))
     pods = np.ones(n, dtype=np.int64)
     chosen = rng.choice(whole, size=n_gang, replace=False)
-    pods[chosen] = _exact_choice(rng, [w for w, _ in GANG_WIDTHS], [q for _, q in GANG_WIDTHS], n_gang).astype(np.int64)
+    pods[chosen] = _exact_choice(rng, [w for w, _ in widths], [q for _, q in widths], n_gang).astype(np.int64)
     return gpus, pods
 
 
@@ -192,6 +203,7 @@ def gfs_a100(config: GfsA100Config | None = None, tenant_shapes: np.ndarray | No
     rng = np.random.default_rng(c.seed)
     hours = int(math.ceil(c.days * 24))
     diurnal = diurnal_weights(hours, 0, c.peak_hours, c.peak_factor)
+    hp_diurnal = diurnal_weights(hours, 0, c.peak_hours, c.peak_factor * c.hp_peak_scale)
     if tenant_shapes is not None:
         shapes = np.asarray(tenant_shapes, dtype=float)
         if shapes.ndim != 2 or shapes.shape[1] < 1 or np.any(shapes < 0):
@@ -199,9 +211,9 @@ def gfs_a100(config: GfsA100Config | None = None, tenant_shapes: np.ndarray | No
                                fix="pass TenantDemand.gpus rows")
         shapes = shapes[: c.tenants]
         tiled = shapes[:, np.arange(hours) % shapes.shape[1]]
-        hp_int = np.maximum(tiled, 1e-9) * diurnal[None, :]
+        hp_int = np.maximum(tiled, 1e-9) * hp_diurnal[None, :]
     else:
-        hp_int = np.ones((c.tenants, hours)) * diurnal[None, :]
+        hp_int = np.ones((c.tenants, hours)) * hp_diurnal[None, :]
     n_t = hp_int.shape[0]
     names = tuple(tenant_names[:n_t]) if tenant_names else tuple(f"tenant-{i:02d}" for i in range(n_t))
     anchors = TABLE5_RUNTIME if c.runtime == "table5" else SEC2_RUNTIME
@@ -209,8 +221,8 @@ def gfs_a100(config: GfsA100Config | None = None, tenant_shapes: np.ndarray | No
 
     hp_t, hp_ten = _arrivals(rng, c.hp_tasks, hp_int)
     sp_t, sp_ten = _arrivals(rng, n_spot, np.ones((n_t, hours)) * diurnal[None, :])
-    hp_g, hp_w = _sample_shapes(rng, c.hp_tasks, HP_GPU_MIX, HP_GANG)
-    sp_g, sp_w = _sample_shapes(rng, n_spot, SPOT_GPU_MIX, SPOT_GANG)
+    hp_g, hp_w = _sample_shapes(rng, c.hp_tasks, HP_GPU_MIX, HP_GANG, c.gang_widths)
+    sp_g, sp_w = _sample_shapes(rng, n_spot, SPOT_GPU_MIX, SPOT_GANG, c.gang_widths)
     hp_d = sample_runtime(rng, c.hp_tasks, anchors)
     sp_d = sample_runtime(rng, n_spot, anchors, SPOT_RUNTIME_SCALE)
 

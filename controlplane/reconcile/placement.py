@@ -267,12 +267,13 @@ class ReapIdle:
 
 
 def account_demand(state: LoopState, settings: ControllerSettings) -> Demand:
-    """GPU-hours demanded per tenant this tick (hp vs spot), the forecaster's input:
-    gpus x tick_seconds / HOUR for every active job."""
+    """GPU-hours per tenant this tick (hp vs spot), the forecaster's input: gpus x tick_seconds
+    / HOUR for every HP job that holds nodes (GFS learns the GPUs running HP holds; a queued HP
+    gang is not demand the pool serves yet) and for every active spot job."""
     dt = settings.tick_seconds / HOUR
     demand: Demand = {}
     for j in state.jobs.values():
-        if j.terminal:
+        if j.terminal or (j.kind is JobKind.HP and j.state not in WITH_NODES):
             continue
         hp, sp = demand.get(j.tenant_id, (0.0, 0.0))
         if j.kind is JobKind.HP:

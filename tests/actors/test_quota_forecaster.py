@@ -16,6 +16,9 @@ from actors.forecaster import RemoteForecasterActor
 from actors.quota import QuotaAllocatorActor, quota_actor
 from actors.tenant import tenant_actor
 from controlplane.core.models import Event, JobSpec, JobState
+from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.placement import account_demand
+from controlplane.reconcile.state import LoopState
 from controlplane.store import Store
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -38,8 +41,8 @@ def test_forecaster_pushes_quotas_every_300_s(ray_cluster: Any, tmp_path: Path) 
                                                             min_wall_seconds=0.0,
                                                             detached=False)
     try:
-        t0 = time.monotonic()
-        while not store.quotas() and time.monotonic() - t0 < 60:
+        t0 = time.monotonic()  # the quotas are written before the refit counts itself done
+        while (not store.quotas() or ray.get(fc.status.remote())["fits"] < 1) and time.monotonic() - t0 < 60:
             time.sleep(0.1)
         (q,) = store.quotas()
         # Eq. 9: f = C - min(C, peak HP demand) = 10 - 5; Eq. 10: min(f * eta, S0 + Sa) = 5
@@ -101,3 +104,43 @@ def test_live_eta_falls_after_evictions_and_rises_after_a_quiet_spell(ray_cluste
             0.3, rel=1e-12)
     finally:
         ray.kill(quota)
+
+
+def test_a_queued_hp_gang_does_not_zero_the_pools_quota(ray_cluster: Any, tmp_path: Path) -> None:
+    # V100 pool: 10 GPUs. Tenant a runs a 2-GPU HP job for two days while an 8-GPU HP gang waits
+    # in the queue. The controller's demand accounting (one tick every 300 s) records only the
+    # GPUs running HP holds, so the forecast peak is 2 and the quota is 10 - 2 = 8; counting the
+    # queued gang too would forecast 10 and leave spot jobs no GPU of the pool for days.
+    ns = f"t-{uuid.uuid4().hex[:8]}"
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    a, _ = store.create_tenant("a")
+    running = store.submit_job(a.id, JobSpec(name="run", kind="hp", compute_hours=100, accelerator="V100",
+                                             gpus_per_worker=2), now=0.0)
+    gang = store.submit_job(a.id, JobSpec(name="gang", kind="hp", compute_hours=100, accelerator="V100",
+                                          workers=8), now=0.0)
+    running.state, gang.state = JobState.RUNNING, JobState.QUEUED
+    settings = ControllerSettings(tick_seconds=300.0)
+    state = LoopState(offers=[], jobs={running.id: running, gang.id: gang})
+    for tick in range(48 * 12):
+        t = tick * 300.0
+        store.commit(jobs=[running, gang] if tick == 0 else (), demand=account_demand(state, settings),
+                     demand_at=t, control_time=t)
+    assert store.demand_history(a.id, 48, 48 * 3600.0, "hp") == [pytest.approx(2.0)] * 48
+    store.commit(control_time=48 * 3600.0)
+    quota = quota_actor(db, {"V100": 10}, {"V100": 1}, ns, detached=False)
+    fc = RemoteForecasterActor.options(namespace=ns).remote(db, quota, ns, every_seconds=300.0,
+                                                            poll_wall_seconds=0.05, min_wall_seconds=0.0,
+                                                            detached=False)
+    try:
+        t0 = time.monotonic()
+        while not store.quotas() and time.monotonic() - t0 < 60:
+            time.sleep(0.1)
+        (q,) = store.quotas()
+        assert (q.accelerator, q.capacity_gpus, q.spot_quota_gpus) == ("V100", 10, 8)
+    finally:
+        ray.get(fc.stop.remote())
+        for name in ("spotplane-quota", f"spotplane-tenant-{a.id}"):
+            with contextlib.suppress(ValueError):
+                ray.kill(ray.get_actor(name, namespace=ns))
+        ray.kill(fc)

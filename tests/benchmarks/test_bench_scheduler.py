@@ -16,7 +16,8 @@ from policies.placement import TaskRequest
 from policies.schedulers import make_scheduler
 from policies.workloads import NodeSpec, SimTask, Workload
 
-KEYS = {"hp_jct", "hp_jct_p99", "hp_jqt", "spot_jct", "spot_jqt", "eviction_rate", "allocation_rate"}
+KEYS = {"hp_jct", "hp_jct_p99", "hp_jqt", "spot_jct", "spot_jqt", "eviction_rate", "eviction_per_gh",
+        "allocation_rate"}
 
 
 @pytest.mark.slow
@@ -25,9 +26,11 @@ def test_compare_json_shape_on_a_short_gfs_a100_replay(capsys: pytest.CaptureFix
                      "--schedulers", "gfs,yarn_cs", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)  # exactly one JSON object on stdout
-    assert out["workload"] == "gfs-a100-high" and set(out["schedulers"]) == {"gfs", "yarn_cs"}
-    for m in out["schedulers"].values():
-        assert set(m) == KEYS
+    assert out["workload"] == "gfs-a100-high" and set(out["schedulers"]) == {"gfs", "yarn_cs", "yarn_cs+quota"}
+    assert out["tables"] == {"quota_free": ["gfs", "yarn_cs"], "release": ["gfs", "yarn_cs+quota"]}
+    assert out["seeds"] == [2] and out["options"]["pools"] == "per_model"
+    for name, m in out["schedulers"].items():
+        assert set(m) == KEYS and set(out["spread"][name]) == KEYS
         assert 0 <= m["eviction_rate"] <= 1 and 0 < m["allocation_rate"] <= 1 and m["hp_jct"] > 0
 
 
@@ -39,6 +42,50 @@ def test_targets_logic() -> None:
     assert t["lowest spot JQT"] and t["HP JQT >= 50% below YARN-CS"] and t["gfs_s loses on spot JCT"]
     res["gfs"]["allocation_rate"] = 0.5
     assert not bench.targets(res)["allocation rate >= YARN-CS"]
+
+
+@pytest.mark.slow
+def test_seeds_give_means_and_spread_and_progress_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = bench.main(["--workload", "gfs-a100-high", "--days", "0.25", "--nodes", "16", "--schedulers", "gfs,lyra",
+                     "--seeds", "2,3", "--tables", "release", "--json"])
+    assert rc == 0
+    out = capsys.readouterr()
+    got = json.loads(out.out)
+    assert got["seeds"] == [2, 3] and set(got["schedulers"]) == {"gfs", "lyra+quota"}
+    runs = {}
+    for seed in (2, 3):
+        w = bench.build_workload("gfs-a100-high", 0.25, None, seed, 16)
+        runs[seed] = simulate(w, make_scheduler("lyra", seed=seed, quota=True), bench.sim_config(got["options"]))
+    jqt = [runs[s].summary()["spot_jqt"] for s in (2, 3)]
+    assert got["schedulers"]["lyra+quota"]["spot_jqt"] == pytest.approx(sum(jqt) / 2)
+    assert got["spread"]["lyra+quota"]["spot_jqt"] == pytest.approx(abs(jqt[0] - jqt[1]) / 2)
+    assert [ln.split(":")[0] for ln in out.err.splitlines() if ln.startswith("[")] == [
+        "[1/4] gfs-a100-high gfs seed 2", "[2/4] gfs-a100-high lyra+quota seed 2",
+        "[3/4] gfs-a100-high gfs seed 3", "[4/4] gfs-a100-high lyra+quota seed 3"]
+
+
+def test_openb_and_release_targets() -> None:
+    base = dict.fromkeys(KEYS, 1.0)
+    res = {"gfs": {**base, "spot_jqt": 700.0, "eviction_rate": 0.03, "hp_jqt": 7000.0},
+           "chronus": {**base, "spot_jqt": 377.0, "eviction_rate": 0.029, "hp_jqt": 6034.0},
+           "lyra": {**base, "spot_jqt": 491.0, "eviction_rate": 0.058, "hp_jqt": 6284.0},
+           "chronus_rel": {**base, "spot_jqt": 78593.0, "eviction_rate": 0.148, "hp_jqt": 2876.0},
+           "lyra+quota": {**base, "spot_jqt": 900.0, "eviction_rate": 0.02}}
+    t = bench.targets(res, "openb")
+    assert t["openb: spot JQT within 2x of the best baseline's"]  # 700 <= 2 x 377
+    assert t["openb: eviction rate at or below the median baseline's"]  # 3.0% <= median(2.9, 5.8) = 4.35%
+    assert t["openb: HP JQT at most 1.2x the best baseline's"]  # Chronus as released is not a target
+    assert t["release setup: lower spot JQT than every quota'd baseline"]
+    assert not t["release setup: lower eviction rate than every quota'd baseline"]
+    res["gfs"]["eviction_rate"] = 0.05
+    assert not bench.targets(res, "openb")["openb: eviction rate at or below the median baseline's"]
+
+
+def test_bad_seeds_and_tables_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--workload", "gfs-a100-low", "--seeds", "2,x", "--json"]) == 2
+    assert "--seeds" in capsys.readouterr().err
+    assert bench.main(["--workload", "gfs-a100-low", "--tables", "paper", "--json"]) == 2
+    assert "--tables" in capsys.readouterr().err
 
 
 def test_bad_scheduler_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

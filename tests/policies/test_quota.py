@@ -32,8 +32,23 @@ def test_eq9_sums_each_tenants_peak_of_the_p_bound_over_h() -> None:
     assert aggregate_upper_demand(FC, 0.9, 3) == pytest.approx(12 + 2 * Z90 + 25 + 4 * Z90)
 
 
+def test_eq9_summed_gaussian_is_the_quantile_of_the_tenants_sum() -> None:
+    # hour 1: N(30, sqrt(1 + 0)); hour 2: N(30, sqrt(4 + 0)) -> 30 + 2z; hour 3: N(36, sqrt(1 + 16))
+    agg = "summed_gaussian"
+    assert aggregate_upper_demand(FC, 0.9, 1, agg) == pytest.approx(30 + Z90)
+    assert aggregate_upper_demand(FC, 0.9, 2, agg) == pytest.approx(30 + 2 * Z90)
+    assert aggregate_upper_demand(FC, 0.9, 3, agg) == pytest.approx(36 + math.sqrt(17) * Z90)
+    # below the sum of the tenants' quantiles whenever two tenants are uncertain at once
+    two = _forecast([[10], [10]], [[3], [4]])
+    assert aggregate_upper_demand(two, 0.9, 1, agg) == pytest.approx(20 + 5 * Z90)
+    assert aggregate_upper_demand(two, 0.9, 1) == pytest.approx(20 + 7 * Z90)
+    assert SpotQuotaAllocator(QuotaParams()).inventory(100.0, two) == pytest.approx(80 - 5 * Z90)
+    with pytest.raises(InvalidInput, match="aggregation"):
+        QuotaParams(aggregation="median")
+
+
 def test_eq9_inventory_is_capacity_minus_demand_and_zero_when_saturated() -> None:
-    sqa = SpotQuotaAllocator(QuotaParams(horizon_hours=2))
+    sqa = SpotQuotaAllocator(QuotaParams(horizon_hours=2, aggregation="sum_of_quantiles"))
     assert sqa.inventory(100.0, FC) == pytest.approx(100 - 32 - 2 * Z90)  # 65.437
     # the printed C - max(C, D) would be <= 0 always; the corrected form clips at 0
     assert sqa.inventory(30.0, FC) == 0.0

@@ -1,0 +1,120 @@
+"""GPU cluster simulator: the release-vs-paper options on hand-computed runs (HP demand from running
+HP tasks, per-GPU-model quota pools, hourly max, eviction per guarantee hour, the measured
+window, Chronus's lease release)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from controlplane.core.errors import InvalidInput
+from policies.gpu_sim import GpuSimulator, SimConfig, simulate
+from policies.placement import TaskRequest
+from policies.schedulers import make_scheduler
+from policies.workloads import NodeSpec, SimTask, Workload
+
+H = 3600.0
+
+
+def task(tid: str, prio: str, g: float, submit_h: float, dur_h: float, pods: int = 1,
+         models: tuple[str, ...] | None = None) -> SimTask:
+    return SimTask(TaskRequest(tid, prio, g, pods, models, "t"), submit_h * H, dur_h * H)  # type: ignore[arg-type]
+
+
+def wl(tasks: list[SimTask], models: tuple[str, ...] = ("A100", "A100")) -> Workload:
+    nodes = NodeSpec(np.array([f"n{i}" for i in range(len(models))]), np.array(models),
+                     np.full(len(models), 8, dtype=np.int64))
+    return Workload("hand", nodes, sorted(tasks, key=lambda t: t.submit_s), ("t",))
+
+
+def test_hp_demand_counts_running_hp_not_a_queued_gang() -> None:
+    # HP "a" holds 4 GPUs for 3 h; the 2 x 8 HP gang cannot start before it ends. The first hour's
+    # demand sample (hourly max) is 4 GPUs when only running HP counts, 4 + 16 with queued HP.
+    tasks = [task("a", "hp", 4, 0, 3), task("gang", "hp", 8, 0.1, 1, pods=2)]
+    out = {}
+    for demand in ("running", "held_queued"):
+        sim = GpuSimulator(wl(tasks), make_scheduler("gfs"), SimConfig(hp_demand=demand))
+        sim.run()
+        assert sim.quota_loop is not None
+        out[demand] = [float(h[0]) for h in sim.quota_loop.hours[:4]]
+    assert out["running"] == [4.0, 4.0, 4.0, 16.0]  # the gang runs from 3 h to 4 h
+    assert out["held_queued"] == [20.0, 20.0, 20.0, 16.0]
+
+
+def test_hourly_mean_or_max_of_the_samples() -> None:
+    tasks = [task("a", "hp", 8, 0, 0.5)]  # holds 8 GPUs for the first half hour only
+    hours = {}
+    for hourly in ("max", "mean"):
+        sim = GpuSimulator(wl(tasks + [task("b", "hp", 1, 1.5, 0.1)]), make_scheduler("gfs"), SimConfig(hourly=hourly))
+        sim.run()
+        assert sim.quota_loop is not None
+        hours[hourly] = float(sim.quota_loop.hours[0][0])
+    # ticks at 5, 10, ..., 60 min: the task ends at 30 min (its finish goes before the tick)
+    assert hours == {"max": 8.0, "mean": pytest.approx(8.0 * 5 / 12)}
+
+
+def test_quota_pools_per_gpu_model_keep_a_spot_task_off_a_full_model() -> None:
+    # A100: HP holds 7 GPUs for the first 1.5 h, then 5; V100: no HP. GFS-e forecasts the last
+    # week's peak: 7 on A100, so A100's spot inventory is 8 - 7 = 1 GPU and the 2-GPU spot task
+    # at 2.1 h goes to V100; one cluster-wide pool (16 - 7 = 9 GPUs) lets best fit pack it on A100.
+    tasks = [task("h5", "hp", 5, 0, 6, models=("A100",)), task("h2", "hp", 2, 0, 1.5, models=("A100",)),
+             task("s", "spot", 2, 2.1, 1)]
+    models = ("A100", "V100")
+    per_model = Spy(wl(tasks, models), make_scheduler("gfs_e"), SimConfig(last_week_peak_min_h=1))
+    r = per_model.run()
+    assert per_model.pool_names == ["A100", "V100"] and list(per_model.pool_cap) == [8.0, 8.0]
+    assert [ql.capacity for ql in per_model.quota_loops] == [8.0, 8.0]
+    assert per_model.nodes["s"] == [1] and r.records["s"].jqt_s == 0.0
+    one = Spy(wl(tasks, models), make_scheduler("gfs_e"), SimConfig(last_week_peak_min_h=1, pools="cluster"))
+    one.run()
+    assert one.pool_names == ["all"] and one.nodes["s"] == [0]
+
+
+class Spy(GpuSimulator):
+    """The simulator, recording the nodes each task starts on."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.nodes: dict[str, list[int]] = {}
+
+    def _start(self, rec: Any, p: Any) -> None:
+        self.nodes[rec.task.id] = [pod.node for pod in p.pods]
+        super()._start(rec, p)
+
+
+def test_eviction_per_guarantee_hour_and_per_run() -> None:
+    # spot runs 0-1.5 h (evicted by the HP task, 1 h checkpointed), again 2.5-4.5 h: guarantee
+    # hours completed at 1 h and 3.5 h, one completion, one eviction: 1 / (1 + 2 + 1)
+    w = wl([task("s", "spot", 8, 0, 3), task("h", "hp", 8, 1.5, 1)], ("A100",))
+    r = simulate(w, make_scheduler("yarn_cs"))
+    assert r.records["s"].guarantee_hours == 2
+    assert r.spot.eviction_rate == pytest.approx(0.5)
+    assert r.spot.eviction_per_guarantee_hour == pytest.approx(0.25)
+    assert r.summary()["eviction_per_gh"] == pytest.approx(0.25)
+
+
+def test_only_tasks_submitted_in_the_measured_window_count() -> None:
+    w = wl([task("early", "spot", 1, 0, 1), task("late", "spot", 1, 5, 2), task("h", "hp", 1, 6, 1)])
+    r = simulate(w, make_scheduler("gfs"), SimConfig(measure_from_s=4 * H))
+    assert (r.spot.tasks, r.spot.finished, r.hp.tasks) == (1, 1, 1)
+    assert r.spot.jct_mean_s == pytest.approx(2 * H)
+
+
+def test_chronus_as_released_requeues_every_lease_and_pays_the_restart() -> None:
+    # a 1 h HP task is released at 1,200, 2,400 and 3,600 s and pays 120 s after each restart:
+    # 3,600 + 3 x 120 = 3,960 s; a lease restart is not a new run
+    w = wl([task("h", "hp", 8, 0, 1)], ("A100",))
+    r = simulate(w, make_scheduler("chronus_rel"), SimConfig(check_invariants=True))
+    assert r.records["h"].finish_s == pytest.approx(3960.0)
+    assert r.records["h"].runs == 1 and r.hp.jqt_mean_s == 0.0
+    assert simulate(w, make_scheduler("chronus")).records["h"].finish_s == pytest.approx(H)
+
+
+def test_baselines_behind_the_quota_and_bad_options() -> None:
+    assert make_scheduler("yarn_cs").quota is None
+    assert make_scheduler("yarn_cs", quota=True).quota is not None
+    for bad in ({"hp_demand": "queued"}, {"hourly": "median"}, {"eta_rate": "x"}, {"pools": "node"}):
+        with pytest.raises(InvalidInput, match=next(iter(bad))):
+            SimConfig(**bad)  # type: ignore[arg-type]
