@@ -157,3 +157,14 @@ def test_edge_inputs_that_are_allowed() -> None:
     with pytest.raises(InvalidInput) as bad:
         inputs(wait_hours=-1.0)
     assert bad.value.message == "wait_hours: must be >= 0, got -1.0"
+
+
+def test_urgency_below_one_hour_of_slack_is_still_a_ratio() -> None:
+    # D = 1 * 0.5 * (0.25 + 0.3) = 0.275 h of expected delay against 0.55 h of slack
+    assert urgency(inputs(remaining_work_hours=1.0, slack_hours=0.55)) == pytest.approx(0.5)
+
+
+def test_a_finished_job_drops_even_a_replica_that_pays() -> None:
+    x = inputs(hazard_per_hour=5.0, remaining_work_hours=0.0, slack_hours=0.0)
+    d = decide(x, replicated_now=True)
+    assert d.saving_per_hour > d.cost_per_hour and not d.replicate
