@@ -40,18 +40,19 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from actors.actorbridge import ActorBridge, Actors, LocalActors
 from actors.checkpoint import actor_name, checkpoint_actor_options, plan_checkpoints
 from clusters.artifacts import ArtifactStore, check_id, open_store
 from clusters.fleet import FleetProvider
+from clusters.packages import PackageStore, package_name
+from clusters.rayjobs import concatenated_logs, submission_client
 from controlplane import jobenv, sdk
 from controlplane.core.clock import Clock, ManualClock, WallClock
 from controlplane.core.config import REPO_ROOT, load_settings
 from controlplane.core.errors import InvalidInput, NotFound
-from controlplane.core.models import Job, Node
+from controlplane.core.models import Job, Node, RuntimeEnv
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
 from policies.preemption import PreemptionModel, default_gce_model
@@ -153,6 +154,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         gpus: str = "auto",
         workload_gcs: str | None = None,
         workload_token_path: str | None = None,
+        package_dir: str | None = None,
     ) -> None:
         if pin not in ("auto", "never"):
             raise InvalidInput("pin", f"unknown pin mode {pin!r}", fix="use 'auto' or 'never'")
@@ -186,6 +188,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         self.submit_timeout_s = submit_timeout_s
         self.env = dict(env or {})
         self.gpus = gpus
+        # the packages tenants uploaded through the API (clusters.packages), read per attempt
+        self.packages = PackageStore(package_dir) if package_dir else None
         self.replicas: dict[str, list[Replica]] = {}  # job id -> every attempt, oldest first
         self._slots: SlotMap | None = None
         self._attempts: dict[tuple[str, str], int] = {}
@@ -231,6 +235,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
                 env=job.spec.env,
                 gpus=job.spec.gpus_per_worker,
                 tenant_id=job.tenant_id,
+                runtime_env=job.spec.runtime_env,
             )
 
     def stop(self, job: Job, reason: str) -> None:
@@ -321,6 +326,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             env=job.spec.env,
             gpus=job.spec.gpus_per_worker,
             tenant_id=job.tenant_id,
+            runtime_env=job.spec.runtime_env,
         )
 
     # -- replicas --------------------------------------------------------------------------------
@@ -338,6 +344,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         env: dict[str, str] | None = None,
         gpus: int = 0,
         tenant_id: str | None = None,
+        runtime_env: RuntimeEnv | None = None,
     ) -> Replica:
         """Submit one replica's Ray job with its checkpoint actor, pinned to the node; the
         entrypoint asks Ray for ``gpus`` GPUs (see :meth:`_num_gpus`), so Ray sets
@@ -369,7 +376,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             },
         )
         submission_id = f"spotplane-{job_id}-{replica_id}-{attempt}"
-        user_env = {**self.env, **(env or {})}
+        user_env = {**self.env, **(env or {}),
+                    **(runtime_env.env_vars if runtime_env is not None else {})}
         env_vars = job_env(
             user_env,
             job_id=job_id,
@@ -390,10 +398,12 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         num_gpus = self._num_gpus(gpus)
         if num_gpus:
             kwargs["entrypoint_num_gpus"] = num_gpus
+        ray_env = self.ray_runtime_env(runtime_env, tenant_id)
         self._submit(
-            entrypoint=self._command(entrypoint, jobenv.user_keys(user_env)),
+            entrypoint=self._command(entrypoint, jobenv.user_keys(user_env),
+                                     own_dir="working_dir" in ray_env),
             submission_id=submission_id,
-            runtime_env={"env_vars": env_vars},
+            runtime_env={**ray_env, "env_vars": env_vars},
             metadata={
                 "spotplane_job_id": job_id,
                 "spotplane_replica_id": replica_id,
@@ -498,16 +508,44 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         self.actors.close()
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _command(self, entrypoint: str, user_keys: Sequence[str] = ()) -> str:
+    def _command(self, entrypoint: str, user_keys: Sequence[str] = (), *,
+                 own_dir: bool = False) -> str:
         """``cd WORKING_DIR && exec python -m controlplane.jobenv KEYS -- ENTRYPOINT``: the
-        entrypoint runs in :mod:`controlplane.jobenv`'s allow-listed environment only."""
+        entrypoint runs in :mod:`controlplane.jobenv`'s allow-listed environment only. With
+        its own ``working_dir`` (``own_dir``) it runs where Ray unpacked the package."""
         parts = shlex.split(entrypoint)
         if parts and parts[0] in ("python", "python3"):
             parts[0] = self.python
         launcher = [self.python, "-m", "controlplane.jobenv", ",".join(user_keys), "--"]
-        return f"cd {shlex.quote(self.working_dir)} && exec " + " ".join(
-            shlex.quote(p) for p in launcher + parts
-        )
+        command = "exec " + " ".join(shlex.quote(p) for p in launcher + parts)
+        return command if own_dir else f"cd {shlex.quote(self.working_dir)} && {command}"
+
+    def ray_runtime_env(self, runtime_env: RuntimeEnv | None, tenant_id: str | None) -> dict[str, Any]:
+        """The job's runtime_env for Ray, less env_vars: each uploaded package put on the
+        workload cluster first (:meth:`ensure_package`), so every attempt on any node runs it."""
+        if runtime_env is None:
+            return {}
+        for uri in runtime_env.packages():
+            self.ensure_package(uri, tenant_id)
+        return runtime_env.for_ray()
+
+    def ensure_package(self, uri: str, tenant_id: str | None) -> bool:
+        """Upload the tenant's package ``uri`` to the workload cluster's GCS unless it holds it
+        already (Ray drops unreferenced packages, so this is checked for every attempt).
+        Returns whether it uploaded."""
+        if self.client._package_exists(uri):
+            return False
+        if self.packages is None or tenant_id is None:
+            raise InvalidInput("runtime_env", f"package {uri} is not on the workload cluster and "
+                               "this executor has no package store",
+                               fix="give the executor package_dir (spotplane up does)")
+        path = self.packages.path(tenant_id, package_name(uri))
+        if not path.is_file():
+            raise NotFound(f"package {uri} of tenant {tenant_id} is not in {self.packages.root}",
+                           fix="upload it again (spotplane submit --working-dir)")
+        self.client._upload_package(uri, str(path), include_gitignore=False, is_file=True)
+        log.info("uploaded %s (%d bytes) to the workload cluster", uri, path.stat().st_size)
+        return True
 
     def _next_attempt(self, job_id: str, replica_id: str) -> int:
         """The next attempt's number. The count lives in this process, so after a controller
@@ -657,30 +695,6 @@ def job_env(
     return env
 
 
-def submission_client(dashboard_address: str, token_path: str | None = None, *,
-                      remote: bool = False) -> Any:
-    """A ``JobSubmissionClient`` for a workload cluster's dashboard, authenticated with that
-    cluster's own Ray token (``token_path``). ``remote`` without a token sends a placeholder
-    Authorization header, so Ray never attaches this process's own (the control plane's) token."""
-    from ray.job_submission import JobSubmissionClient
-
-    address = dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
-    headers: dict[str, str] | None = None
-    if token_path is not None:
-        try:
-            token = Path(token_path).read_text().strip()
-        except OSError as e:
-            raise InvalidInput(
-                "workload_token_path",
-                f"cannot read the workload cluster's Ray token: {e}",
-                fix="point it at the workload cluster's auth_token file",
-            ) from e
-        headers = {"Authorization": f"Bearer {token}"}
-    elif remote:
-        headers = {"Authorization": "Bearer none"}
-    return JobSubmissionClient(address, headers=headers)
-
-
 def _slot_index(name: str) -> int:
     tail = name[len(SLOT_PREFIX) :]
     return int(tail) if tail.isdigit() else 10**9
@@ -744,17 +758,12 @@ def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0,
 
 def job_logs(dashboard_address: str, job_id: str, token_path: str | None = None) -> str:
     """Logs of every Ray job of a spotplane job, found by metadata (for the API)."""
-    client = submission_client(dashboard_address, token_path)
-    found = [j for j in client.list_jobs() if (j.metadata or {}).get("spotplane_job_id") == job_id]
-    if not found:
+    text = concatenated_logs(submission_client(dashboard_address, token_path), job_id)
+    if not text:
         raise NotFound(
             f"no Ray job of spotplane job {job_id}", fix="the job has not started on a node yet"
         )
-    found.sort(key=lambda j: j.start_time or 0)
-    return "\n".join(
-        f"=== {j.submission_id} ({j.status}) ===\n{client.get_job_logs(str(j.submission_id))}"
-        for j in found
-    )
+    return text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -882,6 +891,7 @@ def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | S
         gpus=str(config.get("gpus", "auto")),
         workload_gcs=str(config.get("workload_gcs") or default_gcs(dashboard)),
         workload_token_path=config.get("workload_token_path"),
+        package_dir=config.get("package_dir"),
     )
 
 
@@ -933,6 +943,7 @@ def runtime_executor(
             "reach the controller, the store and their secrets",
             fix=WORKLOAD_FIX,
         )
+    options.setdefault("package_dir", str(load_settings().state_dir / "packages"))
     uri = options.pop("artifact_uri", None)
     if not uri:
 
