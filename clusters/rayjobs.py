@@ -39,13 +39,13 @@ def submission_client(dashboard_address: str, token_path: str | None = None, *,
     return JobSubmissionClient(address, headers=headers)
 
 
-def attempt_marker(submission_id: str, metadata: dict[str, str], status: str) -> str:
-    """The line before one attempt's logs: ``=== attempt 2 of job-1 (replica r0 on node n-3,
-    STOPPED) ===``."""
+def attempt_marker(submission_id: str, metadata: dict[str, str]) -> str:
+    """The line before one attempt's logs: ``=== attempt 2 of job-1 (replica r0 on node n-3)
+    ===``; it never changes, so the concatenated logs only grow (what a follower relies on)."""
     attempt = submission_id.rsplit("-", 1)[-1]
     return (f"=== attempt {attempt} of {metadata.get(JOB_KEY, '?')} (replica "
             f"{metadata.get('spotplane_replica_id', '?')} on node "
-            f"{metadata.get('spotplane_node_id', '?')}, {status}) ===")
+            f"{metadata.get('spotplane_node_id', '?')}) ===")
 
 
 def attempts_of(client: Any, job_id: str) -> list[Any]:
@@ -67,5 +67,5 @@ def concatenated_logs(client: Any, job_id: str) -> str:
             text = f"(logs unavailable: {e})\n"
         if text and not text.endswith("\n"):
             text += "\n"
-        parts.append(f"{attempt_marker(sid, dict(j.metadata or {}), str(j.status.value))}\n{text}")
+        parts.append(f"{attempt_marker(sid, dict(j.metadata or {}))}\n{text}")
     return "".join(parts)
