@@ -37,7 +37,7 @@ import os
 import shlex
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -116,12 +116,16 @@ class SlotMap:
         self.bound: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def slot_for(self, node_id: str) -> str | None:
+    def slot_for(self, node_id: str, present: Collection[str] | None = None) -> str | None:
+        """The node's slot, binding the first free one that the cluster still has
+        (``present``: its resources; a slot whose raylet is gone is never bound)."""
         with self._lock:
             if node_id not in self.bound:
-                if not self.free:
+                usable = [s for s in self.free if present is None or s in present]
+                if not usable:
                     return None
-                self.bound[node_id] = self.free.pop(0)
+                self.free.remove(usable[0])
+                self.bound[node_id] = usable[0]
             return self.bound[node_id]
 
     def release(self, node_id: str) -> None:
@@ -601,7 +605,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             self._slots = SlotMap(
                 sorted((k for k in have if k.startswith(SLOT_PREFIX)), key=_slot_index)
             )
-        slot = self._slots.slot_for(node_id)
+        slot = self._slots.slot_for(node_id, have)
         if slot is None:
             log.info(
                 "no %s<id> or free %s<i> resource in this Ray: replica on node %s is not pinned",
