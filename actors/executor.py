@@ -47,7 +47,7 @@ from actors.checkpoint import actor_name, checkpoint_actor_options, plan_checkpo
 from clusters.artifacts import ArtifactStore, check_id, open_store
 from clusters.fleet import FleetProvider
 from clusters.packages import PackageStore, package_name
-from clusters.rayjobs import concatenated_logs, submission_client
+from clusters.rayjobs import LogArchive, concatenated_logs, submission_client
 from controlplane import jobenv, sdk
 from controlplane.core.clock import Clock, ManualClock, WallClock
 from controlplane.core.config import REPO_ROOT, load_settings
@@ -159,6 +159,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         workload_gcs: str | None = None,
         workload_token_path: str | None = None,
         package_dir: str | None = None,
+        log_dir: str | None = None,
+        log_copy_s: float = 5.0,
     ) -> None:
         if pin not in ("auto", "never"):
             raise InvalidInput("pin", f"unknown pin mode {pin!r}", fix="use 'auto' or 'never'")
@@ -194,6 +196,10 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         self.gpus = gpus
         # the packages tenants uploaded through the API (clusters.packages), read per attempt
         self.packages = PackageStore(package_dir) if package_dir else None
+        # copies of running attempts' logs, for when their node (and Ray's copy) is gone
+        self.log_archive = LogArchive(log_dir) if log_dir else None
+        self.log_copy_s = log_copy_s
+        self._log_copied: dict[str, float] = {}  # submission id -> wall time of its last copy
         self.replicas: dict[str, list[Replica]] = {}  # job id -> every attempt, oldest first
         self._slots: SlotMap | None = None
         self._attempts: dict[tuple[str, str], int] = {}
@@ -263,6 +269,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             if not reps:
                 continue
             statuses = [self.replica_status(r) for r in reps]
+            for r in reps:
+                self.copy_logs(r)
             progress = max((s.get("progress", 0.0) for s in statuses), default=0.0)
             checkpointed = max((s.get("checkpointed", 0.0) for s in statuses), default=0.0)
             ckpts = sum(int(s.get("checkpoints", 0)) for s in statuses)
@@ -458,6 +466,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         Seed 004: when another replica of the job is alive, it checkpoints at once, so its
         replacement restores from a checkpoint taken now rather than from the last periodic one.
         """
+        self.copy_logs(rep, force=True)
         try:
             rep.outcome = self._call(rep, "node_lost", timeout=10)
         except Exception as e:  # the actor died with its node
@@ -639,17 +648,36 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
                 return
             wall.sleep(0.1)
 
+    def copy_logs(self, rep: Replica, *, force: bool = False) -> None:
+        """Copy the attempt's logs into the archive, at most every ``log_copy_s`` wall seconds
+        (``force``: now, e.g. before it is stopped)."""
+        if self.log_archive is None:
+            return
+        now = WallClock().now()
+        if not force and now - self._log_copied.get(rep.submission_id, -1e18) < self.log_copy_s:
+            return
+        self._log_copied[rep.submission_id] = now
+        try:
+            text = str(self.client.get_job_logs(rep.submission_id))
+        except Exception as e:  # noqa: BLE001 - its node may be gone: keep the last copy
+            log.debug("logs of %s: %s", rep.submission_id, e)
+            return
+        self.log_archive.save(rep.job_id, rep.submission_id, text)
+
     def _logs(self, rep: Replica) -> str:
         try:
             return str(self.client.get_job_logs(rep.submission_id))
         except Exception as e:
-            return f"(logs unavailable: {e})"
+            kept = self.log_archive.load(rep.job_id, rep.submission_id) if self.log_archive else None
+            return kept if kept is not None else f"(logs unavailable: {e})"
 
     def _tail(self, rep: Replica, lines: int = 5) -> str:
         return " | ".join(self._logs(rep).strip().splitlines()[-lines:])
 
     def _cleanup(self, job_id: str) -> None:
         for rep in self.replicas.get(job_id, []):
+            if rep.state is not ReplicaState.STOPPED:
+                self.copy_logs(rep, force=True)  # its node may be released next
             self._kill_actor(rep.actor_name)
             if self._slots is not None:
                 self._slots.release(rep.node_id)
@@ -896,6 +924,7 @@ def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | S
         workload_gcs=str(config.get("workload_gcs") or default_gcs(dashboard)),
         workload_token_path=config.get("workload_token_path"),
         package_dir=config.get("package_dir"),
+        log_dir=config.get("log_dir"),
     )
 
 
@@ -948,6 +977,7 @@ def runtime_executor(
             fix=WORKLOAD_FIX,
         )
     options.setdefault("package_dir", str(load_settings().state_dir / "packages"))
+    options.setdefault("log_dir", str(load_settings().state_dir / "logs"))
     uri = options.pop("artifact_uri", None)
     if not uri:
 

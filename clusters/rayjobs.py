@@ -7,9 +7,12 @@ and ``spotplane_node_id`` metadata and names it ``spotplane-<job>-<replica>-<att
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from clusters.artifacts import check_id
 from controlplane.core.errors import InvalidInput
 
 JOB_KEY = "spotplane_job_id"
@@ -55,16 +58,46 @@ def attempts_of(client: Any, job_id: str) -> list[Any]:
     return found
 
 
-def concatenated_logs(client: Any, job_id: str) -> str:
+class LogArchive:
+    """Copies of attempts' logs (``<root>/<job>/<submission id>.log``), kept by the executor
+    while an attempt runs: Ray serves a job's logs from the node its driver ran on, so a lost
+    spot node takes its attempt's logs with it unless they were copied off it."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def path(self, job_id: str, submission_id: str) -> Path:
+        return self.root / check_id("job_id", job_id) / f"{check_id('submission_id', submission_id)}.log"
+
+    def save(self, job_id: str, submission_id: str, text: str) -> None:
+        """Keep ``text`` as the attempt's logs (atomically; a shorter copy never replaces a longer)."""
+        path = self.path(job_id, submission_id)
+        if path.is_file() and path.stat().st_size > len(text.encode()):
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".log-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+
+    def load(self, job_id: str, submission_id: str) -> str | None:
+        path = self.path(job_id, submission_id)
+        return path.read_text() if path.is_file() else None
+
+
+def concatenated_logs(client: Any, job_id: str, archive: LogArchive | None = None) -> str:
     """Every attempt's logs, oldest first, each after its :func:`attempt_marker` line ('' when
-    the job has not started on a node yet)."""
+    the job has not started on a node yet); an attempt whose node is gone comes from the
+    ``archive`` copy."""
     parts = []
     for j in attempts_of(client, job_id):
         sid = str(j.submission_id)
         try:
             text = str(client.get_job_logs(sid))
         except Exception as e:  # noqa: BLE001 - one attempt's logs gone: say so, keep the rest
-            text = f"(logs unavailable: {e})\n"
+            kept = archive.load(job_id, sid) if archive is not None else None
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            text = kept if kept is not None else f"(logs unavailable: {first})\n"
         if text and not text.endswith("\n"):
             text += "\n"
         parts.append(f"{attempt_marker(sid, dict(j.metadata or {}))}\n{text}")

@@ -29,9 +29,11 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ValidationError
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from clusters.packages import PackageStore, package_name
+from clusters.rayjobs import LogArchive
 from controlplane import __version__
 from controlplane.core.errors import (
     Conflict,
@@ -126,7 +128,7 @@ def _query_names(route: Any) -> tuple[frozenset[str], frozenset[str]]:
     return known
 
 
-async def refuse_unknown_query(request: Request) -> None:
+async def refuse_unknown_query(request: HTTPConnection) -> None:
     """Strict query strings: a parameter the route does not take is a 422, not silently ignored
     (``?stat=RUNNING`` would otherwise list every job), and so is a one-value parameter given
     twice (``?tenant_id=a&tenant_id=b`` would otherwise take the last)."""
@@ -460,12 +462,14 @@ class SpotplaneAPI:
 
     def __init__(self, db_path: str, admin_token_hash: str, limits: dict[str, Any] | None = None,
                  package_dir: str | None = None, workload_address: str | None = None,
-                 workload_token_path: str | None = None) -> None:
+                 workload_token_path: str | None = None, log_dir: str | None = None) -> None:
         self.limits = ApiLimits.model_validate(limits or {})
         caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs)
         packages = PackageStore(package_dir or Path(db_path).parent / "packages",
                                 self.limits.max_package_bytes)
-        workload = Workload(workload_address, workload_token_path) if workload_address else None
+        archive = LogArchive(log_dir or Path(db_path).parent / "logs")
+        workload = (Workload(workload_address, workload_token_path, archive)
+                    if workload_address else None)
         self.service = ControlPlaneService.open(db_path, admin_token_hash, caps, packages, workload)
         Gate.state = GateState(self.service, self.limits)
         self._started = time.monotonic()
@@ -688,21 +692,23 @@ class SpotplaneAPI:
 # --------------------------------------------------------------------------------------------
 def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = None,
               package_dir: str | Path | None = None, workload_address: str | None = None,
-              workload_token_path: str | None = None) -> Any:
+              workload_token_path: str | None = None, log_dir: str | Path | None = None) -> Any:
     """The deployment graph, bound to the store at ``db_path``, the admin token's hash and the
     API's limits (``SPOTPLANE_API_*`` settings when not given); uploaded packages live in
     ``package_dir`` (default: ``packages/`` beside the store) and job logs are read from the
-    workload cluster's dashboard ``workload_address``."""
+    workload cluster's dashboard ``workload_address`` (the executor's copies in ``log_dir``,
+    default ``logs/`` beside the store, for attempts whose node is gone)."""
     resolved = limits or ApiLimits.from_settings()
     return SpotplaneAPI.bind(  # type: ignore[attr-defined]
         str(db_path), hash_token(admin_token), resolved.model_dump(),
         str(package_dir) if package_dir is not None else None, workload_address,
-        workload_token_path)
+        workload_token_path, str(log_dir) if log_dir is not None else None)
 
 
 def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127.0.0.1",
               limits: ApiLimits | None = None, package_dir: str | Path | None = None,
-              workload_address: str | None = None, workload_token_path: str | None = None) -> str:
+              workload_address: str | None = None, workload_token_path: str | None = None,
+              log_dir: str | Path | None = None) -> str:
     """Start Serve's HTTP proxy on ``host:port`` and deploy the API; returns its base URL.
 
     Needs ``ray.init`` first. When Serve already runs in this Ray cluster its HTTP options stay
@@ -710,7 +716,7 @@ def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127
     """
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(db_path, admin_token, limits, package_dir, workload_address,
-                        workload_token_path), name=APP_NAME, route_prefix="/", blocking=False)
+                        workload_token_path, log_dir), name=APP_NAME, route_prefix="/", blocking=False)
     return f"http://{host}:{port}"
 
 

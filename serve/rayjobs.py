@@ -295,5 +295,8 @@ async def tail(websocket: WebSocket, job_id: str) -> None:
             await asyncio.sleep(TAIL_POLL_S)
     except WebSocketDisconnect:
         return
+    except SpotplaneError as exc:  # e.g. no workload cluster to read from
+        await websocket.close(code=1011, reason=exc.message[:120])
+        return
     await websocket.close()
 

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from clusters.packages import PackageStore, package_name
-from clusters.rayjobs import concatenated_logs, submission_client
+from clusters.rayjobs import LogArchive, concatenated_logs, submission_client
 from controlplane.core.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthorized
 from controlplane.core.models import (
     Bag,
@@ -85,6 +85,7 @@ class Workload:
 
     address: str
     token_path: str | None = None
+    archive: LogArchive | None = None  # the executor's copies of attempts on lost nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +251,7 @@ class ControlPlaneService:
         if self._workload_client is None:
             self._workload_client = submission_client(self.workload.address,
                                                       self.workload.token_path, remote=True)
-        return concatenated_logs(self._workload_client, job_id)
+        return concatenated_logs(self._workload_client, job_id, self.workload.archive)
 
     def accelerators(self) -> set[str]:
         """GPU models the fleet sells (empty before the controller's first catalog); cached 10 s."""

@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from actors.raylocal import scrubbed_env
 from controlplane.core.config import REPO_ROOT

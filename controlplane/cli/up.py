@@ -158,6 +158,7 @@ def executor_options(args: argparse.Namespace, state_dir: Path) -> dict[str, str
     out = {"artifact_uri": str(Path(uri).expanduser().resolve()) if uri and "://" not in uri
            else uri or str(state_dir / "artifacts")}
     out["package_dir"] = str(state_dir / "packages")  # what the API stores uploads in
+    out["log_dir"] = str(state_dir / "logs")  # attempts' logs copied off their nodes
     if endpoint:
         out["s3_endpoint_url"] = endpoint
     return out
@@ -330,7 +331,8 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     url = start_api(db_path(state_dir), admin_token, port, args.host,
                     package_dir=state_dir / "packages",
                     workload_address=workload["workload_address"],
-                    workload_token_path=workload.get("workload_token_path"))
+                    workload_token_path=workload.get("workload_token_path"),
+                    log_dir=state_dir / "logs")
     started["api"] = True
     with SpotplaneClient(url, admin_token) as probe:
         probe.healthz()
