@@ -240,6 +240,7 @@ def check_package_uri(field: str, uri: str) -> str:
 
 PipSpec = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(_printable)]
 Pattern = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_printable)]
+PipList = Annotated[list[PipSpec], Field(max_length=MAX_PIP_SPECS)]
 
 
 class PipConfig(BaseModel):
@@ -273,8 +274,8 @@ class RuntimeEnv(BaseModel):
         default=None, description="gcs://_ray_pkg_<hash>.zip (uploaded) or an s3://, gs://, https:// .zip")
     py_modules: list[Annotated[str, Field(max_length=1024)]] | None = Field(
         default=None, max_length=MAX_PACKAGE_URIS, description="package URIs, as working_dir")
-    pip: list[PipSpec] | PipConfig | None = Field(default=None, description="pip requirements")
-    uv: list[PipSpec] | PipConfig | None = Field(default=None, description="uv requirements")
+    pip: PipList | PipConfig | None = Field(default=None, description="pip requirements")
+    uv: PipList | PipConfig | None = Field(default=None, description="uv requirements")
     env_vars: dict[EnvKey, EnvValue] = Field(
         default_factory=dict, max_length=MAX_ENV_VARS,
         description="the job's own variables (SPOTPLANE_* names are dropped, as in `env`)")
