@@ -106,6 +106,8 @@ class Replica:
     stopped_reason: str | None = None
     outcome: dict[str, Any] | None = None  # EmergencyOutcome of a preemption
     last_status: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None  # a gang's placement group (named), removed when it stops
+    group_nodes: list[str] = field(default_factory=list)  # the gang's other nodes
 
 
 class SlotMap:
@@ -227,6 +229,9 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             )
         if not nodes:
             raise InvalidInput("nodes", f"job {job.id} has no node to run on")
+        if job.spec.workers > 1:
+            self.start_gang(job, nodes)
+            return
         n = max(1, min(job.spec.replicas, len(nodes)))
         for i, node in enumerate(nodes[:n]):
             age = (
@@ -247,6 +252,23 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
                 tenant_id=job.tenant_id,
                 runtime_env=job.spec.runtime_env,
             )
+
+    def start_gang(self, job: Job, nodes: Sequence[Node]) -> Replica:
+        """A gang (``workers > 1``): a placement group of one bundle per worker (its GPUs and
+        its node's pin), STRICT_SPREAD, placed before the entrypoint starts on the first node;
+        the job finds it with :func:`controlplane.sdk.placement_group`. Losing any node stops
+        the whole gang (the controller's preemption), which restores from the last checkpoint."""
+        assert job.spec.entrypoint is not None
+        if len(nodes) < job.spec.workers:
+            raise InvalidInput("nodes", f"job {job.id} is a gang of {job.spec.workers} workers "
+                               f"but has {len(nodes)} nodes")
+        gang = list(nodes[: job.spec.workers])
+        return self.start_replica(
+            job_id=job.id, replica_id="r0", entrypoint=job.spec.entrypoint,
+            work_hours=job.spec.compute_hours, node=gang[0],
+            checkpoint_hours=job.spec.checkpoint_hours, env=job.spec.env,
+            gpus=job.spec.gpus_per_worker, tenant_id=job.tenant_id,
+            runtime_env=job.spec.runtime_env, gang=gang[1:])
 
     def stop(self, job: Job, reason: str) -> None:
         """Stop every live replica of the job (preemption of its nodes, or cancel)."""
@@ -357,6 +379,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         gpus: int = 0,
         tenant_id: str | None = None,
         runtime_env: RuntimeEnv | None = None,
+        gang: Sequence[Node] = (),
     ) -> Replica:
         """Submit one replica's Ray job with its checkpoint actor, pinned to the node; the
         entrypoint asks Ray for ``gpus`` GPUs (see :meth:`_num_gpus`), so Ray sets
@@ -388,6 +411,12 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             },
         )
         submission_id = f"spotplane-{job_id}-{replica_id}-{attempt}"
+        num_gpus = self._num_gpus(gpus)
+        group = None
+        if gang:
+            group = f"spotplane-pg-{job_id}-{replica_id}-{attempt}"
+            self._place_gang(group, [nid, *(g.id for g in gang)], num_gpus, resource)
+            num_gpus = 0  # the workers' GPUs are the bundles'; the driver holds none
         user_env = {**self.env, **(env or {}),
                     **(runtime_env.env_vars if runtime_env is not None else {})}
         env_vars = job_env(
@@ -403,11 +432,11 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             # (where Ray itself may be installed) behind the repository's
             pythonpath=f"{self.working_dir}{os.pathsep}${{PYTHONPATH}}",
             s3_endpoint_url=self.s3_endpoint_url,
+            placement_group=group,
         )
         kwargs: dict[str, Any] = {}
         if resource is not None:
             kwargs["entrypoint_resources"] = {resource: PIN_AMOUNT}
-        num_gpus = self._num_gpus(gpus)
         if num_gpus:
             kwargs["entrypoint_num_gpus"] = num_gpus
         ray_env = self.ray_runtime_env(runtime_env, tenant_id)
@@ -434,6 +463,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             resource,
             self.clock.now(),
             work_hours,
+            group=group,
+            group_nodes=[g.id for g in gang],
         )
         self.replicas.setdefault(job_id, []).append(rep)
         log.info(
@@ -445,6 +476,19 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             resource or "not pinned",
         )
         return rep
+
+    def _place_gang(self, name: str, node_ids: Sequence[str], gpus: int,
+                    first_pin: str | None) -> None:
+        """Create the gang's placement group: bundle i holds ``gpus`` GPUs and node i's pin."""
+        bundles: list[dict[str, float]] = []
+        for i, nid in enumerate(node_ids):
+            pin = first_pin if i == 0 else self._resource_for(nid)
+            bundle: dict[str, float] = {"GPU": float(gpus)} if gpus else {}
+            if pin is not None:
+                bundle[pin] = PIN_AMOUNT
+            bundles.append(bundle or {"CPU": 0.001})
+        placed = self.actors.create_group(name, bundles, "STRICT_SPREAD", self.submit_timeout_s)
+        log.info("gang %s placed on Ray nodes %s", name, placed)
 
     def live(self, job_id: str) -> list[Replica]:
         return [
@@ -476,8 +520,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         rep.state = ReplicaState.STOPPED
         rep.stopped_reason = reason
         self._kill_actor(rep.actor_name)
-        if self._slots is not None:
-            self._slots.release(rep.node_id)
+        self._release(rep)
         if preempted:
             for peer in self.live(rep.job_id):
                 with contextlib.suppress(Exception):
@@ -679,8 +722,18 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             if rep.state is not ReplicaState.STOPPED:
                 self.copy_logs(rep, force=True)  # its node may be released next
             self._kill_actor(rep.actor_name)
-            if self._slots is not None:
-                self._slots.release(rep.node_id)
+            self._release(rep)
+
+    def _release(self, rep: Replica) -> None:
+        """Give back what the replica held: its gang's placement group and its nodes' slots."""
+        if rep.group is not None:
+            try:
+                self.actors.remove_group(rep.group)
+            except Exception as e:  # noqa: BLE001 - gone with the cluster: nothing to free
+                log.warning("removing placement group %s: %s", rep.group, e)
+        if self._slots is not None:
+            for nid in (rep.node_id, *rep.group_nodes):
+                self._slots.release(nid)
 
 
 def artifact_totals(store: ArtifactStore, job_id: str) -> tuple[int, int]:
@@ -705,6 +758,7 @@ def job_env(
     node_id: str,
     pythonpath: str,
     s3_endpoint_url: str | None = None,
+    placement_group: str | None = None,
 ) -> dict[str, str]:
     """A replica's ``runtime_env`` env_vars, built from an explicit list and nothing inherited:
     the user's own variables (without ``SPOTPLANE_*`` names) and the job's own ids, artifact
@@ -723,6 +777,8 @@ def job_env(
         env["SPOTPLANE_TENANT_ID"] = tenant_id
     if s3_endpoint_url:
         env[sdk.ENV_S3_ENDPOINT] = s3_endpoint_url
+    if placement_group:
+        env[sdk.ENV_PLACEMENT_GROUP] = placement_group
     assert all(k in jobenv.SPOTPLANE_KEYS for k in env if k.startswith(jobenv.RESERVED_PREFIX))
     return env
 

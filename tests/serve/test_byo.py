@@ -95,11 +95,45 @@ print("result", helper.digest(state), flush=True)
 '''
 
 
+GANG = '''
+import argparse, os, time
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from controlplane import sdk
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int)
+p.add_argument("--workers", type=int)
+a = p.parse_args()
+pg = sdk.placement_group()
+
+@ray.remote(num_cpus=0, num_gpus=1)
+def worker(i):
+    return ray.get_runtime_context().get_node_id(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+with sdk.session() as s:
+    state = s.restore() or {"step": 0}
+    print("gang starting at step", state["step"], flush=True)
+    where = ray.get([worker.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, placement_group_bundle_index=i)).remote(i) for i in range(a.workers)])
+    print("gang nodes", len({n for n, _ in where}), "gpus", sorted(g for _, g in where), flush=True)
+    while state["step"] < a.steps:
+        state["step"] += 1
+        time.sleep(0.1)
+        s.progress(state["step"] / a.steps)
+        if s.should_checkpoint():
+            s.save(state)
+    s.save(state, meta={"final": True})
+print("gang done", flush=True)
+'''
+
+
 def user_folder(root: Path) -> Path:
     """The user's own project: a script, its helper module, data left out by .gitignore."""
     root.mkdir(parents=True)
     (root / "train.py").write_text(TRAIN)
     (root / "helper.py").write_text(HELPER)
+    (root / "gang.py").write_text(GANG)
     (root / ".gitignore").write_text("data/\n")
     (root / "data").mkdir()
     (root / "data" / "big.bin").write_bytes(os.urandom(1 << 20))
@@ -161,7 +195,7 @@ def world(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory,
     from serve.app import start_api, stop_api
 
     tmp = tmp_path_factory.mktemp("byo")
-    workload = MultiNodeWorkload(workers=3, gpus_per_node=1)
+    workload = MultiNodeWorkload(workers=4, gpus_per_node=1)
     db, packages = tmp / "spotplane.db", tmp / "packages"
     store = Store(db)
     url = start_api(db, ADMIN, free_port(), package_dir=packages,
@@ -180,7 +214,7 @@ def world(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory,
                               clock=clock, hours_per_second=SPEED / 3600, gpus="always",
                               workload_gcs=workload.gcs, package_dir=str(packages),
                               log_dir=str(tmp / "logs"), stop_timeout_s=60)
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 3}),
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
                      executor=executor, epoch=store.take_controller_lease())
     w = World(url, store, fleet, executor, workload, tokens, packages, tmp)
     stop = threading.Event()
@@ -288,6 +322,55 @@ def test_spotplane_submit_uploads_a_tree_once(world: World) -> None:
         assert r.status_code == 422 and "runtime_env.workdir" in r.text, r.text
 
 
+def remove_node_of(world: World, job_id: str, node_id: str) -> None:
+    """Remove the raylet a simulated node is pinned to, then tell the fleet it is gone (the
+    controller is paused meanwhile, so it sees the loss the way a provider reports it)."""
+    assert world.executor._slots is not None
+    slot = world.executor._slots.bound[node_id]
+    node = next(n for n in world.store.list_nodes() if n.id == node_id)
+    assert node.instance_id is not None
+    world.paused.set()
+    try:
+        world.workload.remove(int(slot.rsplit(":", 1)[1]))
+        wait_for(lambda: slot not in world.executor.actors.resources(), 120,
+                 f"the workload cluster to drop {slot}")
+        world.fleet.preempt_now(node.instance_id, "Ray node removed")
+    finally:
+        world.paused.clear()
+
+
+def test_a_gang_starts_in_its_placement_group_and_restarts_together(world: World) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    folder = user_folder(world.tmp / "gang-project")
+    client = JobSubmissionClient(world.url, headers=world.headers("beta"))
+    steps = 200
+    sid = client.submit_job(  # Ray's client zips and uploads the folder through /api/packages
+        entrypoint=f"python gang.py --steps {steps} --workers 2",
+        runtime_env={"working_dir": str(folder)}, entrypoint_num_gpus=1,
+        metadata={"spotplane.kind": "hp", "spotplane.accelerator": "V100",
+                  "spotplane.workers": "2", "spotplane.checkpoint_hours": "0.02",
+                  "spotplane.compute_hours": str(steps * 0.1 * SPEED / 3600)})
+    wait_for(lambda: world.store.get_job(sid).state is JobState.RUNNING
+             and world.store.get_job(sid).checkpoints >= 1
+             and "gang nodes" in world.executor.logs(sid), 300, "a running, checkpointed gang",
+             lambda: world.logs(sid))
+    first = world.executor.replicas[sid][-1]
+    assert first.group is not None and len(first.group_nodes) == 1
+    remove_node_of(world, sid, first.group_nodes[0])  # the gang's second node
+    wait_for(lambda: world.store.get_job(sid).terminal, 400, "the gang to finish",
+             lambda: world.logs(sid))
+    job = world.store.get_job(sid)
+    assert job.state is JobState.SUCCEEDED, (job.state, job.message, world.logs(sid))
+    logs = client.get_job_logs(sid)
+    assert logs.count("gang nodes 2 gpus ['0', '0']") >= 2, logs  # each attempt: 2 nodes, 1 GPU each
+    starts = [int(x) for x in re.findall(r"gang starting at step (\d+)", logs)]
+    assert len(starts) >= 2 and starts[0] == 0 and starts[-1] > 0, starts
+    attempts = world.executor.replicas[sid]
+    assert attempts[-1].group != first.group
+    assert {attempts[-1].node_id, *attempts[-1].group_nodes}.isdisjoint({first.group_nodes[0]})
+
+
 def test_ray_job_submit_runs_the_users_folder_through_a_node_loss(world: World) -> None:
     from ray.job_submission import JobSubmissionClient
 
@@ -325,17 +408,7 @@ def test_ray_job_submit_runs_the_users_folder_through_a_node_loss(world: World) 
                  and world.store.get_job(sid).checkpoints >= 1, 300, "a running, checkpointed job",
                  lambda: world.logs(sid))
         first = world.executor.replicas[sid][-1]
-        assert world.executor._slots is not None
-        slot = world.executor._slots.bound[first.node_id]
-        worker = int(slot.rsplit(":", 1)[1])
-        node = next(n for n in world.store.list_nodes() if n.id == first.node_id)
-        world.paused.set()  # the controller sees the loss only once the node is gone
-        world.workload.remove(worker)
-        wait_for(lambda: slot not in world.executor.actors.resources(), 120,
-                 f"the workload cluster to drop {slot}")
-        assert node.instance_id is not None
-        world.fleet.preempt_now(node.instance_id, "Ray node removed")
-        world.paused.clear()
+        remove_node_of(world, sid, first.node_id)
         wait_for(lambda: world.store.get_job(sid).terminal, 400, "the job to finish",
                  lambda: world.logs(sid))
     finally:
