@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from actors.executor import RayJobExecutor
+from actors.localcluster import MultiNodeWorkload
 from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
 from controlplane import sdk
@@ -38,7 +39,6 @@ from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
 from tests.support import free_port
-from tests.workload_cluster import MultiNodeWorkload
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

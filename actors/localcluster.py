@@ -1,11 +1,12 @@
 """A real multi-node workload Ray on one machine (``ray.cluster_utils.Cluster``: a head and
-worker raylets), run in a child process with a scrubbed environment so it shares nothing with
-the test's own (control-plane) Ray. Worker ``i`` declares ``num_gpus`` GPUs, ``spot`` and its own
-pin resource ``spotplane_slot:<i>`` (what the executor pins a simulated node's replica with).
+worker raylets), for tests and benchmarks of node loss. It runs in a child process with a
+scrubbed environment, so it shares nothing with the caller's own (control-plane) Ray. Worker
+``i`` declares ``num_gpus`` GPUs, ``spot`` and its own pin resource ``spotplane_slot:<i>``
+(what the executor pins a simulated node's replica with).
 
 Child protocol: one JSON line ``{"dashboard", "gcs"}`` on start; then ``remove I`` on stdin
 removes worker ``I`` (its raylet and every process on it die, as on a lost spot VM) and answers
-``removed I``; EOF shuts the cluster down.
+``removed I``; ``add`` starts one more worker and answers ``added I``; EOF shuts it down.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 from actors.raylocal import scrubbed_env
 from controlplane.core.config import REPO_ROOT
+
+__all__ = ["MultiNodeWorkload"]
 
 
 class MultiNodeWorkload:
@@ -28,7 +32,7 @@ class MultiNodeWorkload:
         env = {**scrubbed_env(self.home), "RAY_AUTH_MODE": "disabled",
                "PYTHONPATH": str(REPO_ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.workload_cluster", str(workers), str(gpus_per_node)],
+            [sys.executable, "-m", "actors.localcluster", str(workers), str(gpus_per_node)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT,
             start_new_session=True)
         info = json.loads(self._line(timeout_s))
@@ -55,6 +59,15 @@ class MultiNodeWorkload:
         self.proc.stdin.write(f"remove {worker}\n")
         self.proc.stdin.flush()
         assert self._line(timeout_s) == f"removed {worker}"
+
+    def add(self, timeout_s: float = 120.0) -> int:
+        """Start one more worker raylet; returns its index (its slot)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("add\n")
+        self.proc.stdin.flush()
+        answer = self._line(timeout_s)
+        assert answer.startswith("added "), answer
+        return int(answer.split()[1])
 
     def stop(self, timeout_s: float = 120.0) -> None:
         if self.proc.poll() is None:
@@ -84,9 +97,11 @@ def serve_cluster(workers: int, gpus: int) -> int:
     cluster = Cluster(initialize_head=True, connect=False, head_node_args={
         "num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
         "dashboard_host": "127.0.0.1"})
-    nodes = [cluster.add_node(num_cpus=2, num_gpus=gpus,
-                              resources={f"spotplane_slot:{i}": 1.0, "spot": 1.0})
-             for i in range(workers)]
+    def worker(i: int) -> Any:
+        return cluster.add_node(num_cpus=2, num_gpus=gpus,
+                                resources={f"spotplane_slot:{i}": 1.0, "spot": 1.0})
+
+    nodes = [worker(i) for i in range(workers)]
     cluster.wait_for_nodes()
     out.write(json.dumps({"dashboard": f"http://127.0.0.1:{port}",
                           "gcs": cluster.gcs_address}) + "\n")
@@ -97,6 +112,11 @@ def serve_cluster(workers: int, gpus: int) -> int:
             if cmd == "remove":
                 cluster.remove_node(nodes[int(arg)], allow_graceful=False)
                 out.write(f"removed {arg}\n")
+                out.flush()
+            elif cmd == "add":
+                nodes.append(worker(len(nodes)))
+                cluster.wait_for_nodes()
+                out.write(f"added {len(nodes) - 1}\n")
                 out.flush()
     finally:
         cluster.shutdown()
