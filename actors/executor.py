@@ -130,6 +130,12 @@ class SlotMap:
                 self.bound[node_id] = usable[0]
             return self.bound[node_id]
 
+    def learn(self, slots: Collection[str]) -> None:
+        """Slots of raylets that joined since (a workload cluster that grows) become free."""
+        with self._lock:
+            known = set(self.free) | set(self.bound.values())
+            self.free.extend(sorted((s for s in slots if s not in known), key=_slot_index))
+
     def release(self, node_id: str) -> None:
         with self._lock:
             slot = self.bound.pop(node_id, None)
@@ -653,10 +659,11 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         exact = f"{NODE_PREFIX}{node_id}"
         if exact in have:
             return exact
+        slots = [k for k in have if k.startswith(SLOT_PREFIX)]
         if self._slots is None:
-            self._slots = SlotMap(
-                sorted((k for k in have if k.startswith(SLOT_PREFIX)), key=_slot_index)
-            )
+            self._slots = SlotMap(sorted(slots, key=_slot_index))
+        else:
+            self._slots.learn(slots)
         slot = self._slots.slot_for(node_id, have)
         if slot is None:
             log.info(

@@ -192,6 +192,8 @@ def test_a_slot_whose_raylet_is_gone_is_never_bound() -> None:
     assert m.slot_for("a", {"spotplane_slot:1", "CPU"}) == "spotplane_slot:1"
     assert m.slot_for("b", {"spotplane_slot:1"}) is None
     assert m.slot_for("b", None) == "spotplane_slot:0"
+    m.learn(["spotplane_slot:1", "spotplane_slot:7", "spotplane_slot:2"])  # two raylets joined
+    assert m.free == ["spotplane_slot:2", "spotplane_slot:7"]
 
 
 # -- the CLI's packaging: Ray's zip, uploaded once ----------------------------------------------
