@@ -252,3 +252,17 @@ def test_a_yaml_jobs_local_working_dir_becomes_its_package(tmp_path: Path) -> No
     out = with_working_dir({"name": "a", "runtime_env": {"pip": ["x"]}}, PKG, ["*.ckpt"])
     assert out["runtime_env"] == {"pip": ["x"], "working_dir": PKG, "excludes": ["*.ckpt"]}
     assert RuntimeEnv.model_validate(out["runtime_env"]).working_dir == PKG
+
+
+def test_a_single_worker_job_has_no_placement_group_and_a_gang_names_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from actors.executor import job_env
+    from controlplane import jobenv, sdk
+
+    monkeypatch.delenv(sdk.ENV_PLACEMENT_GROUP, raising=False)
+    assert sdk.placement_group() is None
+    env = job_env({"SPOTPLANE_PLACEMENT_GROUP": "forged", "SEED": "1"}, job_id="j", replica_id="r0",
+                  tenant_id="t", artifact_uri="/a", actor="ckpt", namespace="ns", node_id="n",
+                  pythonpath="/repo", placement_group="spotplane-pg-j-r0-1")
+    assert env["SPOTPLANE_PLACEMENT_GROUP"] == "spotplane-pg-j-r0-1" and env["SEED"] == "1"
+    assert "SPOTPLANE_PLACEMENT_GROUP" in jobenv.allowed(env)
