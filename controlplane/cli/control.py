@@ -255,8 +255,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with client_of(args) as client:
         def package(directory: Path, more: list[str]) -> str:
             up = upload_working_dir(client, directory, [*excludes, *more])
-            print(f"{directory}: {up.uri} ({'uploaded ' + str(up.sent_bytes) + ' bytes' if up.sent_bytes else 'already uploaded'})",
-                  file=sys.stderr)
+            sent = f"uploaded {up.sent_bytes} bytes" if up.sent_bytes else "already uploaded"
+            print(f"{directory}: {up.uri} ({sent})", file=sys.stderr)
             return up.uri
 
         jobs, bag = load_submission(args.file, package)

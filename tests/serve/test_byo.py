@@ -446,3 +446,15 @@ def test_ray_job_submit_runs_the_users_folder_through_a_node_loss(world: World) 
     # another tenant: not found
     other = world.ray_cli("beta", "status", sid)
     assert other.returncode != 0 and "404" in other.stdout + other.stderr
+    # `spotplane logs JOB [-f]`: the same attempts; -f on a finished job ends at once, exit 0
+    cli = [sys.executable, "-m", "controlplane.cli.main", "logs", sid, "--url", world.url,
+           "--token", world.tokens["acme"]]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for extra in ([], ["-f"]):
+        mine = subprocess.run(cli + extra, capture_output=True, text=True, env=env, timeout=120)
+        assert mine.returncode == 0, mine.stderr
+        assert mine.stdout.count("=== attempt") == logs.count("=== attempt")
+        assert f"result {ref}" in mine.stdout
+    theirs = subprocess.run(cli[:-1] + [world.tokens["beta"]], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert theirs.returncode != 0 and "not found" in theirs.stderr.lower(), theirs.stderr
