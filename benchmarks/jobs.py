@@ -84,14 +84,28 @@ class Bench:
     paused: threading.Event = field(default_factory=threading.Event)
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> float:
-    """Seconds until ``cond()`` holds (polled every 50 ms); a SpotplaneError after ``timeout``."""
+def wait_for(cond: Callable[[], bool], timeout: float, what: str,
+             why: Callable[[], str] = lambda: "") -> float:
+    """Seconds until ``cond()`` holds (polled every 50 ms); a SpotplaneError after ``timeout``
+    (with ``why()``: what the job's attempts say)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if cond():
             return time.monotonic() - t0
         time.sleep(0.05)
-    raise SpotplaneError(f"timed out after {timeout:g} s waiting for {what}")
+    raise SpotplaneError(f"timed out after {timeout:g} s waiting for {what}\n{why()}")
+
+
+def attempts(b: Bench, sid: str) -> Callable[[], str]:
+    """The job's state and its attempts (Ray status, node, slot) and the end of their logs."""
+    def describe() -> str:
+        reps = b.executor.replicas.get(sid, [])
+        slots = b.executor._slots.bound if b.executor._slots is not None else {}
+        lines = [f"job {b.store.get_job(sid).state}; cluster {sorted(k for k in b.executor.actors.resources() if 'slot' in k)}"]
+        lines += [f"  {r.submission_id} {r.state} node {r.node_id} {slots.get(r.node_id)} "
+                  f"{r.last_status}" for r in reps]
+        return "\n".join(lines) + "\n" + b.executor.logs(sid)[-3000:]
+    return describe
 
 
 @contextlib.contextmanager
@@ -223,7 +237,7 @@ def measure_node_loss(b: Bench, tmp: Path, trials: int) -> dict[str, list[float]
         wait_for(lambda: b.store.get_job(sid).state is JobState.RUNNING
                  and b.store.get_job(sid).checkpoints > 0
                  and len(re.findall(r"starting at step", b.executor.logs(sid)))
-                 == len(b.executor.replicas.get(sid, [])), 300, "a running, checkpointed attempt")
+                 == len(b.executor.replicas.get(sid, [])), 300, "a running, checkpointed attempt", attempts(b, sid))
         before = restores(b, sid)
         rep = b.executor.replicas[sid][-1]
         assert b.executor._slots is not None
@@ -238,9 +252,9 @@ def measure_node_loss(b: Bench, tmp: Path, trials: int) -> dict[str, list[float]
         b.fleet.preempt_now(node.instance_id, "Ray node removed")
         b.paused.clear()
         wait_for(lambda: b.store.get_job(sid).state is not JobState.RUNNING, 60, "the preemption")
-        wait_for(lambda: str(client.get_job_status(sid).value) == "RUNNING", 300, "RUNNING again")
+        wait_for(lambda: str(client.get_job_status(sid).value) == "RUNNING", 300, "RUNNING again", attempts(b, sid))
         res["running"].append(time.monotonic() - t0)
-        wait_for(functools.partial(restored, b, sid, before), 300, "the restore")
+        wait_for(functools.partial(restored, b, sid, before), 300, "the restore", attempts(b, sid))
         res["restored"].append(time.monotonic() - t0)
         b.workload.add()  # keep the cluster's size for the next trial
     client.stop_job(sid)
