@@ -129,7 +129,7 @@ def world(tmp: Path, workers: int) -> Iterator[Bench]:
     executor = RayJobExecutor(workload.dashboard, str(tmp / "artifacts"), namespace="bench",
                               clock=clock, hours_per_second=SPEED / 3600, gpus="always",
                               workload_gcs=workload.gcs, package_dir=str(packages),
-                              log_dir=str(logs), stop_timeout_s=60)
+                              log_dir=str(logs), stop_timeout_s=60, submit_timeout_s=300)
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": workers + 8}),
                      executor=executor, epoch=store.take_controller_lease())
     bench = Bench(url, token, store, fleet, executor, workload)

@@ -421,7 +421,7 @@ def session(
     coord.finished()
 
 
-def _get_actor(name: str, namespace: str | None, timeout_s: float = 30.0) -> Any:
+def _get_actor(name: str, namespace: str | None, timeout_s: float = 120.0) -> Any:
     """The named actor, retried for a while (a loaded cluster may answer late)."""
     import ray
 

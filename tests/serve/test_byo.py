@@ -213,7 +213,8 @@ def world(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory,
     executor = RayJobExecutor(workload.dashboard, str(tmp / "artifacts"), namespace="byo",
                               clock=clock, hours_per_second=SPEED / 3600, gpus="always",
                               workload_gcs=workload.gcs, package_dir=str(packages),
-                              log_dir=str(tmp / "logs"), stop_timeout_s=60)
+                              log_dir=str(tmp / "logs"), stop_timeout_s=60,
+                              submit_timeout_s=300)  # a loaded machine: agents answer late
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
                      executor=executor, epoch=store.take_controller_lease())
     w = World(url, store, fleet, executor, workload, tokens, packages, tmp)
