@@ -173,6 +173,8 @@ def measure_upload(b: Bench, tmp: Path, megabytes: int) -> dict[str, Any]:
             up = upload_working_dir(client, tree)
             out[f"upload_{label}_bytes"] = up.sent_bytes
             out[f"upload_{label}_s"] = round(time.monotonic() - t0, 2)
+            print(f"upload {label}: {up.sent_bytes} bytes in {out[f'upload_{label}_s']} s",
+                  file=sys.stderr)
     out["package_uri"] = up.uri
     return out
 
@@ -198,13 +200,12 @@ def dropped(b: Bench, slot: str) -> Callable[[], bool]:
     return lambda: slot not in b.executor.actors.resources()
 
 
-def restores(b: Bench, sid: str) -> int:
-    """Attempts of the job that started from a checkpoint (``starting at step K > 0``)."""
-    return sum(1 for k in re.findall(r"starting at step (\d+)", b.executor.logs(sid)) if int(k) > 0)
-
-
 def restored(b: Bench, sid: str, before: int) -> bool:
-    return restores(b, sid) > before
+    """Whether an attempt after the first ``before`` started from a checkpoint (``starting at
+    step K > 0`` in its own logs: a lost node's copy may miss its last seconds)."""
+    reps = b.executor.replicas.get(sid, [])[before:]
+    return any(int(k) > 0 for r in reps
+               for k in re.findall(r"starting at step (\d+)", b.executor._logs(r)))
 
 
 def measure_submit(b: Bench, package_uri: str, trials: int) -> list[float]:
@@ -217,6 +218,7 @@ def measure_submit(b: Bench, package_uri: str, trials: int) -> list[float]:
                                 runtime_env={"working_dir": package_uri}, metadata=META)
         wait_for(status_is(client, sid, "RUNNING"), 300, "RUNNING")
         out.append(time.monotonic() - t0)
+        print(f"submit -> RUNNING {out[-1]:.2f} s", file=sys.stderr)
         wait_for(finished(b, sid), 300, "the job to finish")
     return out
 
@@ -238,7 +240,7 @@ def measure_node_loss(b: Bench, tmp: Path, trials: int) -> dict[str, list[float]
                  and b.store.get_job(sid).checkpoints > 0
                  and len(re.findall(r"starting at step", b.executor.logs(sid)))
                  == len(b.executor.replicas.get(sid, [])), 300, "a running, checkpointed attempt", attempts(b, sid))
-        before = restores(b, sid)
+        before = len(b.executor.replicas[sid])
         rep = b.executor.replicas[sid][-1]
         assert b.executor._slots is not None
         slot = b.executor._slots.bound[rep.node_id]
@@ -256,6 +258,8 @@ def measure_node_loss(b: Bench, tmp: Path, trials: int) -> dict[str, list[float]
         res["running"].append(time.monotonic() - t0)
         wait_for(functools.partial(restored, b, sid, before), 300, "the restore", attempts(b, sid))
         res["restored"].append(time.monotonic() - t0)
+        print(f"trial {len(res['running'])}: detected {res['detect'][-1]:.1f} s, RUNNING "
+              f"{res['running'][-1]:.1f} s, restored {res['restored'][-1]:.1f} s", file=sys.stderr)
         b.workload.add()  # keep the cluster's size for the next trial
     client.stop_job(sid)
     wait_for(lambda: b.store.get_job(sid).terminal, 120, "the stop")
