@@ -238,8 +238,8 @@ def measure_node_loss(b: Bench, tmp: Path, trials: int) -> dict[str, list[float]
     for _ in range(trials):
         wait_for(lambda: b.store.get_job(sid).state is JobState.RUNNING
                  and b.store.get_job(sid).checkpoints > 0
-                 and len(re.findall(r"starting at step", b.executor.logs(sid)))
-                 == len(b.executor.replicas.get(sid, [])), 300, "a running, checkpointed attempt", attempts(b, sid))
+                 and "starting at step" in b.executor._logs(b.executor.replicas[sid][-1]),
+                 300, "a running, checkpointed attempt", attempts(b, sid))
         before = len(b.executor.replicas[sid])
         rep = b.executor.replicas[sid][-1]
         assert b.executor._slots is not None
