@@ -44,6 +44,11 @@ class Actors(Protocol):
 
     def kill(self, name: str) -> None: ...
 
+    def create_group(self, name: str, bundles: list[dict[str, float]], strategy: str,
+                     timeout_s: float) -> list[str]: ...
+
+    def remove_group(self, name: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -101,6 +106,32 @@ class ActorOps:
             time.sleep(0.05)
         log.warning("checkpoint actor %s still registered 10 s after ray.kill", name)
 
+    def create_group(self, name: str, bundles: list[dict[str, float]], strategy: str,
+                     timeout_s: float) -> list[str]:
+        """A named placement group (detached: it outlives this driver until removed), ready
+        within ``timeout_s``; returns the Ray node id of each bundle."""
+        import ray
+        from ray.util.placement_group import placement_group, placement_group_table
+
+        self.remove_group(name)  # an earlier attempt's, left by a controller that died
+        pg = placement_group(bundles, strategy=strategy, name=name, lifetime="detached")
+        if not pg.wait(timeout_seconds=timeout_s):
+            ray.util.remove_placement_group(pg)
+            raise TimeoutError(f"placement group {name} ({strategy}, {bundles}) was not "
+                               f"placed within {timeout_s:g} s")
+        table = placement_group_table(pg)
+        return [str(table["bundles_to_node_id"][i]) for i in range(len(bundles))]
+
+    def remove_group(self, name: str) -> None:
+        """Remove the named placement group (nothing when there is none)."""
+        import ray
+
+        try:
+            pg = ray.util.get_placement_group(name)
+        except ValueError:
+            return
+        ray.util.remove_placement_group(pg)
+
     def close(self) -> None:
         self.handles.clear()
 
@@ -154,6 +185,13 @@ class ActorBridge:
 
     def kill(self, name: str) -> None:
         self._ask("kill", name)
+
+    def create_group(self, name: str, bundles: list[dict[str, float]], strategy: str,
+                     timeout_s: float) -> list[str]:
+        return list(self._ask("create_group", name, bundles, strategy, timeout_s))
+
+    def remove_group(self, name: str) -> None:
+        self._ask("remove_group", name)
 
     def close(self) -> None:
         """Stop the child (its non-detached actors die with it)."""

@@ -37,21 +37,22 @@ import os
 import shlex
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from actors.actorbridge import ActorBridge, Actors, LocalActors
 from actors.checkpoint import actor_name, checkpoint_actor_options, plan_checkpoints
 from clusters.artifacts import ArtifactStore, check_id, open_store
 from clusters.fleet import FleetProvider
+from clusters.packages import PackageStore, package_name
+from clusters.rayjobs import LogArchive, concatenated_logs, submission_client
 from controlplane import jobenv, sdk
 from controlplane.core.clock import Clock, ManualClock, WallClock
 from controlplane.core.config import REPO_ROOT, load_settings
 from controlplane.core.errors import InvalidInput, NotFound
-from controlplane.core.models import Job, Node
+from controlplane.core.models import Job, Node, RuntimeEnv
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
 from policies.preemption import PreemptionModel, default_gce_model
@@ -105,6 +106,8 @@ class Replica:
     stopped_reason: str | None = None
     outcome: dict[str, Any] | None = None  # EmergencyOutcome of a preemption
     last_status: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None  # a gang's placement group (named), removed when it stops
+    group_nodes: list[str] = field(default_factory=list)  # the gang's other nodes
 
 
 class SlotMap:
@@ -115,13 +118,23 @@ class SlotMap:
         self.bound: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def slot_for(self, node_id: str) -> str | None:
+    def slot_for(self, node_id: str, present: Collection[str] | None = None) -> str | None:
+        """The node's slot, binding the first free one that the cluster still has
+        (``present``: its resources; a slot whose raylet is gone is never bound)."""
         with self._lock:
             if node_id not in self.bound:
-                if not self.free:
+                usable = [s for s in self.free if present is None or s in present]
+                if not usable:
                     return None
-                self.bound[node_id] = self.free.pop(0)
+                self.free.remove(usable[0])
+                self.bound[node_id] = usable[0]
             return self.bound[node_id]
+
+    def learn(self, slots: Collection[str]) -> None:
+        """Slots of raylets that joined since (a workload cluster that grows) become free."""
+        with self._lock:
+            known = set(self.free) | set(self.bound.values())
+            self.free.extend(sorted((s for s in slots if s not in known), key=_slot_index))
 
     def release(self, node_id: str) -> None:
         with self._lock:
@@ -153,6 +166,9 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         gpus: str = "auto",
         workload_gcs: str | None = None,
         workload_token_path: str | None = None,
+        package_dir: str | None = None,
+        log_dir: str | None = None,
+        log_copy_s: float = 5.0,
     ) -> None:
         if pin not in ("auto", "never"):
             raise InvalidInput("pin", f"unknown pin mode {pin!r}", fix="use 'auto' or 'never'")
@@ -186,6 +202,12 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         self.submit_timeout_s = submit_timeout_s
         self.env = dict(env or {})
         self.gpus = gpus
+        # the packages tenants uploaded through the API (clusters.packages), read per attempt
+        self.packages = PackageStore(package_dir) if package_dir else None
+        # copies of running attempts' logs, for when their node (and Ray's copy) is gone
+        self.log_archive = LogArchive(log_dir) if log_dir else None
+        self.log_copy_s = log_copy_s
+        self._log_copied: dict[str, float] = {}  # submission id -> wall time of its last copy
         self.replicas: dict[str, list[Replica]] = {}  # job id -> every attempt, oldest first
         self._slots: SlotMap | None = None
         self._attempts: dict[tuple[str, str], int] = {}
@@ -213,6 +235,9 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             )
         if not nodes:
             raise InvalidInput("nodes", f"job {job.id} has no node to run on")
+        if job.spec.workers > 1:
+            self.start_gang(job, nodes)
+            return
         n = max(1, min(job.spec.replicas, len(nodes)))
         for i, node in enumerate(nodes[:n]):
             age = (
@@ -231,7 +256,25 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
                 env=job.spec.env,
                 gpus=job.spec.gpus_per_worker,
                 tenant_id=job.tenant_id,
+                runtime_env=job.spec.runtime_env,
             )
+
+    def start_gang(self, job: Job, nodes: Sequence[Node]) -> Replica:
+        """A gang (``workers > 1``): a placement group of one bundle per worker (its GPUs and
+        its node's pin), STRICT_SPREAD, placed before the entrypoint starts on the first node;
+        the job finds it with :func:`controlplane.sdk.placement_group`. Losing any node stops
+        the whole gang (the controller's preemption), which restores from the last checkpoint."""
+        assert job.spec.entrypoint is not None
+        if len(nodes) < job.spec.workers:
+            raise InvalidInput("nodes", f"job {job.id} is a gang of {job.spec.workers} workers "
+                               f"but has {len(nodes)} nodes")
+        gang = list(nodes[: job.spec.workers])
+        return self.start_replica(
+            job_id=job.id, replica_id="r0", entrypoint=job.spec.entrypoint,
+            work_hours=job.spec.compute_hours, node=gang[0],
+            checkpoint_hours=job.spec.checkpoint_hours, env=job.spec.env,
+            gpus=job.spec.gpus_per_worker, tenant_id=job.tenant_id,
+            runtime_env=job.spec.runtime_env, gang=gang[1:])
 
     def stop(self, job: Job, reason: str) -> None:
         """Stop every live replica of the job (preemption of its nodes, or cancel)."""
@@ -254,6 +297,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             if not reps:
                 continue
             statuses = [self.replica_status(r) for r in reps]
+            for r in reps:
+                self.copy_logs(r)
             progress = max((s.get("progress", 0.0) for s in statuses), default=0.0)
             checkpointed = max((s.get("checkpointed", 0.0) for s in statuses), default=0.0)
             ckpts = sum(int(s.get("checkpoints", 0)) for s in statuses)
@@ -321,6 +366,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             env=job.spec.env,
             gpus=job.spec.gpus_per_worker,
             tenant_id=job.tenant_id,
+            runtime_env=job.spec.runtime_env,
         )
 
     # -- replicas --------------------------------------------------------------------------------
@@ -338,6 +384,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         env: dict[str, str] | None = None,
         gpus: int = 0,
         tenant_id: str | None = None,
+        runtime_env: RuntimeEnv | None = None,
+        gang: Sequence[Node] = (),
     ) -> Replica:
         """Submit one replica's Ray job with its checkpoint actor, pinned to the node; the
         entrypoint asks Ray for ``gpus`` GPUs (see :meth:`_num_gpus`), so Ray sets
@@ -369,7 +417,14 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             },
         )
         submission_id = f"spotplane-{job_id}-{replica_id}-{attempt}"
-        user_env = {**self.env, **(env or {})}
+        num_gpus = self._num_gpus(gpus)
+        group = None
+        if gang:
+            group = f"spotplane-pg-{job_id}-{replica_id}-{attempt}"
+            self._place_gang(group, [nid, *(g.id for g in gang)], num_gpus, resource)
+            num_gpus = 0  # the workers' GPUs are the bundles'; the driver holds none
+        user_env = {**self.env, **(env or {}),
+                    **(runtime_env.env_vars if runtime_env is not None else {})}
         env_vars = job_env(
             user_env,
             job_id=job_id,
@@ -383,17 +438,19 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             # (where Ray itself may be installed) behind the repository's
             pythonpath=f"{self.working_dir}{os.pathsep}${{PYTHONPATH}}",
             s3_endpoint_url=self.s3_endpoint_url,
+            placement_group=group,
         )
         kwargs: dict[str, Any] = {}
         if resource is not None:
             kwargs["entrypoint_resources"] = {resource: PIN_AMOUNT}
-        num_gpus = self._num_gpus(gpus)
         if num_gpus:
             kwargs["entrypoint_num_gpus"] = num_gpus
+        ray_env = self.ray_runtime_env(runtime_env, tenant_id)
         self._submit(
-            entrypoint=self._command(entrypoint, jobenv.user_keys(user_env)),
+            entrypoint=self._command(entrypoint, jobenv.user_keys(user_env),
+                                     own_dir="working_dir" in ray_env),
             submission_id=submission_id,
-            runtime_env={"env_vars": env_vars},
+            runtime_env={**ray_env, "env_vars": env_vars},
             metadata={
                 "spotplane_job_id": job_id,
                 "spotplane_replica_id": replica_id,
@@ -412,6 +469,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             resource,
             self.clock.now(),
             work_hours,
+            group=group,
+            group_nodes=[g.id for g in gang],
         )
         self.replicas.setdefault(job_id, []).append(rep)
         log.info(
@@ -423,6 +482,19 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             resource or "not pinned",
         )
         return rep
+
+    def _place_gang(self, name: str, node_ids: Sequence[str], gpus: int,
+                    first_pin: str | None) -> None:
+        """Create the gang's placement group: bundle i holds ``gpus`` GPUs and node i's pin."""
+        bundles: list[dict[str, float]] = []
+        for i, nid in enumerate(node_ids):
+            pin = first_pin if i == 0 else self._resource_for(nid)
+            bundle: dict[str, float] = {"GPU": float(gpus)} if gpus else {}
+            if pin is not None:
+                bundle[pin] = PIN_AMOUNT
+            bundles.append(bundle or {"CPU": 0.001})
+        placed = self.actors.create_group(name, bundles, "STRICT_SPREAD", self.submit_timeout_s)
+        log.info("gang %s placed on Ray nodes %s", name, placed)
 
     def live(self, job_id: str) -> list[Replica]:
         return [
@@ -444,6 +516,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         Seed 004: when another replica of the job is alive, it checkpoints at once, so its
         replacement restores from a checkpoint taken now rather than from the last periodic one.
         """
+        self.copy_logs(rep, force=True)
         try:
             rep.outcome = self._call(rep, "node_lost", timeout=10)
         except Exception as e:  # the actor died with its node
@@ -453,8 +526,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         rep.state = ReplicaState.STOPPED
         rep.stopped_reason = reason
         self._kill_actor(rep.actor_name)
-        if self._slots is not None:
-            self._slots.release(rep.node_id)
+        self._release(rep)
         if preempted:
             for peer in self.live(rep.job_id):
                 with contextlib.suppress(Exception):
@@ -498,16 +570,44 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         self.actors.close()
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _command(self, entrypoint: str, user_keys: Sequence[str] = ()) -> str:
+    def _command(self, entrypoint: str, user_keys: Sequence[str] = (), *,
+                 own_dir: bool = False) -> str:
         """``cd WORKING_DIR && exec python -m controlplane.jobenv KEYS -- ENTRYPOINT``: the
-        entrypoint runs in :mod:`controlplane.jobenv`'s allow-listed environment only."""
+        entrypoint runs in :mod:`controlplane.jobenv`'s allow-listed environment only. With
+        its own ``working_dir`` (``own_dir``) it runs where Ray unpacked the package."""
         parts = shlex.split(entrypoint)
         if parts and parts[0] in ("python", "python3"):
             parts[0] = self.python
         launcher = [self.python, "-m", "controlplane.jobenv", ",".join(user_keys), "--"]
-        return f"cd {shlex.quote(self.working_dir)} && exec " + " ".join(
-            shlex.quote(p) for p in launcher + parts
-        )
+        command = "exec " + " ".join(shlex.quote(p) for p in launcher + parts)
+        return command if own_dir else f"cd {shlex.quote(self.working_dir)} && {command}"
+
+    def ray_runtime_env(self, runtime_env: RuntimeEnv | None, tenant_id: str | None) -> dict[str, Any]:
+        """The job's runtime_env for Ray, less env_vars: each uploaded package put on the
+        workload cluster first (:meth:`ensure_package`), so every attempt on any node runs it."""
+        if runtime_env is None:
+            return {}
+        for uri in runtime_env.packages():
+            self.ensure_package(uri, tenant_id)
+        return runtime_env.for_ray()
+
+    def ensure_package(self, uri: str, tenant_id: str | None) -> bool:
+        """Upload the tenant's package ``uri`` to the workload cluster's GCS unless it holds it
+        already (Ray drops unreferenced packages, so this is checked for every attempt).
+        Returns whether it uploaded."""
+        if self.client._package_exists(uri):
+            return False
+        if self.packages is None or tenant_id is None:
+            raise InvalidInput("runtime_env", f"package {uri} is not on the workload cluster and "
+                               "this executor has no package store",
+                               fix="give the executor package_dir (spotplane up does)")
+        path = self.packages.path(tenant_id, package_name(uri))
+        if not path.is_file():
+            raise NotFound(f"package {uri} of tenant {tenant_id} is not in {self.packages.root}",
+                           fix="upload it again (spotplane submit --working-dir)")
+        self.client._upload_package(uri, str(path), include_gitignore=False, is_file=True)
+        log.info("uploaded %s (%d bytes) to the workload cluster", uri, path.stat().st_size)
+        return True
 
     def _next_attempt(self, job_id: str, replica_id: str) -> int:
         """The next attempt's number. The count lives in this process, so after a controller
@@ -559,11 +659,12 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         exact = f"{NODE_PREFIX}{node_id}"
         if exact in have:
             return exact
+        slots = [k for k in have if k.startswith(SLOT_PREFIX)]
         if self._slots is None:
-            self._slots = SlotMap(
-                sorted((k for k in have if k.startswith(SLOT_PREFIX)), key=_slot_index)
-            )
-        slot = self._slots.slot_for(node_id)
+            self._slots = SlotMap(sorted(slots, key=_slot_index))
+        else:
+            self._slots.learn(slots)
+        slot = self._slots.slot_for(node_id, have)
         if slot is None:
             log.info(
                 "no %s<id> or free %s<i> resource in this Ray: replica on node %s is not pinned",
@@ -597,20 +698,49 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
                 return
             wall.sleep(0.1)
 
+    def copy_logs(self, rep: Replica, *, force: bool = False) -> None:
+        """Copy the attempt's logs into the archive, at most every ``log_copy_s`` wall seconds
+        (``force``: now, e.g. before it is stopped)."""
+        if self.log_archive is None:
+            return
+        now = WallClock().now()
+        if not force and now - self._log_copied.get(rep.submission_id, -1e18) < self.log_copy_s:
+            return
+        self._log_copied[rep.submission_id] = now
+        try:
+            text = str(self.client.get_job_logs(rep.submission_id))
+        except Exception as e:  # noqa: BLE001 - its node may be gone: keep the last copy
+            log.debug("logs of %s: %s", rep.submission_id, e)
+            return
+        self.log_archive.save(rep.job_id, rep.submission_id, text)
+
     def _logs(self, rep: Replica) -> str:
         try:
             return str(self.client.get_job_logs(rep.submission_id))
         except Exception as e:
-            return f"(logs unavailable: {e})"
+            kept = self.log_archive.load(rep.job_id, rep.submission_id) if self.log_archive else None
+            return kept if kept is not None else f"(logs unavailable: {e})"
 
     def _tail(self, rep: Replica, lines: int = 5) -> str:
         return " | ".join(self._logs(rep).strip().splitlines()[-lines:])
 
     def _cleanup(self, job_id: str) -> None:
         for rep in self.replicas.get(job_id, []):
+            if rep.state is not ReplicaState.STOPPED:
+                self.copy_logs(rep, force=True)  # its node may be released next
             self._kill_actor(rep.actor_name)
-            if self._slots is not None:
-                self._slots.release(rep.node_id)
+            self._release(rep)
+
+    def _release(self, rep: Replica) -> None:
+        """Give back what the replica held: its gang's placement group and its nodes' slots."""
+        if rep.group is not None:
+            try:
+                self.actors.remove_group(rep.group)
+            except Exception as e:  # noqa: BLE001 - gone with the cluster: nothing to free
+                log.warning("removing placement group %s: %s", rep.group, e)
+        if self._slots is not None:
+            for nid in (rep.node_id, *rep.group_nodes):
+                self._slots.release(nid)
 
 
 def artifact_totals(store: ArtifactStore, job_id: str) -> tuple[int, int]:
@@ -635,6 +765,7 @@ def job_env(
     node_id: str,
     pythonpath: str,
     s3_endpoint_url: str | None = None,
+    placement_group: str | None = None,
 ) -> dict[str, str]:
     """A replica's ``runtime_env`` env_vars, built from an explicit list and nothing inherited:
     the user's own variables (without ``SPOTPLANE_*`` names) and the job's own ids, artifact
@@ -653,32 +784,10 @@ def job_env(
         env["SPOTPLANE_TENANT_ID"] = tenant_id
     if s3_endpoint_url:
         env[sdk.ENV_S3_ENDPOINT] = s3_endpoint_url
+    if placement_group:
+        env[sdk.ENV_PLACEMENT_GROUP] = placement_group
     assert all(k in jobenv.SPOTPLANE_KEYS for k in env if k.startswith(jobenv.RESERVED_PREFIX))
     return env
-
-
-def submission_client(dashboard_address: str, token_path: str | None = None, *,
-                      remote: bool = False) -> Any:
-    """A ``JobSubmissionClient`` for a workload cluster's dashboard, authenticated with that
-    cluster's own Ray token (``token_path``). ``remote`` without a token sends a placeholder
-    Authorization header, so Ray never attaches this process's own (the control plane's) token."""
-    from ray.job_submission import JobSubmissionClient
-
-    address = dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
-    headers: dict[str, str] | None = None
-    if token_path is not None:
-        try:
-            token = Path(token_path).read_text().strip()
-        except OSError as e:
-            raise InvalidInput(
-                "workload_token_path",
-                f"cannot read the workload cluster's Ray token: {e}",
-                fix="point it at the workload cluster's auth_token file",
-            ) from e
-        headers = {"Authorization": f"Bearer {token}"}
-    elif remote:
-        headers = {"Authorization": "Bearer none"}
-    return JobSubmissionClient(address, headers=headers)
 
 
 def _slot_index(name: str) -> int:
@@ -744,17 +853,12 @@ def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0,
 
 def job_logs(dashboard_address: str, job_id: str, token_path: str | None = None) -> str:
     """Logs of every Ray job of a spotplane job, found by metadata (for the API)."""
-    client = submission_client(dashboard_address, token_path)
-    found = [j for j in client.list_jobs() if (j.metadata or {}).get("spotplane_job_id") == job_id]
-    if not found:
+    text = concatenated_logs(submission_client(dashboard_address, token_path), job_id)
+    if not text:
         raise NotFound(
             f"no Ray job of spotplane job {job_id}", fix="the job has not started on a node yet"
         )
-    found.sort(key=lambda j: j.start_time or 0)
-    return "\n".join(
-        f"=== {j.submission_id} ({j.status}) ===\n{client.get_job_logs(str(j.submission_id))}"
-        for j in found
-    )
+    return text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -882,6 +986,8 @@ def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | S
         gpus=str(config.get("gpus", "auto")),
         workload_gcs=str(config.get("workload_gcs") or default_gcs(dashboard)),
         workload_token_path=config.get("workload_token_path"),
+        package_dir=config.get("package_dir"),
+        log_dir=config.get("log_dir"),
     )
 
 
@@ -933,6 +1039,8 @@ def runtime_executor(
             "reach the controller, the store and their secrets",
             fix=WORKLOAD_FIX,
         )
+    options.setdefault("package_dir", str(load_settings().state_dir / "packages"))
+    options.setdefault("log_dir", str(load_settings().state_dir / "logs"))
     uri = options.pop("artifact_uri", None)
     if not uri:
 

@@ -50,7 +50,7 @@ from clusters.fleet import (
 from clusters.traces import DataCatalog, SpotTrace
 from controlplane.core.clock import Clock, SimClock
 from controlplane.core.config import data_dir
-from controlplane.core.errors import CapacityUnavailable, ConfigError, InvalidInput
+from controlplane.core.errors import CapacityUnavailable, ConfigError, InvalidInput, NotFound
 from controlplane.core.models import Market
 from controlplane.core.units import HOUR
 
@@ -384,6 +384,13 @@ class SimulatedFleet(FleetProvider):
             return out
 
     # -- extras --------------------------------------------------------------------------------
+    def preempt_now(self, instance_id: str, detail: str = "node lost") -> None:
+        """Reclaim one live instance now (its Ray node was removed under it; chaos tests)."""
+        with self._lock:
+            if instance_id not in self._sims:
+                raise NotFound(f"no simulated instance {instance_id}")
+            self._push(self.clock.now(), "preempt", instance_id)
+
     def instances_per_intent(self) -> dict[str, int]:
         """How many instances each launch intent created (a relaunch would show up here)."""
         return {k: len(v) for k, v in self._by_intent.items()}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ API = "/v1"
 NEXT_AFTER_HEADER = "X-Spotplane-Next-After"  # the API's cursor of the next page of jobs
 DEFAULT_PAGE = 1000  # GET /v1/jobs without a limit
 ENDPOINT_FILE = "endpoint.json"
+FINISHED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 
 
 class ApiError(SpotplaneError):
@@ -121,11 +123,13 @@ class SpotplaneClient:
         *,
         json_body: Any = None,
         params: Mapping[str, Any] | None = None,
+        content: bytes | None = None,
     ) -> httpx.Response:
         """One call; returns the response (headers included), raising on any 4xx/5xx."""
         clean = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            response = self._http.request(method, path, json=json_body, params=clean)
+            response = self._http.request(method, path, json=json_body, params=clean,
+                                          content=content)
         except httpx.TransportError as exc:
             raise ServerUnreachable(self.base_url, type(exc).__name__) from exc
         if response.status_code >= 400:
@@ -191,6 +195,39 @@ class SpotplaneClient:
     def job(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"{API}/jobs/{job_id}")
         return result
+
+    def logs(self, job_id: str) -> str:
+        """Every attempt's logs of one job, oldest first, each after its marker line."""
+        return str(self.send("GET", f"{API}/jobs/{job_id}/logs").text)
+
+    def follow_logs(self, job_id: str, emit: Callable[[str], Any], *, poll_s: float = 1.0,
+                    sleep: Callable[[float], Any] = time.sleep) -> dict[str, Any]:
+        """Emit the job's logs as they grow until it is finished; returns the finished job.
+
+        The job's state is read before each fetch, so the last fetch holds everything."""
+        sent = 0
+        while True:
+            job = self.job(job_id)
+            text = self.logs(job_id)
+            if len(text) > sent:
+                emit(text[sent:])
+                sent = len(text)
+            if job["state"] in FINISHED:
+                return job
+            sleep(poll_s)
+
+    # -- packages ------------------------------------------------------------------------------
+    def package_exists(self, name: str) -> bool:
+        """Whether the caller's tenant already holds the package ``name``."""
+        try:
+            self.send("GET", f"{API}/packages/{name}")
+        except NotFound:
+            return False
+        return True
+
+    def upload_package(self, name: str, data: bytes) -> dict[str, Any]:
+        """Upload one package (a zip under Ray's content-addressed name)."""
+        return dict(self.send("PUT", f"{API}/packages/{name}", content=data).json())
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("POST", f"{API}/jobs/{job_id}/cancel")

@@ -54,6 +54,7 @@ ENV_S3_ENDPOINT = "SPOTPLANE_S3_ENDPOINT_URL"
 ENV_CHECKPOINT_ACTOR = "SPOTPLANE_CHECKPOINT_ACTOR"
 ENV_RAY_NAMESPACE = "SPOTPLANE_RAY_NAMESPACE"
 ENV_NODE_ID = "SPOTPLANE_NODE_ID"
+ENV_PLACEMENT_GROUP = "SPOTPLANE_PLACEMENT_GROUP"
 ENV_CHECKPOINT_DIR = "SPOTPLANE_CHECKPOINT_DIR"
 ENV_INTERVAL_S = "SPOTPLANE_CHECKPOINT_INTERVAL_S"
 
@@ -420,7 +421,7 @@ def session(
     coord.finished()
 
 
-def _get_actor(name: str, namespace: str | None, timeout_s: float = 30.0) -> Any:
+def _get_actor(name: str, namespace: str | None, timeout_s: float = 120.0) -> Any:
     """The named actor, retried for a while (a loaded cluster may answer late)."""
     import ray
 
@@ -457,6 +458,22 @@ def _connect(clock: Clock, interval_s: float | None) -> Coordinator:
                 e,
             )
     return _interval(clock, interval_s)
+
+
+def placement_group() -> Any | None:
+    """The gang's Ray placement group (``workers > 1``): one bundle per worker, each on its own
+    node with its ``gpus_per_worker`` GPUs (STRICT_SPREAD); None for a single-worker job.
+    Start the workers in it (``PlacementGroupSchedulingStrategy(pg, bundle_index=i)``, or Ray
+    Train's / torch.distributed's launchers); the driver itself holds no GPU."""
+    name = _env(ENV_PLACEMENT_GROUP)
+    if not name:
+        return None
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=_env("RAY_ADDRESS", "auto"), namespace=_env(ENV_RAY_NAMESPACE),
+                 log_to_driver=False, configure_logging=False)
+    return ray.util.get_placement_group(name)
 
 
 def _interval(clock: Clock, interval_s: float | None) -> IntervalCoordinator:

@@ -29,8 +29,11 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ValidationError
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from clusters.packages import PackageStore, package_name
+from clusters.rayjobs import LogArchive
 from controlplane import __version__
 from controlplane.core.errors import (
     Conflict,
@@ -63,6 +66,7 @@ from serve.auth import bearer_scheme, bearer_token, hash_token
 from serve.dashboard import router as dashboard_router
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
 from serve.metrics import CONTENT_TYPE, ApiMetrics
+from serve.rayjobs import router as ray_jobs_router
 from serve.schemas import (
     ERROR_CODES,
     MAX_OFFSET,
@@ -73,6 +77,7 @@ from serve.schemas import (
     ErrorBody,
     FieldError,
     JobView,
+    PackageView,
     PriceRow,
     TenantCreated,
     clock_view,
@@ -81,7 +86,7 @@ from serve.schemas import (
     field_errors,
     job_spec_example,
 )
-from serve.service import Caps, ControlPlaneService, Principal
+from serve.service import Caps, ControlPlaneService, Principal, Workload
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +128,7 @@ def _query_names(route: Any) -> tuple[frozenset[str], frozenset[str]]:
     return known
 
 
-async def refuse_unknown_query(request: Request) -> None:
+async def refuse_unknown_query(request: HTTPConnection) -> None:
     """Strict query strings: a parameter the route does not take is a 422, not silently ignored
     (``?stat=RUNNING`` would otherwise list every job), and so is a one-value parameter given
     twice (``?tenant_id=a&tenant_id=b`` would otherwise take the last)."""
@@ -153,6 +158,7 @@ app = FastAPI(
 )
 
 app.include_router(dashboard_router)  # the web dashboard at /; before @serve.ingress copies the app
+app.include_router(ray_jobs_router)  # Ray's Jobs REST API (/api/...), for Ray's own clients
 
 _api_lock = threading.Lock()
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
@@ -195,6 +201,7 @@ HEALTH_CHECK_PERIOD_S = 2.0  # the API replica's Serve health check (see the dep
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json",
                           "/"})  # "/" and /dashboard/* are the dashboard's page and assets
 PUBLIC_PREFIXES = ("/dashboard/",)
+PACKAGE_PATHS = (f"{API}/packages/", "/api/packages/")
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,7 +352,7 @@ class Gate:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             gate.admit(scope["path"], bearer_token(headers.get("authorization")))
-            gate.check_length(headers.get("content-length"))
+            gate.check_length(headers.get("content-length"), scope["path"])
         except SpotplaneError as exc:
             await spotplane_error_response(answering, exc)(scope, receive, send)
             return
@@ -353,7 +360,7 @@ class Gate:
             await error_response(answering, exc.status_code, str(exc.detail),
                                  _HTTP_FIX.get(exc.status_code))(scope, receive, send)
             return
-        await self.app(scope, gate.capped(receive), send)
+        await self.app(scope, gate.capped(receive, scope["path"]), send)
 
 
 class GateState:
@@ -384,16 +391,22 @@ class GateState:
         principal = self.service.authenticate(token)  # the admin may read metrics too
         ControlPlaneService.require_admin(principal, "/metrics")
 
-    def check_length(self, content_length: str | None) -> None:
+    def limit_for(self, path: str) -> int:
+        """The body cap of ``path``: uploaded code packages have their own."""
+        if path.startswith(PACKAGE_PATHS):
+            return self.limits.max_package_bytes
+        return self.limits.max_body_bytes
+
+    def check_length(self, content_length: str | None, path: str = "") -> None:
         if content_length is None:
             return
-        limit = self.limits.max_body_bytes
+        limit = self.limit_for(path)
         if not content_length.strip().isdigit() or int(content_length) > limit:
             raise _BodyTooLarge(limit)
 
-    def capped(self, receive: Receive) -> Receive:
+    def capped(self, receive: Receive, path: str = "") -> Receive:
         """``receive`` that raises 413 once the streamed body passes the cap."""
-        limit = self.limits.max_body_bytes
+        limit = self.limit_for(path)
         seen = 0
 
         async def receive_capped() -> Message:
@@ -456,11 +469,18 @@ def _replayable(answer: StoredAnswer) -> Response:
 class SpotplaneAPI:
     """The API's one replica: owns a store connection, the admin token's hash and the limits."""
 
-    def __init__(self, db_path: str, admin_token_hash: str, limits: dict[str, Any] | None = None) -> None:
+    def __init__(self, db_path: str, admin_token_hash: str, limits: dict[str, Any] | None = None,
+                 package_dir: str | None = None, workload_address: str | None = None,
+                 workload_token_path: str | None = None, log_dir: str | None = None) -> None:
         self.limits = ApiLimits.model_validate(limits or {})
         caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs,
                     idempotency_ttl_s=self.limits.idempotency_ttl_s)
-        self.service = ControlPlaneService.open(db_path, admin_token_hash, caps)
+        packages = PackageStore(package_dir or Path(db_path).parent / "packages",
+                                self.limits.max_package_bytes)
+        archive = LogArchive(log_dir or Path(db_path).parent / "logs")
+        workload = (Workload(workload_address, workload_token_path, archive)
+                    if workload_address else None)
+        self.service = ControlPlaneService.open(db_path, admin_token_hash, caps, packages, workload)
         Gate.state = GateState(self.service, self.limits)
         self._started = time.monotonic()
 
@@ -569,6 +589,37 @@ class SpotplaneAPI:
         """Ask for cancellation; the controller stops the job and frees its nodes on its next tick."""
         return JobView.of(self.service.cancel_job(self._who(creds), job_id))
 
+    @app.get(f"{API}/jobs/{{job_id}}/logs", tags=["jobs"], response_class=PlainTextResponse,
+             responses=_ERRORS)
+    async def job_logs(self, job_id: str, creds: Auth = None) -> Response:
+        """Every attempt's logs (stdout and stderr of the job's Ray jobs on the workload
+        cluster), oldest first, each after a ``=== attempt N of JOB (replica R on node X) ===``
+        line; empty before the first attempt starts. The text only grows: follow it by offset."""
+        text = self.service.job_logs(self._who(creds), job_id)
+        return PlainTextResponse(text)
+
+    # -- packages ------------------------------------------------------------------------------
+    @app.get(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
+             responses=_ERRORS)
+    async def package(self, name: str, creds: Auth = None) -> PackageView:
+        """Whether the caller's tenant holds the package ``name`` (404 when not)."""
+        who = self._who(creds)
+        store, tenant = self.service.package_store(who)
+        return PackageView.of(name, store.size(tenant, package_name(name)), created=False)
+
+    @app.put(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
+             responses=_ERRORS | {413: {"description": "larger than the package cap"}})
+    @app.post(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
+              responses=_ERRORS | {413: {"description": "larger than the package cap"}})
+    async def put_package(self, name: str, request: Request, creds: Auth = None) -> PackageView:
+        """Upload one zip of a working directory under Ray's content-addressed name
+        (``_ray_pkg_<hash>.zip``, ``get_uri_for_directory``); the same name again stores
+        nothing. Jobs then name it as ``runtime_env.working_dir: gcs://<name>``."""
+        who = self._who(creds)
+        data = await request.body()
+        created = self.service.put_package(who, package_name(name), data)
+        return PackageView.of(name, len(data), created=created)
+
     @app.get(f"{API}/jobs/{{job_id}}/events", tags=["jobs"], response_model=list[Event], responses=_ERRORS)
     async def job_events(self, job_id: str, creds: Auth = None) -> Response:
         """Every transition of the job with its cause."""
@@ -658,22 +709,33 @@ class SpotplaneAPI:
 # --------------------------------------------------------------------------------------------
 # Start / stop
 # --------------------------------------------------------------------------------------------
-def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = None) -> Any:
+def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = None,
+              package_dir: str | Path | None = None, workload_address: str | None = None,
+              workload_token_path: str | None = None, log_dir: str | Path | None = None) -> Any:
     """The deployment graph, bound to the store at ``db_path``, the admin token's hash and the
-    API's limits (``SPOTPLANE_API_*`` settings when not given)."""
+    API's limits (``SPOTPLANE_API_*`` settings when not given); uploaded packages live in
+    ``package_dir`` (default: ``packages/`` beside the store) and job logs are read from the
+    workload cluster's dashboard ``workload_address`` (the executor's copies in ``log_dir``,
+    default ``logs/`` beside the store, for attempts whose node is gone)."""
     resolved = limits or ApiLimits.from_settings()
-    return SpotplaneAPI.bind(str(db_path), hash_token(admin_token), resolved.model_dump())  # type: ignore[attr-defined]
+    return SpotplaneAPI.bind(  # type: ignore[attr-defined]
+        str(db_path), hash_token(admin_token), resolved.model_dump(),
+        str(package_dir) if package_dir is not None else None, workload_address,
+        workload_token_path, str(log_dir) if log_dir is not None else None)
 
 
 def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127.0.0.1",
-              limits: ApiLimits | None = None) -> str:
+              limits: ApiLimits | None = None, package_dir: str | Path | None = None,
+              workload_address: str | None = None, workload_token_path: str | None = None,
+              log_dir: str | Path | None = None) -> str:
     """Start Serve's HTTP proxy on ``host:port`` and deploy the API; returns its base URL.
 
     Needs ``ray.init`` first. When Serve already runs in this Ray cluster its HTTP options stay
     as they were (Serve's rule), so the returned URL is read back from Serve itself.
     """
     serve.start(http_options={"host": host, "port": port})
-    serve.run(build_app(db_path, admin_token, limits), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(build_app(db_path, admin_token, limits, package_dir, workload_address,
+                        workload_token_path, log_dir), name=APP_NAME, route_prefix="/", blocking=False)
     return f"http://{host}:{port}"
 
 

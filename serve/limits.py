@@ -29,6 +29,8 @@ class ApiLimits(BaseModel):
     max_bag_jobs: int = Field(default=1000, ge=1, le=10_000, description="parameter sets per bag")
     max_list_bytes: int = Field(default=4 << 20, ge=4096, description="bytes of one list response")
     idempotency_ttl_s: float = Field(default=24 * 3600.0, gt=0, description="how long an Idempotency-Key replays")
+    max_package_bytes: int = Field(default=512 << 20, ge=1024,
+                                   description="bytes of one uploaded code package (413 above)")
     metrics_token_hash: str | None = Field(default=None, description="SHA-256 of the /metrics token")
 
     @classmethod

@@ -322,3 +322,16 @@ def declared_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         out[429]["headers"] = {"Retry-After": {"description": "seconds to wait",
                                                "schema": {"type": "integer"}}}
     return out
+
+
+class PackageView(BaseModel):
+    """An uploaded code package: its name, the URI jobs give as ``runtime_env.working_dir``."""
+
+    name: str
+    uri: str
+    bytes: int
+    created: bool
+
+    @classmethod
+    def of(cls, name: str, size: int, *, created: bool) -> PackageView:
+        return cls(name=name, uri=f"gcs://{name}", bytes=size, created=created)

@@ -23,8 +23,10 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
+from clusters.packages import PackageStore, package_name
+from clusters.rayjobs import LogArchive, concatenated_logs, submission_client
 from controlplane.core.clock import Clock, WallClock
-from controlplane.core.errors import Forbidden, InvalidInput, RateLimited, Unauthorized
+from controlplane.core.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthorized
 from controlplane.core.models import (
     Bag,
     BagSpec,
@@ -82,6 +84,15 @@ def db_path(state_dir: str | Path) -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class Workload:
+    """The workload Ray cluster jobs run on, as the API reads their logs from it."""
+
+    address: str
+    token_path: str | None = None
+    archive: LogArchive | None = None  # the executor's copies of attempts on lost nodes
+
+
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: the admin (``tenant_id`` None) or one tenant."""
 
@@ -106,8 +117,12 @@ class ControlPlaneService:
     """Every operation of the API, checked and scoped to a principal."""
 
     def __init__(self, store: Store, admin_token_hash: str, caps: Caps | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, packages: PackageStore | None = None,
+                 workload: Workload | None = None) -> None:
         self.store = store
+        self.packages = packages
+        self.workload = workload
+        self._workload_client: Any = None
         self.caps = caps or Caps()
         self.clock = clock or WallClock()  # wall time: when Idempotency-Keys expire
         self._admin_hash = admin_token_hash
@@ -117,9 +132,10 @@ class ControlPlaneService:
         self._registry: CollectorRegistry | None = None  # built at the first scrape
 
     @classmethod
-    def open(cls, path: str | Path, admin_token_hash: str, caps: Caps | None = None) -> ControlPlaneService:
+    def open(cls, path: str | Path, admin_token_hash: str, caps: Caps | None = None,
+             packages: PackageStore | None = None, workload: Workload | None = None) -> ControlPlaneService:
         """A service on its own connection to the store at ``path``."""
-        return cls(Store(path), admin_token_hash, caps)
+        return cls(Store(path), admin_token_hash, caps, packages=packages, workload=workload)
 
     # -- authentication ------------------------------------------------------------------------
     def authenticate(self, token: str | None) -> Principal:
@@ -186,6 +202,8 @@ class ControlPlaneService:
             )
         if spec.policy is not None:
             check_policy(spec.policy, f"{field_prefix}policy")
+        if spec.runtime_env is not None:
+            self._check_packages(tenant, spec, field_prefix)
         if spec.accelerator is not None:
             known = self.accelerators()
             if known and spec.accelerator not in known:
@@ -194,6 +212,53 @@ class ControlPlaneService:
                     f"unknown accelerator {spec.accelerator!r}",
                     fix=f"use one of {', '.join(sorted(known))}, or leave it null for any",
                 )
+
+    def _check_packages(self, tenant: Tenant, spec: JobSpec, field_prefix: str) -> None:
+        """Every uploaded package the job's runtime_env names is the tenant's own."""
+        assert spec.runtime_env is not None
+        renv = spec.runtime_env
+        fields = [("working_dir", renv.working_dir)] + [
+            (f"py_modules[{i}]", u) for i, u in enumerate(renv.py_modules or [])]
+        for name, uri in fields:
+            if uri is None or not uri.startswith("gcs://"):
+                continue
+            if self.packages is None or not self.packages.exists(tenant.id, package_name(uri)):
+                raise InvalidInput(
+                    f"{field_prefix}runtime_env.{name}", f"package {uri} was not uploaded by "
+                    f"tenant {tenant.name}",
+                    fix="upload it first: `spotplane submit --working-dir DIR` (or PUT "
+                        "/v1/packages/<name>, or `ray job submit --working-dir DIR`)")
+
+    # -- packages ------------------------------------------------------------------------------
+    def package_store(self, principal: Principal) -> tuple[PackageStore, str]:
+        if self.packages is None:
+            raise NotFound("this API stores no packages", fix="start it with a package directory")
+        if principal.tenant_id is None:
+            raise InvalidInput("token", "packages belong to a tenant; the admin is none",
+                               fix="upload with the tenant's token")
+        return self.packages, principal.tenant_id
+
+    def package_exists(self, principal: Principal, name: str) -> bool:
+        """Whether the caller's tenant has uploaded the package ``name``."""
+        store, tenant = self.package_store(principal)
+        return store.exists(tenant, name)
+
+    def put_package(self, principal: Principal, name: str, data: bytes) -> bool:
+        """Store one of the caller's packages; False when it was already there."""
+        store, tenant = self.package_store(principal)
+        return store.put(tenant, name, data)
+
+    # -- logs ----------------------------------------------------------------------------------
+    def job_logs(self, principal: Principal, job_id: str) -> str:
+        """Every attempt's logs of the caller's job from the workload cluster, oldest first,
+        each after a marker line ('' before its first attempt started)."""
+        self.get_job(principal, job_id)  # 404 for another tenant's job
+        if self.workload is None:  # no cluster runs real jobs: none has logs
+            return ""
+        if self._workload_client is None:
+            self._workload_client = submission_client(self.workload.address,
+                                                      self.workload.token_path, remote=True)
+        return concatenated_logs(self._workload_client, job_id, self.workload.archive)
 
     def accelerators(self) -> set[str]:
         """GPU models the fleet sells (empty before the controller's first catalog); cached 10 s."""

@@ -1,4 +1,4 @@
-"""``spotplane up | submit | jobs | status | cancel | fleet | cost | tenants | down``.
+"""``spotplane up | submit | logs | jobs | status | cancel | fleet | cost | tenants | down``.
 
 ``up`` starts local Ray, the control plane's actors and the Serve API, prints the URL and the
 admin token, and records both (mode 0600) in the state directory so the other commands find the
@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from controlplane.cli.live import HEADER, LiveTable, job_row
+from controlplane.cli.packaging import upload_working_dir
 from controlplane.cli.up import run_up
 from controlplane.client import ServerUnreachable, SpotplaneClient, clear_endpoint, read_endpoint
 from controlplane.core.config import load_settings
@@ -79,7 +81,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     submit = sub.add_parser("submit", parents=[common], help="submit jobs or a bag from a YAML file")
     submit.add_argument("file", help="YAML: one job, `jobs: [...]`, or `bag: {name, template, params}`")
     submit.add_argument("--tenant", default=None, help="admin only: submit for this tenant id")
+    submit.add_argument("--working-dir", default=None, metavar="DIR",
+                        help="your code: zipped as Ray does (.gitignore and --exclude respected), "
+                             "uploaded once, run as every job's runtime_env.working_dir")
+    submit.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                        help="leave files matching PATTERN out of --working-dir (repeatable)")
     submit.set_defaults(handler=cmd_submit)
+
+    logs = sub.add_parser("logs", parents=[common], help="a job's logs, every attempt (-f follows)")
+    logs.add_argument("job_id")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    logs.set_defaults(handler=cmd_logs)
 
     jobs = sub.add_parser("jobs", parents=[common], help="list jobs (a live table with --watch)")
     jobs.add_argument("--state", action="append", default=None, help="filter by state (repeatable)")
@@ -163,11 +175,13 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[An
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)  # type: ignore[arg-type]
 
 
-def load_submission(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def load_submission(path: str | Path, package: Callable[[Path, list[str]], str] | None = None,
+                    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Jobs and/or a bag from a YAML file: one job mapping, ``jobs: [...]``, or ``bag: {...}``.
 
     Every job and the bag are validated here, before anything is submitted, so a bad second job
-    never leaves the first one submitted alone.
+    never leaves the first one submitted alone. A ``runtime_env.working_dir`` that is a local
+    directory (relative to the file) becomes the URI ``package(dir, excludes)`` uploaded it as.
     """
     p = Path(path)
     if not p.is_file():
@@ -191,12 +205,34 @@ def load_submission(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, A
         if bag is not None and not isinstance(bag, dict):
             raise InvalidInput("bag", "must be a mapping", fix="write `bag: {name, template, params}`")
         for i, job in enumerate(jobs):
+            _local_working_dir(job, p, package)
             _validate(JobSpec, job, f"jobs[{i}]", p)
         if bag is not None:
+            _local_working_dir(bag.get("template"), p, package)
             _validate(BagSpec, bag, "bag", p)
         return list(jobs), bag
+    _local_working_dir(doc, p, package)
     _validate(JobSpec, doc, "job", p)
     return [doc], None
+
+
+def _local_working_dir(spec: Any, path: Path, package: Callable[[Path, list[str]], str] | None) -> None:
+    """Replace a job's local ``runtime_env.working_dir`` by the URI of its uploaded package."""
+    renv = spec.get("runtime_env") if isinstance(spec, dict) else None
+    if package is None or not isinstance(renv, dict):
+        return
+    wd = renv.get("working_dir")
+    if isinstance(wd, str) and "://" not in wd:
+        renv["working_dir"] = package((path.parent / wd).resolve(), list(renv.get("excludes") or []))
+
+
+def with_working_dir(spec: dict[str, Any], uri: str, excludes: list[str]) -> dict[str, Any]:
+    """``spec`` running the package ``uri`` (``--working-dir``), its other runtime_env kept."""
+    renv = dict(spec.get("runtime_env") or {})
+    renv["working_dir"] = uri
+    if excludes:
+        renv["excludes"] = sorted({*renv.get("excludes", []), *excludes})
+    return {**spec, "runtime_env": renv}
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -219,9 +255,21 @@ def _validate(model: type[JobSpec] | type[BagSpec], spec: dict[str, Any], where:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    jobs, bag = load_submission(args.file)
-    out: list[dict[str, Any]] = []
+    excludes = list(getattr(args, "exclude", []) or [])
     with client_of(args) as client:
+        def package(directory: Path, more: list[str]) -> str:
+            up = upload_working_dir(client, directory, [*excludes, *more])
+            sent = f"uploaded {up.sent_bytes} bytes" if up.sent_bytes else "already uploaded"
+            print(f"{directory}: {up.uri} ({sent})", file=sys.stderr)
+            return up.uri
+
+        jobs, bag = load_submission(args.file, package)
+        if getattr(args, "working_dir", None):
+            uri = package(Path(args.working_dir), [])
+            jobs = [with_working_dir(j, uri, excludes) for j in jobs]
+            if bag is not None:
+                bag = {**bag, "template": with_working_dir(bag["template"], uri, excludes)}
+        out: list[dict[str, Any]] = []
         params = {"tenant_id": args.tenant} if args.tenant else None
         for spec in jobs:
             out.append(client.request("POST", "/v1/jobs", json_body=spec, params=params))
@@ -236,6 +284,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if bag_out is not None:
         print(f"{bag_out['bag']['id']}  bag {bag_out['bag']['name']}: {len(bag_out['job_ids'])} jobs")
     return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """``spotplane logs JOB [-f]``: every attempt's output, each after its marker line."""
+    with client_of(args) as client:
+        if not args.follow:
+            sys.stdout.write(client.logs(args.job_id))
+            return 0
+        job = client.follow_logs(args.job_id, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
+    return 0 if job["state"] == "SUCCEEDED" else 1
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:

@@ -157,6 +157,8 @@ def executor_options(args: argparse.Namespace, state_dir: Path) -> dict[str, str
                            fix="add --artifacts s3://bucket/prefix, or drop --s3-endpoint")
     out = {"artifact_uri": str(Path(uri).expanduser().resolve()) if uri and "://" not in uri
            else uri or str(state_dir / "artifacts")}
+    out["package_dir"] = str(state_dir / "packages")  # what the API stores uploads in
+    out["log_dir"] = str(state_dir / "logs")  # attempts' logs copied off their nodes
     if endpoint:
         out["s3_endpoint_url"] = endpoint
     return out
@@ -368,7 +370,11 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
         raise CloudError(f"fleet {args.fleet}: the control plane did not start ({lines[-1] if lines else exc!r})",
                          fix="check the provider's credentials and options, or use --fleet sim") from exc
     report_quarantine(quarantined_rows(db_path(state_dir), since=set_aside))
-    url = start_api(db_path(state_dir), admin_token, port, args.host)
+    url = start_api(db_path(state_dir), admin_token, port, args.host,
+                    package_dir=state_dir / "packages",
+                    workload_address=workload["workload_address"],
+                    workload_token_path=workload.get("workload_token_path"),
+                    log_dir=state_dir / "logs")
     started["api"] = True
     with SpotplaneClient(url, admin_token) as probe:
         probe.healthz()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import secrets
 import unicodedata
 from enum import StrEnum
@@ -207,6 +208,102 @@ class Tenant(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------
+# A job's Ray runtime_env: the user's own code, packages and variables
+# --------------------------------------------------------------------------------------------
+MAX_PACKAGE_URIS = 32
+MAX_PIP_SPECS = 256
+MAX_EXCLUDES = 256
+MAX_METADATA = 32
+# a package spotplane holds (uploaded with `spotplane submit --working-dir` or `ray job submit`):
+# Ray's own content-addressed name, ``gcs://_ray_pkg_<hash>.zip``
+PACKAGE_URI = r"^gcs://_ray_pkg_[0-9a-f]{16,64}\.zip$"
+PACKAGE_NAME = r"^_ray_pkg_[0-9a-f]{16,64}\.zip$"
+REMOTE_SCHEMES = ("s3://", "gs://", "https://")  # Ray downloads these on each node itself
+UPLOAD_FIX = ("upload the directory first: `spotplane submit --working-dir DIR` or "
+              "`ray job submit --working-dir DIR` zip and upload it and send its gcs:// URI")
+
+
+def check_package_uri(field: str, uri: str) -> str:
+    """A package URI every node of a workload cluster can fetch: an uploaded ``gcs://_ray_pkg_*``
+    package, or a remote ``.zip`` (``s3://``, ``gs://``, ``https://``); never a local path."""
+    if uri.startswith("gcs://"):
+        if not re.match(PACKAGE_URI, uri):
+            raise ValueError(f"{field}: {uri!r} is not an uploaded package URI; {UPLOAD_FIX}")
+        return uri
+    if uri.startswith(REMOTE_SCHEMES):
+        if not uri.endswith((".zip", ".whl")):
+            raise ValueError(f"{field}: remote package {uri!r} must be a .zip (or a .whl "
+                             "for py_modules); zip the directory and upload that")
+        return uri
+    raise ValueError(f"{field}: {uri!r} is a local path the server cannot see; {UPLOAD_FIX}")
+
+
+PipSpec = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(_printable)]
+Pattern = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_printable)]
+PipList = Annotated[list[PipSpec], Field(max_length=MAX_PIP_SPECS)]
+
+
+class PipConfig(BaseModel):
+    """``pip`` / ``uv`` in its dict form: the packages and the installer's options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    packages: list[PipSpec] = Field(max_length=MAX_PIP_SPECS)
+    pip_check: StrictBool | None = None
+    pip_version: Annotated[str, Field(max_length=64)] | None = None
+    uv_version: Annotated[str, Field(max_length=64)] | None = None
+    uv_pip_install_options: list[PipSpec] | None = Field(default=None, max_length=32)
+    pip_install_options: list[PipSpec] | None = Field(default=None, max_length=32)
+
+
+class RuntimeEnvConfig(BaseModel):
+    """``runtime_env.config``: Ray's setup options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    setup_timeout_seconds: StrictInt | None = Field(default=None, ge=-1, le=86_400)
+    eager_install: StrictBool | None = None
+
+
+class RuntimeEnv(BaseModel):
+    """A job's Ray ``runtime_env``: only what runs the same on every node and every attempt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    working_dir: Annotated[str, Field(max_length=1024)] | None = Field(
+        default=None, description="gcs://_ray_pkg_<hash>.zip (uploaded) or an s3://, gs://, https:// .zip")
+    py_modules: list[Annotated[str, Field(max_length=1024)]] | None = Field(
+        default=None, max_length=MAX_PACKAGE_URIS, description="package URIs, as working_dir")
+    pip: PipList | PipConfig | None = Field(default=None, description="pip requirements")
+    uv: PipList | PipConfig | None = Field(default=None, description="uv requirements")
+    env_vars: dict[EnvKey, EnvValue] = Field(
+        default_factory=dict, max_length=MAX_ENV_VARS,
+        description="the job's own variables (SPOTPLANE_* names are dropped, as in `env`)")
+    excludes: list[Pattern] | None = Field(
+        default=None, max_length=MAX_EXCLUDES, description="patterns left out when zipping (client side)")
+    config: RuntimeEnvConfig | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> RuntimeEnv:
+        if self.working_dir is not None:
+            check_package_uri("working_dir", self.working_dir)
+        for i, uri in enumerate(self.py_modules or []):
+            check_package_uri(f"py_modules[{i}]", uri)
+        if self.pip is not None and self.uv is not None:
+            raise ValueError("uv: give either pip or uv, not both")
+        return self
+
+    def packages(self) -> list[str]:
+        """Every uploaded (``gcs://``) package the job needs."""
+        uris = [self.working_dir, *(self.py_modules or [])]
+        return [u for u in uris if u is not None and u.startswith("gcs://")]
+
+    def for_ray(self) -> dict[str, Any]:
+        """The fields Ray's runtime_env takes from it (env_vars are the executor's to build)."""
+        return self.model_dump(exclude_none=True, exclude={"env_vars", "excludes"})
+
+
+# --------------------------------------------------------------------------------------------
 # Jobs
 # --------------------------------------------------------------------------------------------
 class JobSpec(BaseModel):
@@ -242,6 +339,12 @@ class JobSpec(BaseModel):
         description="Deadline jobs: the deadline policy (uniform_progress, spotplane, greedy, ...); "
                     "null = the control plane's default (spotplane on a multi-zone fleet).")
     bag_id: str | None = Field(default=None, max_length=64)
+    runtime_env: RuntimeEnv | None = Field(
+        default=None, description="Ray runtime_env of the entrypoint: the user's uploaded code, "
+                                  "pip/uv, env_vars (docs/execution.md).")
+    metadata: dict[Annotated[str, Field(min_length=1, max_length=256)],
+                   Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=dict, max_length=MAX_METADATA, description="Free-form labels (Ray job metadata).")
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -265,6 +368,9 @@ class JobSpec(BaseModel):
                              f"(kind is {self.kind}); set kind: deadline or drop the policy")
         if self.entrypoint is None and self.workload is None:
             self.workload = "simulated"
+        if self.runtime_env is not None and self.entrypoint is None:
+            raise ValueError("runtime_env: only a job with an entrypoint runs code; "
+                             "add an entrypoint or drop runtime_env")
         if self.entrypoint is not None and self.workload is not None:
             raise ValueError("workload: give either entrypoint (a command) or "
                              "workload: simulated, not both")

@@ -54,6 +54,15 @@ async function api(path) {
   return body;
 }
 
+async function apiText(path) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const r = await fetch(path, { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+  if (!r.ok) throw new ApiError(r.status, null);
+  return await r.text();
+}
+const LOG_LINES = 200;
+const lastLines = (text, n) => text.split("\n").slice(-n - 1).join("\n");
+
 // -- login --------------------------------------------------------------------------------------
 async function login(token) {
   sessionStorage.setItem(TOKEN_KEY, token);
@@ -261,6 +270,7 @@ async function jobPage(id) {
       api(`/v1/jobs/${encodeURIComponent(id)}/events`), api(`/v1/jobs/${encodeURIComponent(id)}/decisions`),
       api(`/v1/dashboard/jobs/${encodeURIComponent(id)}/timeline`), api("/v1/clock")]);
     const now = clock.now;
+    const logs = job.spec.entrypoint ? await apiText(`/v1/jobs/${encodeURIComponent(id)}/logs`).catch(() => null) : null;
     const checkpoints = events.filter((e) => e.kind === "transition" && e.src === "CHECKPOINTING");
     root.replaceChildren(h("div", {},  // h() flattens arrays and drops nulls; replaceChildren would print them
       h("h1", {}, job.name + " ", h("span", { class: "muted" }, job.id)),
@@ -274,7 +284,8 @@ async function jobPage(id) {
         : h("p", { class: "muted" }, job.checkpointed_hours ? `${job.checkpointed_hours.toFixed(2)} h checkpointed` : "none yet"),
       h("h2", {}, "Events"),
       table(["at", "kind", "from", "to", "node", "cause"], events.map((e) => [hours(e.at - job.submitted_at), e.kind, e.src || "", e.dst || "", e.node_id || "", e.cause]), { id: "events" }),
-      job.spec.entrypoint ? h("p", { class: "muted" }, "logs: `ray job logs` of this job's Ray job (entrypoint " + job.spec.entrypoint + ")") : null));
+      job.spec.entrypoint ? [h("h2", {}, "Logs"), h("p", { class: "muted" }, "every attempt, newest lines last (entrypoint " + job.spec.entrypoint + "; `spotplane logs " + job.id + " -f`)"),
+        h("pre", { id: "job-logs", class: "logs" }, logs === null ? "(logs unavailable)" : lastLines(logs, LOG_LINES) || "(no output yet)")] : null));
     if (job.state === "SUCCEEDED" || job.state === "FAILED" || job.state === "CANCELLED") stopRefresh();
   };
   await draw();

@@ -192,10 +192,14 @@ def test_up_artifacts_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("SPOTPLANE_ARTIFACTS", raising=False)
     monkeypatch.delenv("SPOTPLANE_S3_ENDPOINT", raising=False)
     args = argparse.Namespace(artifacts=None, s3_endpoint=None)
-    assert executor_options(args, tmp_path) == {"artifact_uri": str(tmp_path / "artifacts")}
+    assert executor_options(args, tmp_path) == {"artifact_uri": str(tmp_path / "artifacts"),
+                                                "package_dir": str(tmp_path / "packages"),
+                                                "log_dir": str(tmp_path / "logs")}
     args.artifacts = "s3://ckpt/team-a"
     args.s3_endpoint = "http://127.0.0.1:9000"
     assert executor_options(args, tmp_path) == {"artifact_uri": "s3://ckpt/team-a",
+                                                "package_dir": str(tmp_path / "packages"),
+                                                "log_dir": str(tmp_path / "logs"),
                                                 "s3_endpoint_url": "http://127.0.0.1:9000"}
     monkeypatch.setenv("SPOTPLANE_ARTIFACTS", str(tmp_path / "shared"))
     assert executor_options(argparse.Namespace(), tmp_path)["artifact_uri"] == str(tmp_path / "shared")

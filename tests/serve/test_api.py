@@ -549,10 +549,46 @@ def _expected(method: str, path: str, caller: str) -> int:
         return 403
     if caller == "other" and any(p in path for p in OWNED):
         return 404
-    if caller == "admin" and path == "/v1/tenants/me":
+    if caller == "admin" and path in ("/v1/tenants/me", "/v1/packages/{name}"):
         return 422  # the admin is not a tenant
+    if path == "/v1/packages/{name}":  # the owner's package; an upload must be a zip
+        return 422 if method != "GET" else 404 if caller == "other" else 200
     return {"POST /v1/jobs": 201, "POST /v1/bags": 201, "POST /v1/tenants": 201,
             "POST /v1/jobs/{job_id}/cancel": 202}.get(f"{method} {path}", 200)
+
+
+def _zip() -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("train.py", "print('hi')\n")
+    return buf.getvalue()
+
+
+def test_packages_are_the_tenants_own_and_capped(api: Api) -> None:
+    name = "_ray_pkg_aabbccddeeff0011.zip"
+    first = api.acme.put(f"/v1/packages/{name}", content=_zip())
+    assert first.status_code == 200 and first.json()["created"] is True, first.text
+    assert first.json()["uri"] == f"gcs://{name}"
+    again = api.acme.put(f"/v1/packages/{name}", content=_zip())
+    assert again.json()["created"] is False
+    assert api.acme.get(f"/v1/packages/{name}").status_code == 200
+    assert api.beta.get(f"/v1/packages/{name}").status_code == 404
+    # Ray's own routes see the same packages
+    assert api.acme.get(f"/api/packages/gcs/{name}").status_code == 200
+    assert api.beta.get(f"/api/packages/gcs/{name}").status_code == 404
+    bad = api.acme.put("/v1/packages/_ray_pkg_aabbccddeeff0012.zip", content=b"not a zip")
+    assert bad.status_code == 422 and "not a zip" in bad.text
+    bad = api.acme.put("/v1/packages/train.zip", content=_zip())
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "package"
+    # a job names it; another tenant's job cannot
+    spec = {"name": "p", "compute_hours": 1.0, "entrypoint": "python train.py",
+            "runtime_env": {"working_dir": f"gcs://{name}"}}
+    assert api.acme.post("/v1/jobs", json=spec).status_code == 201
+    r = api.beta.post("/v1/jobs", json=spec)
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "runtime_env.working_dir"
 
 
 def test_authorization_matrix_from_the_openapi(api: Api) -> None:
@@ -560,6 +596,8 @@ def test_authorization_matrix_from_the_openapi(api: Api) -> None:
     job = _submit(api.acme, name="matrix")
     bag = api.acme.post("/v1/bags", json={"name": "mb", "template": {"name": "t", "compute_hours": 1},
                                           "params": [{}]}).json()["bag"]
+    package = "_ray_pkg_00112233445566ff.zip"
+    assert api.acme.put(f"/v1/packages/{package}", content=_zip()).status_code == 200
     acme_token = api.acme.headers["authorization"].split()[1]
     beta_token = api.beta.headers["authorization"].split()[1]
     headers = {"none": {}, "malformed": {"Authorization": f"Basic {acme_token}"},
@@ -575,7 +613,8 @@ def test_authorization_matrix_from_the_openapi(api: Api) -> None:
             for method in ops:
                 method = method.upper()
                 for caller in CALLERS:
-                    url = path.replace("{job_id}", job["id"]).replace("{bag_id}", bag["id"])
+                    url = (path.replace("{job_id}", job["id"]).replace("{bag_id}", bag["id"])
+                           .replace("{name}", package))
                     submits = method == "POST" and path in bodies
                     params = {"tenant_id": api.acme_id} if caller == "admin" and submits else {}
                     body = bodies.get(path)

@@ -4,6 +4,9 @@ list bytes; and the token bucket itself (no Ray)."""
 
 from __future__ import annotations
 
+import io
+import os
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +22,7 @@ from tests.support import free_port
 
 ADMIN = "spa_limits-admin-token"
 TIGHT = ApiLimits(max_body_bytes=4096, rate_per_s=0.05, burst=8, max_jobs_in_flight=3, max_bag_jobs=3,
-                  max_list_bytes=8192)
+                  max_list_bytes=8192, max_package_bytes=8192)
 
 
 @dataclass
@@ -103,6 +106,14 @@ def test_body_cap_and_list_byte_cap(limited: Limited) -> None:
         r = big.post("/v1/jobs", json={"name": "x", "compute_hours": 1.0, "params": {"p": "x" * 5000}})
         assert r.status_code == 413
         assert r.json()["message"] == "request body is larger than 4096 bytes"
+        # a code package has its own cap: over the body cap, under the package cap
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+            z.writestr("weights.bin", os.urandom(6000))
+        r = big.put("/v1/packages/_ray_pkg_0000000000000001.zip", content=buf.getvalue())
+        assert r.status_code == 200, r.text
+        r = big.put("/v1/packages/_ray_pkg_0000000000000002.zip", content=b"x" * 9000)
+        assert r.status_code == 413 and r.json()["message"] == "request body is larger than 8192 bytes"
     # 40 jobs of ~1 KB each: more than one 8 KiB answer; pages follow X-Spotplane-Next-Offset
     limited.store.submit_jobs(limited.ids["lister"], [JobSpec(name=f"l{i}", compute_hours=1.0,
                                                               params={"pad": "p" * 600}) for i in range(40)])

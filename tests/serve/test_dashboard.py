@@ -169,6 +169,12 @@ def test_dashboard_in_a_real_browser(control_plane: str, tmp_path: Path) -> None
                 page.locator("#timeline rect[data-state=STARTING]").count() >= 1
             assert page.locator("#events tbody tr").count() >= 2
             shot(page, "job")
+            # a job that runs code shows its logs (none yet: this API runs no workload cluster)
+            run = acme.post("/v1/jobs", json={"name": "byo", "compute_hours": 1.0,
+                                              "entrypoint": "python train.py"}).json()
+            page.evaluate(f"location.hash = '#/job/{run['id']}'")
+            page.wait_for_selector("#job-logs")
+            assert page.inner_text("#job-logs") == "(no output yet)"
 
             for name in ("overview", "capacity", "fleet"):
                 page.click(f"#nav a[href='#/{name}']")

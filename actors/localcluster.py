@@ -1,0 +1,127 @@
+"""A real multi-node workload Ray on one machine (``ray.cluster_utils.Cluster``: a head and
+worker raylets), for tests and benchmarks of node loss. It runs in a child process with a
+scrubbed environment, so it shares nothing with the caller's own (control-plane) Ray. Worker
+``i`` declares ``num_gpus`` GPUs, ``spot`` and its own pin resource ``spotplane_slot:<i>``
+(what the executor pins a simulated node's replica with).
+
+Child protocol: one JSON line ``{"dashboard", "gcs"}`` on start; then ``remove I`` on stdin
+removes worker ``I`` (its raylet and every process on it die, as on a lost spot VM) and answers
+``removed I``; ``add`` starts one more worker and answers ``added I``; EOF shuts it down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from actors.raylocal import scrubbed_env
+from controlplane.core.config import REPO_ROOT
+
+__all__ = ["MultiNodeWorkload"]
+
+
+class MultiNodeWorkload:
+    """The child: start it, ``remove(i)`` a worker, ``stop()``."""
+
+    def __init__(self, workers: int = 3, gpus_per_node: int = 1, timeout_s: float = 300.0) -> None:
+        self.home = tempfile.mkdtemp(prefix="spotplane-cluster-home-")
+        env = {**scrubbed_env(self.home), "RAY_AUTH_MODE": "disabled",
+               "PYTHONPATH": str(REPO_ROOT)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "actors.localcluster", str(workers), str(gpus_per_node)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT,
+            start_new_session=True)
+        info = json.loads(self._line(timeout_s))
+        self.dashboard: str = info["dashboard"]
+        self.gcs: str = info["gcs"]
+
+    def _line(self, timeout_s: float) -> str:
+        import threading
+
+        assert self.proc.stdout is not None
+        box: list[str] = []
+        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()),  # type: ignore[union-attr]
+                                  daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        if not box or not box[0]:
+            self.stop()
+            raise RuntimeError(f"the multi-node workload Ray did not answer in {timeout_s} s")
+        return box[0].strip()
+
+    def remove(self, worker: int, timeout_s: float = 120.0) -> None:
+        """Remove worker ``worker``'s raylet (a node lost under its jobs)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"remove {worker}\n")
+        self.proc.stdin.flush()
+        assert self._line(timeout_s) == f"removed {worker}"
+
+    def add(self, timeout_s: float = 120.0) -> int:
+        """Start one more worker raylet; returns its index (its slot)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("add\n")
+        self.proc.stdin.flush()
+        answer = self._line(timeout_s)
+        assert answer.startswith("added "), answer
+        return int(answer.split()[1])
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=timeout_s)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        import shutil
+
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def serve_cluster(workers: int, gpus: int) -> int:
+    """The child: a head (no job resources) and ``workers`` worker raylets."""
+    import socket
+
+    from ray.cluster_utils import Cluster
+
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything Ray prints goes to stderr
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cluster = Cluster(initialize_head=True, connect=False, head_node_args={
+        "num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
+        "dashboard_host": "127.0.0.1"})
+    def worker(i: int) -> Any:
+        return cluster.add_node(num_cpus=2, num_gpus=gpus,
+                                resources={f"spotplane_slot:{i}": 1.0, "spot": 1.0})
+
+    nodes = [worker(i) for i in range(workers)]
+    cluster.wait_for_nodes()
+    out.write(json.dumps({"dashboard": f"http://127.0.0.1:{port}",
+                          "gcs": cluster.gcs_address}) + "\n")
+    out.flush()
+    try:
+        for line in sys.stdin:
+            cmd, _, arg = line.strip().partition(" ")
+            if cmd == "remove":
+                cluster.remove_node(nodes[int(arg)], allow_graceful=False)
+                out.write(f"removed {arg}\n")
+                out.flush()
+            elif cmd == "add":
+                nodes.append(worker(len(nodes)))
+                cluster.wait_for_nodes()
+                out.write(f"added {len(nodes) - 1}\n")
+                out.flush()
+    finally:
+        cluster.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve_cluster(int(sys.argv[1]), int(sys.argv[2])))

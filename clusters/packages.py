@@ -1,0 +1,78 @@
+"""Uploaded code packages: Ray's content-addressed ``_ray_pkg_<hash>.zip`` files, one directory
+per tenant (``<root>/<tenant id>/<name>``).
+
+The API writes them (``PUT /v1/packages/{name}``, Ray's ``PUT /api/packages/gcs/{name}``); the
+executor reads them to upload the same bytes to the workload cluster before every attempt. The
+name is Ray's hash of the directory's content (``get_uri_for_directory``), so the same tree is
+stored once and a second upload of it is skipped by the client's existence check.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+
+from clusters.artifacts import check_id
+from controlplane.core.errors import InvalidInput, NotFound
+from controlplane.core.models import PACKAGE_NAME
+
+GCS_PREFIX = "gcs://"
+DEFAULT_MAX_PACKAGE_BYTES = 512 << 20  # Ray's own cap on a package in its GCS
+
+
+def package_name(uri_or_name: str) -> str:
+    """``_ray_pkg_<hash>.zip`` of a name or ``gcs://`` URI; :class:`InvalidInput` otherwise."""
+    name = uri_or_name.removeprefix(GCS_PREFIX)
+    if not re.match(PACKAGE_NAME, name):
+        raise InvalidInput("package", f"{uri_or_name!r} is not a package name",
+                           fix="use Ray's content-addressed name _ray_pkg_<hex hash>.zip "
+                               "(ray._private.runtime_env.packaging.get_uri_for_directory)")
+    return name
+
+
+class PackageStore:
+    """Packages on a local directory, scoped by tenant."""
+
+    def __init__(self, root: str | Path, max_bytes: int = DEFAULT_MAX_PACKAGE_BYTES) -> None:
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+
+    def path(self, tenant_id: str, name: str) -> Path:
+        return self.root / check_id("tenant_id", tenant_id) / package_name(name)
+
+    def exists(self, tenant_id: str, name: str) -> bool:
+        return self.path(tenant_id, name).is_file()
+
+    def size(self, tenant_id: str, name: str) -> int:
+        p = self.path(tenant_id, name)
+        if not p.is_file():
+            raise NotFound(f"package {package_name(name)} was not uploaded by this tenant",
+                           fix="upload it first (PUT /v1/packages/{name})")
+        return p.stat().st_size
+
+    def put(self, tenant_id: str, name: str, data: bytes) -> bool:
+        """Store one package (atomically); False when it was already there."""
+        path = self.path(tenant_id, name)
+        if len(data) > self.max_bytes:
+            raise InvalidInput("package", f"{len(data)} bytes is more than the cap of "
+                               f"{self.max_bytes}", fix="exclude data files (runtime_env.excludes, "
+                               ".gitignore) and fetch them from the job instead")
+        if not zipfile.is_zipfile(io.BytesIO(data)):
+            raise InvalidInput("package", "the body is not a zip file",
+                               fix="send the zip ray._private.runtime_env.packaging.create_package writes")
+        if path.is_file():
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return True
