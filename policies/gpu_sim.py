@@ -103,6 +103,7 @@ class SimConfig:
     eviction_short_s: float = 3600.0
     eviction_long_s: float = 86400.0
     check_invariants: bool = False
+    max_sim_s: float | None = None  # stop the run here even with tasks left (None: until all finish)
     hp_demand: str = "running"
     hourly: str = "max"
     eta_rate: str = "paper"
@@ -389,7 +390,8 @@ class GpuSimulator:
         self._last_t = first
         self._push(math.floor(first / self.cfg.tick_s) * self.cfg.tick_s + self.cfg.tick_s, TICK)
         unfinished = len(tasks)
-        while self.events and unfinished:
+        stop = math.inf if self.cfg.max_sim_s is None else first + self.cfg.max_sim_s
+        while self.events and unfinished and self.events[0][0] <= stop:
             t = self.events[0][0]
             self._advance(t)
             freed, arrivals = False, []
