@@ -73,7 +73,8 @@ def test_deadline_job_driven_by_its_policy_actor(ray_cluster: Any, tmp_path: Pat
         store = Store(s.db_path)
         t, _ = store.create_tenant("dl")
         job = store.submit_job(t.id, JobSpec(name="train", kind="deadline", compute_hours=10,
-                                             deadline_hours=11, accelerator="H100"), now=0.0)
+                                             deadline_hours=11, accelerator="H100",
+                                             policy="uniform_progress"), now=0.0)
         ray.get(h.controller.run_for.remote(600))
         names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                  if a["namespace"] == s.namespace}

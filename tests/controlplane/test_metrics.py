@@ -81,7 +81,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Run:
                                         lifetime_model=default_gce_model())
 
     def controller() -> Controller:
-        return Controller(store, fleet, clock, ControllerSettings(pool_nodes=POOLS),
+        return Controller(store, fleet, clock, ControllerSettings(pool_nodes=POOLS, deadline_policy="uniform_progress"),
                           epoch=store.take_controller_lease())
 
     acme, _ = store.create_tenant("acme", max_gpus=100)

@@ -202,9 +202,9 @@ def test_a_policy_that_raises_on_one_job_fails_only_that_job(tmp_path: Path,
     clock = SimClock(start=0.0)
     store = Store(tmp_path / "spotplane.db")
     t, _ = store.create_tenant("t", max_gpus=100)
-    bad = store.submit_job(t.id, JobSpec(name="bad", kind="deadline", compute_hours=1,
+    bad = store.submit_job(t.id, JobSpec(name="bad", kind="deadline", policy="uniform_progress", compute_hours=1,
                                          deadline_hours=6, accelerator="V100"), now=0.0)
-    good = store.submit_job(t.id, JobSpec(name="good", kind="deadline", compute_hours=1,
+    good = store.submit_job(t.id, JobSpec(name="good", kind="deadline", policy="uniform_progress", compute_hours=1,
                                           deadline_hours=6, accelerator="V100"), now=0.0)
     store, fleet, ctl = _world(tmp_path, data_root, clock, _OneJobRaises(store, bad.id))
     _run(ctl, clock, 8)
