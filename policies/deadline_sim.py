@@ -14,7 +14,7 @@ its task) and ``overheads`` (the delay of each successive changeover, e.g. drawn
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -155,6 +155,64 @@ def simulate(
     )
 
 
+@dataclass
+class ZoneLedger:
+    """The accounting of one multi-zone replay: changeovers of d, then per tick the price of the
+    instance held and the work it does (the billing of Sec. 3, shared by the multi-zone replays)."""
+
+    compute_hours: float
+    overhead_hours: float
+    state: int = _IDLE
+    zone: int = -1
+    progress: float = 0.0
+    overhead_left: float = 0.0
+    cost: float = 0.0
+    changeovers: int = 0
+    finish: float = float("inf")
+    work: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    billed: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+
+    def idle(self) -> None:
+        self.state, self.zone = _IDLE, -1
+
+    def hold(self, state: int, zone: int) -> None:
+        """Run on ``state`` in ``zone`` this tick; any move is a changeover of d."""
+        if state != self.state or zone != self.zone:
+            self.overhead_left = self.overhead_hours
+            self.changeovers += 1
+            self.state, self.zone = state, zone
+
+    def bill(self, tick: int, tick_hours: float, price: float) -> bool:
+        """Pay one tick at ``price`` per hour; True when the job finishes in it."""
+        g = tick_hours
+        oh = self.overhead_left if self.overhead_left < g else g
+        self.overhead_left -= oh
+        gain = g - oh
+        rest = self.compute_hours - self.progress
+        if gain >= rest - EPS:
+            used = oh + max(rest, 0.0)
+            self.cost += used * price
+            self.billed[self.state] += used
+            self.work[self.state] += max(rest, 0.0)
+            self.progress = self.compute_hours
+            self.finish = tick * g + used
+            return True
+        self.cost += g * price
+        self.billed[self.state] += g
+        self.work[self.state] += gain
+        self.progress += gain
+        return False
+
+    def result(self, deadline_hours: float, *, extra_cost: float = 0.0,
+               decisions: npt.NDArray[np.int8] | None = None,
+               zones: npt.NDArray[np.int16] | None = None) -> SimResult:
+        return SimResult(cost=self.cost + extra_cost, spot_hours=self.work[_SPOT], od_hours=self.work[_OD],
+                         spot_billed_hours=self.billed[_SPOT], od_billed_hours=self.billed[_OD],
+                         changeovers=self.changeovers, finish_hours=self.finish,
+                         met_deadline=self.finish <= deadline_hours + 1e-6,
+                         progress_hours=self.progress, decisions=decisions, zones=zones)
+
+
 def simulate_zones(
     policy: DeadlinePolicy,
     available: BoolArray,
@@ -190,66 +248,32 @@ def simulate_zones(
     zrec = np.full(n_ticks, -1, dtype=np.int16) if record else None
     views_static = [(names[j], float(spot_prices[j]), float(on_demand_prices[j])) for j in range(n_z)]
 
-    state, zone = _IDLE, -1
-    progress = overhead_left = cost = 0.0
-    work = [0.0, 0.0, 0.0]
-    billed = [0.0, 0.0, 0.0]
-    changeovers = 0
-    finish = float("inf")
-    c = task.compute_hours
+    led = ZoneLedger(task.compute_hours, d)
     for i in range(n_ticks):
         col = cols[i]
-        if state == _SPOT and not col[zone]:
-            state, zone = _IDLE, -1
+        if led.state == _SPOT and not col[led.zone]:
+            led.idle()
+        zone = led.zone
         views = tuple(ZoneView(nm, col[j], ps, po) for j, (nm, ps, po) in enumerate(views_static))
         up_here = bool(col[zone]) if zone >= 0 else False
-        act = policy.decide(Observation(i * g, progress, CODE_KIND[state], names[zone] if zone >= 0 else None, up_here, views))
+        act = policy.decide(Observation(i * g, led.progress, CODE_KIND[led.state],
+                                        names[zone] if zone >= 0 else None, up_here, views))
         new = KIND_CODE[act.kind]
         if new == _IDLE:
-            state, zone = _IDLE, -1
+            led.idle()
             continue
         if act.zone is None or act.zone not in index:
             raise PolicyError(f"{type(policy).__name__} must name a known zone for {act.kind} at tick {i}")
         z = index[act.zone]
         if new == _SPOT and not col[z]:
             raise PolicyError(f"{type(policy).__name__} chose spot in {act.zone} at tick {i} while it is unavailable")
-        if new != state or z != zone:
-            overhead_left = d
-            changeovers += 1
-            state, zone = new, z
+        led.hold(new, z)
         if dec is not None and zrec is not None:
-            dec[i] = state
-            zrec[i] = zone
-        p = sp[zone] if state == _SPOT else od[zone]
-        oh = overhead_left if overhead_left < g else g
-        overhead_left -= oh
-        gain = g - oh
-        rest = c - progress
-        if gain >= rest - EPS:
-            used = oh + max(rest, 0.0)
-            cost += used * p
-            billed[state] += used
-            work[state] += max(rest, 0.0)
-            progress = c
-            finish = i * g + used
+            dec[i] = led.state
+            zrec[i] = led.zone
+        if led.bill(i, g, sp[z] if new == _SPOT else od[z]):
             break
-        cost += g * p
-        billed[state] += g
-        work[state] += gain
-        progress += gain
-    return SimResult(
-        cost=cost,
-        spot_hours=work[_SPOT],
-        od_hours=work[_OD],
-        spot_billed_hours=billed[_SPOT],
-        od_billed_hours=billed[_OD],
-        changeovers=changeovers,
-        finish_hours=finish,
-        met_deadline=finish <= task.deadline_hours + 1e-6,
-        progress_hours=progress,
-        decisions=dec,
-        zones=zrec,
-    )
+    return led.result(task.deadline_hours, decisions=dec, zones=zrec)
 
 
 def window_ticks(task_deadline_hours: float, tick_hours: float) -> int:

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from controlplane.core.errors import InvalidInput
 from policies.deadline import CODE_KIND, DeadlinePolicy, Kind, Observation, ZoneView
-from policies.deadline_sim import EPS, PolicyError, SimResult, _check_window
+from policies.deadline_sim import EPS, PolicyError, SimResult, ZoneLedger, _check_window
 from policies.multizone import SpotplaneMultiZone
 
 _IDLE, _SPOT, _OD = 0, 1, 2
@@ -73,26 +73,25 @@ def simulate_zones_paid(policy: DeadlinePolicy, available: npt.NDArray[np.bool_]
     known = [True] * n_z  # never seen: believed up, so a launch tries it
     cols = avail.T.tolist()
     probes_of = getattr(policy, "probes", None)
-    state, zone = _IDLE, -1
-    progress = overhead_left = cost = probe_cost = 0.0
-    work, billed = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
-    changeovers = probes = refused = 0
-    finish = float("inf")
+    led = ZoneLedger(c, d)
+    probe_cost = 0.0
+    probes = refused = 0
     for i in range(len(cols)):
         col = cols[i]
-        if state == _SPOT:
-            known[zone] = bool(col[zone])  # where the job runs, the zone is known
-            if not col[zone]:
-                state, zone = _IDLE, -1
+        if led.state == _SPOT:
+            known[led.zone] = bool(col[led.zone])  # where the job runs, the zone is known
+            if not col[led.zone]:
+                led.idle()
+        state, zone = led.state, led.zone
         if probes_of is not None:
-            for name in probes_of(_obs(i * g, progress, state, zone, names, known, spot_prices,
+            for name in probes_of(_obs(i * g, led.progress, state, zone, names, known, spot_prices,
                                        on_demand_prices)):
                 z = index[name]
                 known[z] = bool(col[z])
                 probes += 1
                 probe_cost += probe_price[z]
         for _ in range(n_z + 1):
-            act = policy.decide(_obs(i * g, progress, state, zone, names, known, spot_prices,
+            act = policy.decide(_obs(i * g, led.progress, state, zone, names, known, spot_prices,
                                      on_demand_prices))
             new = _CODE[act.kind]
             if new != _SPOT or act.zone is None or act.zone not in index:
@@ -105,38 +104,17 @@ def simulate_zones_paid(policy: DeadlinePolicy, available: npt.NDArray[np.bool_]
         else:
             raise PolicyError(f"{type(policy).__name__} kept choosing zones without spot at tick {i}")
         if new == _IDLE:
-            state, zone = _IDLE, -1
+            led.idle()
             continue
         if act.zone is None or act.zone not in index:
             raise PolicyError(f"{type(policy).__name__} must name a known zone for {act.kind} at tick {i}")
         z = index[act.zone]
         if new == _SPOT:
             known[z] = True
-        if new != state or z != zone:
-            overhead_left = d
-            changeovers += 1
-            state, zone = new, z
-        p = sp[zone] if state == _SPOT else od[zone]
-        oh = min(overhead_left, g)
-        overhead_left -= oh
-        gain = g - oh
-        rest = c - progress
-        if gain >= rest - EPS:
-            used = oh + max(rest, 0.0)
-            cost += used * p
-            billed[state] += used
-            work[state] += max(rest, 0.0)
-            progress = c
-            finish = i * g + used
+        led.hold(new, z)
+        if led.bill(i, g, sp[z] if new == _SPOT else od[z]):
             break
-        cost += g * p
-        billed[state] += g
-        work[state] += gain
-        progress += gain
-    res = SimResult(cost=cost + probe_cost, spot_hours=work[_SPOT], od_hours=work[_OD],
-                    spot_billed_hours=billed[_SPOT], od_billed_hours=billed[_OD],
-                    changeovers=changeovers, finish_hours=finish,
-                    met_deadline=finish <= task.deadline_hours + 1e-6, progress_hours=progress)
+    res = led.result(task.deadline_hours, extra_cost=probe_cost)
     return PaidResult(res, probes, probe_cost, refused)
 
 
