@@ -9,19 +9,24 @@ does not exist.
 from __future__ import annotations
 
 import secrets
+from typing import Annotated, Any
 
-from fastapi.security import HTTPBearer
+from fastapi import Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from ray import serve
 
 from controlplane.core.models import hash_token
-from serve.service import Principal
+from serve.service import ControlPlaneService, Principal
 
-__all__ = ["ADMIN_PREFIX", "Principal", "bearer_scheme", "bearer_token", "hash_token", "new_admin_token"]
+__all__ = ["ADMIN_PREFIX", "Auth", "Principal", "authenticated", "bearer_scheme", "bearer_token",
+           "hash_token", "new_admin_token", "replica_service"]
 
 ADMIN_PREFIX = "spa_"
 
 # Declares the scheme in OpenAPI (the "Authorize" button at /docs); we parse the header ourselves
 # so a missing token is a 401 with our own message.
 bearer_scheme = HTTPBearer(auto_error=False, description="tenant token, or the admin token from `spotplane up`")
+Auth = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
 
 
 def new_admin_token() -> str:
@@ -38,3 +43,17 @@ def bearer_token(authorization: str | None) -> str | None:
     if scheme.lower() != "bearer" or not token:
         return None
     return token
+
+
+def replica_service() -> ControlPlaneService:
+    """The replica's service (the one :class:`serve.app.SpotplaneAPI` opened), for routers
+    mounted beside the API's own routes."""
+    api: Any = serve.get_replica_context().servable_object
+    service: ControlPlaneService = api.service
+    return service
+
+
+def authenticated(creds: HTTPAuthorizationCredentials | None) -> tuple[ControlPlaneService, Principal]:
+    """The replica's service and the principal holding the request's bearer token."""
+    service = replica_service()
+    return service, service.authenticate(creds.credentials if creds is not None else None)

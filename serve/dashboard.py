@@ -10,20 +10,17 @@ timeline of attempts, recent preemptions, and the GPU pools' capacity history.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Security
+from fastapi import APIRouter, Query
 from fastapi.responses import FileResponse, HTMLResponse
-from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel
-from ray import serve
 
 from controlplane.core.errors import NotFound
 from controlplane.core.models import CapacityPoint, Event, Job, JobKind, JobState, Node
 from controlplane.core.units import HOUR
-from serve.auth import bearer_scheme
+from serve.auth import Auth, authenticated
 from serve.schemas import ERROR_CODES, MAX_OFFSET, CostReport, declared_errors
-from serve.service import ControlPlaneService, Principal
 
 STATIC = Path(__file__).with_name("static")
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
@@ -33,7 +30,6 @@ SortKey = Literal["submitted", "name", "state", "kind", "tenant", "cost", "preem
                   "checkpoints", "progress", "slack"]
 
 router = APIRouter(responses=declared_errors(*ERROR_CODES))  # the gate answers these too
-Auth = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
 
 
 class JobRow(BaseModel):
@@ -112,18 +108,6 @@ class Segment(BaseModel):
     market: str | None
 
 
-def _service() -> ControlPlaneService:
-    """The replica's service (the one :class:`serve.app.SpotplaneAPI` opened)."""
-    api: Any = serve.get_replica_context().servable_object
-    service: ControlPlaneService = api.service
-    return service
-
-
-def _who(creds: HTTPAuthorizationCredentials | None) -> tuple[ControlPlaneService, Principal]:
-    service = _service()
-    return service, service.authenticate(creds.credentials if creds is not None else None)
-
-
 # --------------------------------------------------------------------------------------------
 # The page and its assets
 # --------------------------------------------------------------------------------------------
@@ -159,7 +143,7 @@ async def job_page(
         "numbers the rows"))] = None,
 ) -> JobPage:
     """One sorted, filtered page of the caller's jobs (every tenant's for the admin) and the total."""
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     total, jobs = service.job_page(who, states=state, kind=kind, tenant_id=tenant_id, text=q,
                                    order_by=sort, descending=desc, limit=limit,
                                    offset=0 if after is not None else offset, after=after)
@@ -172,7 +156,7 @@ async def job_page(
 @router.get("/v1/dashboard/overview", tags=["dashboard"], response_model=Overview)
 async def overview(creds: Auth = None) -> Overview:
     """Jobs per state, nodes now by cloud/zone/market and over time, spend against on-demand."""
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     now = service.control_time()
     nodes = service.nodes(who)
     counts: dict[tuple[str, str, str], int] = {}
@@ -206,7 +190,7 @@ def node_history(nodes: list[Node], now: float, points: int = HISTORY_POINTS) ->
 @router.get("/v1/dashboard/jobs/{job_id}/timeline", tags=["dashboard"], response_model=list[Segment])
 async def timeline(job_id: str, creds: Auth = None) -> list[Segment]:
     """The job's states over time from its transition events, each with the nodes it held."""
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     job = service.get_job(who, job_id)
     events = service.job_events(who, job_id)
     nodes = {n.id: n for n in service.job_nodes(who, job_id)}
@@ -237,7 +221,7 @@ def segments(events: list[Event], nodes: dict[str, Node], end: float) -> list[Se
 @router.get("/v1/dashboard/preemptions", tags=["dashboard"], response_model=list[Event])
 async def preemptions(creds: Auth = None, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[Event]:
     """The newest preemptions of the caller's jobs (every tenant's for the admin)."""
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     return service.recent_preemptions(who, limit)
 
 
@@ -260,7 +244,7 @@ async def capacity_history(
 ) -> CapacityHistory:
     """Per GPU pool over time: forecast HP demand and its upper bound (admin only; null for a
     tenant), capacity, spot quota, guarantee hours H and eta, one point per quota refresh."""
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     items = service.capacity_history(who, accelerator=accelerator, after=after, limit=limit)
     cursor = items[-1].id if items else after
     return CapacityHistory(items=items, next_cursor=cursor)

@@ -13,22 +13,19 @@ The Ray submission id is the spotplane job id.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Request, Security, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from ray import serve
 
 from clusters.packages import package_name
 from controlplane.core.errors import InvalidInput, NotFound, SpotplaneError
 from controlplane.core.models import Job, JobSpec, JobState
-from serve.auth import bearer_scheme, bearer_token
+from serve.auth import Auth, authenticated, bearer_token, replica_service
 from serve.service import ControlPlaneService, Principal
 
 router = APIRouter(include_in_schema=False)
-Auth = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
 
 RAY_JOBS_VERSION = "2"  # the Jobs API version Ray's dashboard reports (job_head.CURRENT_VERSION)
 SUBMISSION_KEY = "ray.submission_id"  # the id a Ray client chose, kept as the job's metadata
@@ -168,18 +165,6 @@ def job_details(job: Job) -> dict[str, Any]:
     }
 
 
-def _service() -> ControlPlaneService:
-    """The replica's service (the one :class:`serve.app.SpotplaneAPI` opened)."""
-    api: Any = serve.get_replica_context().servable_object
-    service: ControlPlaneService = api.service
-    return service
-
-
-def _who(creds: HTTPAuthorizationCredentials | None) -> tuple[ControlPlaneService, Principal]:
-    service = _service()
-    return service, service.authenticate(creds.credentials if creds is not None else None)
-
-
 def find_job(service: ControlPlaneService, who: Principal, job_id: str) -> Job:
     """The caller's job by spotplane id, else by the Ray submission id its client chose."""
     try:
@@ -195,14 +180,14 @@ def find_job(service: ControlPlaneService, who: Principal, job_id: str) -> Job:
 async def version(creds: Auth = None) -> dict[str, Any]:
     import ray
 
-    _who(creds)
+    authenticated(creds)
     return {"version": RAY_JOBS_VERSION, "ray_version": ray.__version__,
             "ray_commit": getattr(ray, "__commit__", ""), "session_name": "spotplane"}
 
 
 @router.get("/api/packages/{protocol}/{file}")
 async def package_exists(protocol: str, file: str, creds: Auth = None) -> JSONResponse:
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     _gcs(protocol)
     if not service.package_exists(who, package_name(file)):
         raise NotFound(f"package {file} does not exist", fix="upload it (PUT)")
@@ -211,7 +196,7 @@ async def package_exists(protocol: str, file: str, creds: Auth = None) -> JSONRe
 
 @router.put("/api/packages/{protocol}/{file}")
 async def package_upload(protocol: str, file: str, request: Request, creds: Auth = None) -> JSONResponse:
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     _gcs(protocol)
     created = service.put_package(who, package_name(file), await request.body())
     return JSONResponse({"created": created})
@@ -225,27 +210,27 @@ def _gcs(protocol: str) -> None:
 
 @router.post("/api/jobs/")
 async def submit(req: RaySubmitRequest, creds: Auth = None) -> dict[str, str]:
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     job = service.submit_job(who, spec_from_ray(req))
     return {"job_id": job.id, "submission_id": job.id}
 
 
 @router.get("/api/jobs/")
 async def list_jobs(creds: Auth = None) -> list[dict[str, Any]]:
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     return [job_details(j) for j in service.list_jobs(who, limit=10_000)
             if j.spec.entrypoint is not None]
 
 
 @router.get("/api/jobs/{job_id}")
 async def get_job(job_id: str, creds: Auth = None) -> dict[str, Any]:
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     return job_details(find_job(service, who, job_id))
 
 
 @router.post("/api/jobs/{job_id}/stop")
 async def stop(job_id: str, creds: Auth = None) -> dict[str, bool]:
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     job = find_job(service, who, job_id)
     if job.terminal:
         return {"stopped": False}
@@ -256,7 +241,7 @@ async def stop(job_id: str, creds: Auth = None) -> dict[str, bool]:
 @router.delete("/api/jobs/{job_id}")
 async def delete(job_id: str, creds: Auth = None) -> dict[str, bool]:
     """spotplane keeps a finished job's record (its bill): nothing is deleted."""
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     job = find_job(service, who, job_id)
     if not job.terminal:
         raise InvalidInput("job_id", f"job {job.id} is {RAY_STATUS[job.state]}, not finished",
@@ -266,7 +251,7 @@ async def delete(job_id: str, creds: Auth = None) -> dict[str, bool]:
 
 @router.get("/api/jobs/{job_id}/logs")
 async def logs(job_id: str, creds: Auth = None) -> dict[str, str]:
-    service, who = _who(creds)
+    service, who = authenticated(creds)
     job = find_job(service, who, job_id)
     return {"logs": service.job_logs(who, job.id)}
 
@@ -274,7 +259,7 @@ async def logs(job_id: str, creds: Auth = None) -> dict[str, str]:
 @router.websocket("/api/jobs/{job_id}/logs/tail")
 async def tail(websocket: WebSocket, job_id: str) -> None:
     """New log text as it comes, every attempt's, until the job is finished (then closes)."""
-    service = _service()
+    service = replica_service()
     try:
         who = service.authenticate(bearer_token(websocket.headers.get("authorization")))
         job = find_job(service, who, job_id)
