@@ -10,13 +10,12 @@ stored once and a second upload of it is skipped by the client's existence check
 from __future__ import annotations
 
 import io
-import os
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 
 from clusters.artifacts import check_id
+from clusters.fetch import write_atomic
 from controlplane.core.errors import InvalidInput, NotFound
 from controlplane.core.models import PACKAGE_NAME
 
@@ -66,13 +65,5 @@ class PackageStore:
                                fix="send the zip ray._private.runtime_env.packaging.create_package writes")
         if path.is_file():
             return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".upload-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, data)
         return True

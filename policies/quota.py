@@ -105,13 +105,17 @@ def aggregate_upper_demand(hp_forecast: UpperBound, p: float, horizon_hours: int
     if bound.ndim != 2:
         raise InvalidInput("hp_forecast", f"upper(p) must be [tenants, hours], got {bound.shape}",
                            fix="pass a policies.forecast.Forecast")
-    if bound.shape[1] < horizon_hours:
-        raise InvalidInput("hp_forecast", f"covers {bound.shape[1]} h < H = {horizon_hours} h",
-                           fix=f"predict with horizon >= {horizon_hours}")
+    _check_horizon(bound.shape[1], horizon_hours)
     if bound.shape[0] == 0:
         return 0.0
     peak = np.max(bound[:, :horizon_hours], axis=1)
     return float(np.sum(np.maximum(peak, 0.0)))
+
+
+def _check_horizon(hours: int, horizon_hours: int) -> None:
+    if hours < horizon_hours:
+        raise InvalidInput("hp_forecast", f"covers {hours} h < H = {horizon_hours} h",
+                           fix=f"predict with horizon >= {horizon_hours}")
 
 
 def _summed_gaussian(hp_forecast: UpperBound, p: float, horizon_hours: int) -> float:
@@ -123,9 +127,7 @@ def _summed_gaussian(hp_forecast: UpperBound, p: float, horizon_hours: int) -> f
     if mu.ndim != 2 or mu.shape != sd.shape:
         raise InvalidInput("hp_forecast", f"mean {mu.shape} and sigma {sd.shape} must be [tenants, hours]",
                            fix="pass a policies.forecast.Forecast")
-    if mu.shape[1] < horizon_hours:
-        raise InvalidInput("hp_forecast", f"covers {mu.shape[1]} h < H = {horizon_hours} h",
-                           fix=f"predict with horizon >= {horizon_hours}")
+    _check_horizon(mu.shape[1], horizon_hours)
     if mu.shape[0] == 0:
         return 0.0
     total = mu[:, :horizon_hours].sum(axis=0) + float(norm.ppf(p)) * np.sqrt((sd[:, :horizon_hours] ** 2).sum(axis=0))
