@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import struct
 import subprocess
 import sys
@@ -30,7 +31,8 @@ from actors.raylocal import scrubbed_env
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">I")
-READY_TIMEOUT_S = 120.0
+READY_TIMEOUT_S = 120.0  # a checkpoint actor placed and planned within this, or refused
+ANSWER_SLACK_S = 60.0  # the bridge answers within an op's own wait plus this, or is restarted
 
 
 class Actors(Protocol):
@@ -67,10 +69,16 @@ class ActorOps:
     def create(self, options: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Start a checkpoint actor and wait until it is placed and planned."""
         import ray
-
+        from ray.exceptions import GetTimeoutError
 
         actor = RemoteCheckpointActor.options(**options).remote(**kwargs)  # type: ignore[attr-defined]
-        status = dict(ray.get(actor.status.remote()))  # type: ignore[attr-defined]
+        try:
+            status = dict(ray.get(actor.status.remote(), timeout=READY_TIMEOUT_S))  # type: ignore[attr-defined]
+        except GetTimeoutError:
+            ray.kill(actor, no_restart=True)  # type: ignore[arg-type]
+            raise TimeoutError(f"checkpoint actor {options['name']} was not placed within "
+                               f"{READY_TIMEOUT_S:g} s (resources {options.get('resources')}: "
+                               "is its node still in the cluster?)") from None
         self.handles[str(options["name"])] = actor
         return status
 
@@ -175,23 +183,24 @@ class ActorBridge:
         self._lock = threading.Lock()
 
     def resources(self) -> dict[str, float]:
-        return dict(self._ask("resources"))
+        return dict(self._ask("resources", wait_s=0.0))
 
     def create(self, options: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return dict(self._ask("create", options, kwargs))
+        return dict(self._ask("create", options, kwargs, wait_s=READY_TIMEOUT_S))
 
     def call(self, name: str, method: str, *args: Any, timeout: float | None = None) -> Any:
-        return self._ask("call", name, method, *args, timeout=timeout)
+        return self._ask("call", name, method, *args, timeout=timeout, wait_s=timeout or 0.0)
 
     def kill(self, name: str) -> None:
-        self._ask("kill", name)
+        self._ask("kill", name, wait_s=10.0)
 
     def create_group(self, name: str, bundles: list[dict[str, float]], strategy: str,
                      timeout_s: float) -> list[str]:
-        return list(self._ask("create_group", name, bundles, strategy, timeout_s))
+        return list(self._ask("create_group", name, bundles, strategy, timeout_s,
+                              wait_s=timeout_s))
 
     def remove_group(self, name: str) -> None:
-        self._ask("remove_group", name)
+        self._ask("remove_group", name, wait_s=0.0)
 
     def close(self) -> None:
         """Stop the child (its non-detached actors die with it)."""
@@ -222,17 +231,27 @@ class ActorBridge:
         log.info("actor bridge connected to the workload Ray at %s", self.gcs_address)
         return proc
 
-    def _ask(self, op: str, *args: Any, **kwargs: Any) -> Any:
+    def _ask(self, op: str, *args: Any, wait_s: float, **kwargs: Any) -> Any:
+        """The child's answer to ``op``; a child that does not answer within the op's own wait
+        plus :data:`ANSWER_SLACK_S` is killed (a hung driver must not hang the controller)."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = self._start()
-            assert self._proc.stdin is not None and self._proc.stdout is not None
+            proc = self._proc
+            assert proc.stdin is not None and proc.stdout is not None
             try:
-                _send(self._proc.stdin, (op, args, kwargs))
-                status, value = _recv(self._proc.stdout)
+                _send(proc.stdin, (op, args, kwargs))
+                ready, _, _ = select.select([proc.stdout], [], [], wait_s + ANSWER_SLACK_S)
+                answer = _recv(proc.stdout) if ready else None
             except (EOFError, BrokenPipeError, OSError) as e:
                 self._proc = None
                 raise ConnectionError(f"actor bridge to {self.gcs_address} died: {e}") from e
+            if answer is None:
+                self._proc = None
+                proc.kill()
+                raise TimeoutError(f"actor bridge to {self.gcs_address} gave no answer to {op} "
+                                   f"within {wait_s + ANSWER_SLACK_S:g} s: restarted")
+            status, value = answer
         if status == "missing":
             raise LookupError(value)
         if status != "ok":

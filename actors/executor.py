@@ -108,6 +108,8 @@ class Replica:
     last_status: dict[str, Any] = field(default_factory=dict)
     group: str | None = None  # a gang's placement group (named), removed when it stops
     group_nodes: list[str] = field(default_factory=list)  # the gang's other nodes
+    ray_message: str = ""  # what Ray said of the job's end (e.g. its node died)
+    released: bool = False  # its group and slots given back (once: a node may serve a new job)
 
 
 class SlotMap:
@@ -305,7 +307,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             finished = any(r.state is ReplicaState.SUCCEEDED for r in reps)
             failed = None
             if not finished and all(r.state is ReplicaState.FAILED for r in reps):
-                failed = f"replica {reps[-1].replica_id} failed: {self._tail(reps[-1])}"
+                failed = self._failure(reps)
             changed = (ckpts, len(self.replicas.get(job.id, [])),
                        sum(int(s.get("plans", 0)) for s in statuses),
                        int(finished or failed is not None))  # the end: read the last save
@@ -541,7 +543,9 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         """Ray job status mapped to a :class:`ReplicaState`, plus the checkpoint actor's status."""
         if rep.state is not ReplicaState.STOPPED:
             try:
-                rep.state = RAY_STATUS[str(self.client.get_job_status(rep.submission_id).value)]
+                info = self.client.get_job_info(rep.submission_id)
+                rep.state = RAY_STATUS[str(info.status.value)]
+                rep.ray_message = str(info.message or "").split(",", 1)[0][:300]
             except Exception as e:  # dashboard hiccup: keep the last state
                 log.debug("status of %s: %s", rep.submission_id, e)
         try:
@@ -721,6 +725,31 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             kept = self.log_archive.load(rep.job_id, rep.submission_id) if self.log_archive else None
             return kept if kept is not None else f"(logs unavailable: {e})"
 
+    def _failure(self, reps: Sequence[Replica]) -> str | None:
+        """Why the job failed, or None while a replica's node is gone from Ray: its Ray job died
+        with the node, which is a preemption the fleet reports, not a failure of the job."""
+        gone = [r for r in reps if not self._nodes_present(r)]
+        if gone:
+            log.warning("job %s: Ray job %s ended with its node (%s); waiting for the fleet "
+                        "to report the loss", gone[0].job_id, gone[0].submission_id,
+                        gone[0].ray_message or "no message")
+            return None
+        last = reps[-1]
+        said = f" ({last.ray_message})" if last.ray_message else ""
+        return f"replica {last.replica_id} failed{said}: {self._tail(last)}"
+
+    def _nodes_present(self, rep: Replica) -> bool:
+        """Whether the Ray nodes the replica is pinned to (its own and its gang's) are alive."""
+        have = self.actors.resources()
+        pins = [rep.resource, *(self._bound_pin(n) for n in rep.group_nodes)]
+        return all(p in have for p in pins if p is not None)
+
+    def _bound_pin(self, node_id: str) -> str | None:
+        exact = f"{NODE_PREFIX}{node_id}"
+        if self._slots is None:
+            return exact
+        return self._slots.bound.get(node_id, exact)
+
     def _tail(self, rep: Replica, lines: int = 5) -> str:
         return " | ".join(self._logs(rep).strip().splitlines()[-lines:])
 
@@ -732,7 +761,11 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             self._release(rep)
 
     def _release(self, rep: Replica) -> None:
-        """Give back what the replica held: its gang's placement group and its nodes' slots."""
+        """Give back what the replica held: its gang's placement group and its nodes' slots;
+        once, since by a later call its nodes may be bound again for another job's replica."""
+        if rep.released:
+            return
+        rep.released = True
         if rep.group is not None:
             try:
                 self.actors.remove_group(rep.group)

@@ -96,7 +96,10 @@ def serve_cluster(workers: int, gpus: int) -> int:
         port = s.getsockname()[1]
     cluster = Cluster(initialize_head=True, connect=False, head_node_args={
         "num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
-        "dashboard_host": "127.0.0.1"})
+        "dashboard_host": "127.0.0.1",
+        # a busy machine answers health checks late: only a raylet that is gone (its checks
+        # refused at once) is marked dead, never a live one that lags
+        "_system_config": {"health_check_timeout_ms": 60_000}})
     def worker(i: int) -> Any:
         return cluster.add_node(num_cpus=2, num_gpus=gpus,
                                 resources={f"spotplane_slot:{i}": 1.0, "spot": 1.0})

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from clusters.artifacts import check_id
+from controlplane.core.attemptlogs import MARKER_PREFIX
 from controlplane.core.errors import InvalidInput
 
 JOB_KEY = "spotplane_job_id"
@@ -44,9 +45,10 @@ def submission_client(dashboard_address: str, token_path: str | None = None, *,
 
 def attempt_marker(submission_id: str, metadata: dict[str, str]) -> str:
     """The line before one attempt's logs: ``=== attempt 2 of job-1 (replica r0 on node n-3)
-    ===``; it never changes, so the concatenated logs only grow (what a follower relies on)."""
+    ===``; it never changes, so a follower keeps its offset per attempt
+    (:mod:`controlplane.core.attemptlogs`)."""
     attempt = submission_id.rsplit("-", 1)[-1]
-    return (f"=== attempt {attempt} of {metadata.get(JOB_KEY, '?')} (replica "
+    return (f"{MARKER_PREFIX}{attempt} of {metadata.get(JOB_KEY, '?')} (replica "
             f"{metadata.get('spotplane_replica_id', '?')} on node "
             f"{metadata.get('spotplane_node_id', '?')}) ===")
 
@@ -85,10 +87,9 @@ class LogArchive:
         return path.read_text() if path.is_file() else None
 
 
-def concatenated_logs(client: Any, job_id: str, archive: LogArchive | None = None) -> str:
-    """Every attempt's logs, oldest first, each after its :func:`attempt_marker` line ('' when
-    the job has not started on a node yet); an attempt whose node is gone comes from the
-    ``archive`` copy."""
+def attempt_logs(client: Any, job_id: str, archive: LogArchive | None = None) -> list[tuple[str, str]]:
+    """(marker line, text) of every attempt, oldest first; an attempt whose node is gone comes
+    from the ``archive`` copy, and each text ends with a newline."""
     parts = []
     for j in attempts_of(client, job_id):
         sid = str(j.submission_id)
@@ -100,5 +101,11 @@ def concatenated_logs(client: Any, job_id: str, archive: LogArchive | None = Non
             text = kept if kept is not None else f"(logs unavailable: {first})\n"
         if text and not text.endswith("\n"):
             text += "\n"
-        parts.append(f"{attempt_marker(sid, dict(j.metadata or {}))}\n{text}")
-    return "".join(parts)
+        parts.append((attempt_marker(sid, dict(j.metadata or {})), text))
+    return parts
+
+
+def concatenated_logs(client: Any, job_id: str, archive: LogArchive | None = None) -> str:
+    """Every attempt's logs, oldest first, each after its :func:`attempt_marker` line ('' when
+    the job has not started on a node yet)."""
+    return "".join(f"{marker}\n{text}" for marker, text in attempt_logs(client, job_id, archive))

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from controlplane.core.attemptlogs import split_attempts, unsent
 from controlplane.core.errors import (
     Conflict,
     InvalidInput,
@@ -204,14 +205,13 @@ class SpotplaneClient:
                     sleep: Callable[[float], Any] = time.sleep) -> dict[str, Any]:
         """Emit the job's logs as they grow until it is finished; returns the finished job.
 
-        The job's state is read before each fetch, so the last fetch holds everything."""
-        sent = 0
+        The job's state is read before each fetch, so the last fetch holds everything; the
+        text is followed attempt by attempt (:mod:`controlplane.core.attemptlogs`)."""
+        sent: dict[str, int] = {}
         while True:
             job = self.job(job_id)
-            text = self.logs(job_id)
-            if len(text) > sent:
-                emit(text[sent:])
-                sent = len(text)
+            if new := unsent(split_attempts(self.logs(job_id)), sent):
+                emit(new)
             if job["state"] in FINISHED:
                 return job
             sleep(poll_s)

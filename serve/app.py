@@ -594,7 +594,8 @@ class SpotplaneAPI:
     async def job_logs(self, job_id: str, creds: Auth = None) -> Response:
         """Every attempt's logs (stdout and stderr of the job's Ray jobs on the workload
         cluster), oldest first, each after a ``=== attempt N of JOB (replica R on node X) ===``
-        line; empty before the first attempt starts. The text only grows: follow it by offset."""
+        line; empty before the first attempt starts. Each attempt's text only grows while its node
+        lives (then an archived copy is served): follow it by an offset per attempt."""
         text = self.service.job_logs(self._who(creds), job_id)
         return PlainTextResponse(text)
 

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clusters.packages import package_name
+from controlplane.core.attemptlogs import unsent
 from controlplane.core.errors import InvalidInput, NotFound, SpotplaneError
 from controlplane.core.models import Job, JobSpec, JobState
 from serve.auth import Auth, authenticated, bearer_token, replica_service
@@ -267,14 +268,13 @@ async def tail(websocket: WebSocket, job_id: str) -> None:
         await websocket.close(code=1008, reason=exc.message[:120])
         return
     await websocket.accept()
-    sent = 0
+    sent: dict[str, int] = {}  # per attempt's marker: characters of its text sent
     try:
         while True:
             done = service.get_job(who, job.id).terminal
-            text = await asyncio.to_thread(service.job_logs, who, job.id)
-            if len(text) > sent:
-                await websocket.send_text(text[sent:])
-                sent = len(text)
+            parts = await asyncio.to_thread(service.job_log_parts, who, job.id)
+            if new := unsent(parts, sent):
+                await websocket.send_text(new)
             if done:
                 break
             await asyncio.sleep(TAIL_POLL_S)

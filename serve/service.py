@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from clusters.packages import PackageStore, package_name
-from clusters.rayjobs import LogArchive, concatenated_logs, submission_client
+from clusters.rayjobs import LogArchive, attempt_logs, submission_client
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthorized
 from controlplane.core.models import (
@@ -252,13 +252,17 @@ class ControlPlaneService:
     def job_logs(self, principal: Principal, job_id: str) -> str:
         """Every attempt's logs of the caller's job from the workload cluster, oldest first,
         each after a marker line ('' before its first attempt started)."""
+        return "".join(f"{m}\n{t}" for m, t in self.job_log_parts(principal, job_id))
+
+    def job_log_parts(self, principal: Principal, job_id: str) -> list[tuple[str, str]]:
+        """(marker line, text) of each attempt of the caller's job, oldest first."""
         self.get_job(principal, job_id)  # 404 for another tenant's job
-        if self.workload is None:  # no cluster runs real jobs: none has logs
-            return ""
+        if self.workload is None:
+            return []
         if self._workload_client is None:
             self._workload_client = submission_client(self.workload.address,
                                                       self.workload.token_path, remote=True)
-        return concatenated_logs(self._workload_client, job_id, self.workload.archive)
+        return attempt_logs(self._workload_client, job_id, self.workload.archive)
 
     def accelerators(self) -> set[str]:
         """GPU models the fleet sells (empty before the controller's first catalog); cached 10 s."""

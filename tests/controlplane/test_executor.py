@@ -308,3 +308,52 @@ def test_simulated_executor_progresses_checkpoints_and_restarts_from_the_checkpo
         make_executor({"kind": "k8s"}, clock=clock)
     with pytest.raises(InvalidInput, match="executor.workload_address"):
         make_executor({"kind": "ray", "artifact_uri": "/tmp/x"}, clock=clock)
+
+
+EXIT_3 = "python -c 'import sys; sys.exit(3)'"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_replica_that_died_with_its_node_is_a_loss_not_a_failure(executor: RayJobExecutor) -> None:
+    """A Ray job that ends FAILED while its pinned node is gone from Ray died with the node: the
+    job is not failed (the fleet reports the loss and it is restored); on a live node it is."""
+    spec = JobSpec(name="dies", compute_hours=0.1, entrypoint=EXIT_3)
+    lost = Job(id="job-lost", tenant_id="t", name="dies", kind=spec.kind, spec=spec,
+               submitted_at=0.0)
+    failed = lost.model_copy(update={"id": "job-failed"})
+    reps = {j.id: executor.start_replica(job_id=j.id, replica_id="r0", entrypoint=EXIT_3,
+                                         work_hours=0.1, node_id=f"node-{j.id}", tenant_id="t")
+            for j in (lost, failed)}
+    reps["job-lost"].resource = "spotplane_node:node-job-lost"  # a pin no live Ray node has
+    wait_for(lambda: all(executor.replica_status(r)["state"] == "FAILED" for r in reps.values()),
+             120, "both Ray jobs to fail")
+    report = executor.poll([lost, failed])
+    assert report["job-lost"].failed is None and not report["job-lost"].finished
+    assert report["job-failed"].failed is not None
+    assert report["job-failed"].failed.startswith("replica r0 failed")
+    message = report["job-failed"].failed
+    assert "exit code 3" in message and len(message) < 1000, message  # Ray's own words, short
+
+
+def test_a_finished_job_gives_back_only_the_slots_its_live_replicas_hold() -> None:
+    """A node whose replica was stopped (slot released) and then bound for another job's
+    replica keeps that binding when the first job ends."""
+    from actors.executor import Replica
+
+    ex = RayJobExecutor.__new__(RayJobExecutor)  # only the slot bookkeeping: no Ray needed
+    ex._slots = SlotMap(["spotplane_slot:0", "spotplane_slot:1"])
+
+    class NoActors:
+        def kill(self, name: str) -> None: ...
+
+    ex.actors = NoActors()  # type: ignore[assignment]
+    ex.log_archive = None
+    slot = ex._slots.slot_for("node-x")
+    old = Replica("job-a", "r0", "node-x", 1, "sid-a", "a", slot, 0.0, 1.0)
+    ex.replicas = {"job-a": [old]}
+    ex._release(old)  # preempted: stopped and released
+    old.state = ReplicaState.STOPPED
+    now = ex._slots.slot_for("node-x")  # node-x now serves job b
+    ex._cleanup("job-a")  # job a ends (elsewhere)
+    assert ex._slots.bound == {"node-x": now}

@@ -266,3 +266,18 @@ def test_a_single_worker_job_has_no_placement_group_and_a_gang_names_its_own(
                   pythonpath="/repo", placement_group="spotplane-pg-j-r0-1")
     assert env["SPOTPLANE_PLACEMENT_GROUP"] == "spotplane-pg-j-r0-1" and env["SEED"] == "1"
     assert "SPOTPLANE_PLACEMENT_GROUP" in jobenv.allowed(env)
+
+
+def test_a_follower_loses_nothing_when_an_attempt_is_read_back_shorter() -> None:
+    """Attempt 1's node is gone and its archived copy is shorter than what was already sent:
+    the follower neither cuts attempt 2's marker nor repeats a line."""
+    from controlplane.core.attemptlogs import split_attempts, unsent
+
+    m1, m2 = "=== attempt 1 of job-1 (replica r0 on node a) ===", "=== attempt 2 of job-1 (replica r0 on node b) ==="
+    sent: dict[str, int] = {}
+    first = unsent(split_attempts(f"{m1}\nstep 1\nstep 2\nstep 3\n"), sent)
+    assert first == f"{m1}\nstep 1\nstep 2\nstep 3\n"
+    later = f"{m1}\nstep 1\n{m2}\nstarting at 1\n"  # attempt 1 from its archive copy
+    assert unsent(split_attempts(later), sent) == f"{m2}\nstarting at 1\n"
+    assert unsent(split_attempts(later + "done\n"), sent) == "done\n"
+    assert first + f"{m2}\nstarting at 1\ndone\n" == f"{m1}\nstep 1\nstep 2\nstep 3\n{m2}\nstarting at 1\ndone\n"

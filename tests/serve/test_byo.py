@@ -69,15 +69,28 @@ def digest(state):
     return h.hexdigest()
 '''
 
+HOLD = '''
+def hold(step, a):
+    """Wait at step ``a.hold_at`` until the file ``a.gate`` exists (the test removes a node
+    meanwhile, so the loss always lands mid-run, however slow the machine)."""
+    if a.gate and step == a.hold_at and not os.path.exists(a.gate):
+        print("holding at step", step, flush=True)
+        while not os.path.exists(a.gate):
+            time.sleep(0.1)
+'''
+
 TRAIN = '''
 import argparse, os, time
 import helper
 from controlplane import sdk
+''' + HOLD + '''
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int)
 p.add_argument("--seed", type=int)
 p.add_argument("--step-seconds", type=float, default=0.0)
+p.add_argument("--hold-at", type=int, default=-1)
+p.add_argument("--gate", default="")
 a = p.parse_args()
 print("cuda_visible_devices", os.environ.get("CUDA_VISIBLE_DEVICES"), flush=True)
 print("cwd_has_helper", os.path.exists("helper.py"), flush=True)
@@ -85,6 +98,7 @@ with sdk.session() as s:
     state = s.restore() or helper.fresh(a.seed)
     print("starting at step", state["step"], flush=True)
     while state["step"] < a.steps:
+        hold(state["step"], a)
         helper.step(state, a.seed)
         time.sleep(a.step_seconds)
         s.progress(state["step"] / a.steps)
@@ -100,10 +114,13 @@ import argparse, os, time
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from controlplane import sdk
+''' + HOLD + '''
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int)
 p.add_argument("--workers", type=int)
+p.add_argument("--hold-at", type=int, default=-1)
+p.add_argument("--gate", default="")
 a = p.parse_args()
 pg = sdk.placement_group()
 
@@ -118,6 +135,7 @@ with sdk.session() as s:
         pg, placement_group_bundle_index=i)).remote(i) for i in range(a.workers)])
     print("gang nodes", len({n for n, _ in where}), "gpus", sorted(g for _, g in where), flush=True)
     while state["step"] < a.steps:
+        hold(state["step"], a)
         state["step"] += 1
         time.sleep(0.1)
         s.progress(state["step"] / a.steps)
@@ -326,8 +344,11 @@ def test_spotplane_submit_uploads_a_tree_once(world: World) -> None:
 def remove_node_of(world: World, job_id: str, node_id: str) -> None:
     """Remove the raylet a simulated node is pinned to, then tell the fleet it is gone (the
     controller is paused meanwhile, so it sees the loss the way a provider reports it)."""
-    assert world.executor._slots is not None
-    slot = world.executor._slots.bound[node_id]
+    slots = world.executor._slots
+    assert slots is not None
+    assert node_id in slots.bound, (node_id, slots.bound, slots.free,
+                                    world.executor.actors.resources())
+    slot = slots.bound[node_id]
     node = next(n for n in world.store.list_nodes() if n.id == node_id)
     assert node.instance_id is not None
     world.paused.set()
@@ -346,19 +367,21 @@ def test_a_gang_starts_in_its_placement_group_and_restarts_together(world: World
     folder = user_folder(world.tmp / "gang-project")
     client = JobSubmissionClient(world.url, headers=world.headers("beta"))
     steps = 200
+    gate = world.tmp / "gang-gate"
     sid = client.submit_job(  # Ray's client zips and uploads the folder through /api/packages
-        entrypoint=f"python gang.py --steps {steps} --workers 2",
+        entrypoint=f"python gang.py --steps {steps} --workers 2 --hold-at 100 --gate {gate}",
         runtime_env={"working_dir": str(folder)}, entrypoint_num_gpus=1,
         metadata={"spotplane.kind": "hp", "spotplane.accelerator": "V100",
                   "spotplane.workers": "2", "spotplane.checkpoint_hours": "0.02",
                   "spotplane.compute_hours": str(steps * 0.1 * SPEED / 3600)})
     wait_for(lambda: world.store.get_job(sid).state is JobState.RUNNING
              and world.store.get_job(sid).checkpoints >= 1
-             and "gang nodes" in world.executor.logs(sid), 300, "a running, checkpointed gang",
-             lambda: world.logs(sid))
+             and "holding at step" in world.executor.logs(sid), 300,
+             "a running, checkpointed gang", lambda: world.logs(sid))
     first = world.executor.replicas[sid][-1]
     assert first.group is not None and len(first.group_nodes) == 1
     remove_node_of(world, sid, first.group_nodes[0])  # the gang's second node
+    gate.touch()
     wait_for(lambda: world.store.get_job(sid).terminal, 400, "the gang to finish",
              lambda: world.logs(sid))
     job = world.store.get_job(sid)
@@ -376,13 +399,15 @@ def test_ray_job_submit_runs_the_users_folder_through_a_node_loss(world: World) 
     from ray.job_submission import JobSubmissionClient
 
     folder = user_folder(world.tmp / "project")
+    gate = world.tmp / "gate"
     compute_hours = STEPS * STEP_S * SPEED / 3600
     meta = {"spotplane.kind": "hp", "spotplane.accelerator": "V100",
             "spotplane.compute_hours": str(compute_hours), "spotplane.checkpoint_hours": "0.02"}
     out = world.ray_cli("acme", "submit", "--no-wait", "--working-dir", str(folder),
                         "--entrypoint-num-gpus", "1", "--metadata-json", json.dumps(meta), "--",
                         "python", "train.py", "--steps", str(STEPS), "--seed", str(SEED),
-                        "--step-seconds", str(STEP_S))
+                        "--step-seconds", str(STEP_S), "--hold-at", str(STEPS // 2),
+                        "--gate", str(gate))
     assert out.returncode == 0, out.stderr + out.stdout
     sid = submitted_id(out.stdout + out.stderr)
     client = JobSubmissionClient(world.url, headers=world.headers("acme"))
@@ -406,10 +431,12 @@ def test_ray_job_submit_runs_the_users_folder_through_a_node_loss(world: World) 
     try:
         # running, with at least one checkpoint taken
         wait_for(lambda: world.store.get_job(sid).state is JobState.RUNNING
-                 and world.store.get_job(sid).checkpoints >= 1, 300, "a running, checkpointed job",
-                 lambda: world.logs(sid))
+                 and world.store.get_job(sid).checkpoints >= 1
+                 and "holding at step" in world.executor.logs(sid), 300,
+                 "a running, checkpointed job", lambda: world.logs(sid))
         first = world.executor.replicas[sid][-1]
         remove_node_of(world, sid, first.node_id)
+        gate.touch()
         wait_for(lambda: world.store.get_job(sid).terminal, 400, "the job to finish",
                  lambda: world.logs(sid))
     finally:
