@@ -663,7 +663,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         exact = f"{NODE_PREFIX}{node_id}"
         if exact in have:
             return exact
-        slots = [k for k in have if k.startswith(SLOT_PREFIX)]
+        slots = [k for k in have if is_slot(k)]
         if self._slots is None:
             self._slots = SlotMap(sorted(slots, key=_slot_index))
         else:
@@ -821,6 +821,12 @@ def job_env(
         env[sdk.ENV_PLACEMENT_GROUP] = placement_group
     assert all(k in jobenv.SPOTPLANE_KEYS for k in env if k.startswith(jobenv.RESERVED_PREFIX))
     return env
+
+
+def is_slot(resource: str) -> bool:
+    """``spotplane_slot:<i>`` itself; not the ``..._group_<i>_<pg id>`` resources Ray derives
+    from it for a placement group's bundles."""
+    return resource.startswith(SLOT_PREFIX) and resource[len(SLOT_PREFIX):].isdigit()
 
 
 def _slot_index(name: str) -> int:

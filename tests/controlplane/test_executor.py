@@ -16,6 +16,7 @@ from actors.executor import (
     RayJobExecutor,
     ReplicaState,
     SlotMap,
+    is_slot,
     job_agent_ready,
     slot_resources,
 )
@@ -58,6 +59,10 @@ def test_slots_bind_nodes_and_come_back() -> None:
     assert m.slot_for("b") == "spotplane_slot:1" and m.slot_for("c") is None
     m.release("a")
     assert m.slot_for("c") == "spotplane_slot:0"
+    # a placement group's bundles show as derived resources: never slots of their own
+    assert is_slot("spotplane_slot:12")
+    assert not is_slot("spotplane_slot:2_group_0_e135eb51cacd0ebedaa7fb76ea3701000000")
+    assert not is_slot("spotplane_slot:2_group_e135eb51cacd0ebedaa7fb76ea3701000000")
     assert (
         RAY_STATUS["STOPPED"] is ReplicaState.STOPPED
         and RAY_STATUS["PENDING"] is ReplicaState.STARTING

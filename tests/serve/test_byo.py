@@ -153,6 +153,9 @@ def user_folder(root: Path) -> Path:
     (root / "helper.py").write_text(HELPER)
     (root / "gang.py").write_text(GANG)
     (root / ".gitignore").write_text("data/\n")
+    # a tree of its own per test: the raylets of this one-machine cluster share one disk, and two
+    # jobs of one package on two raylets share (and one raylet's agent may replace) its directory
+    (root / "PROJECT").write_text(root.name)
     (root / "data").mkdir()
     (root / "data" / "big.bin").write_bytes(os.urandom(1 << 20))
     return root
