@@ -101,7 +101,6 @@ class Bench:
         now = self.clock.now()
         template = self.store._new_job(self.sweeps.id, spec, now)
         body = template.model_dump_json()
-        db = self.store._db
         owners = [self.sweeps.id, *self.others]
         chunk = 50_000
         for start in range(0, n, chunk):
@@ -112,11 +111,9 @@ class Bench:
                 rows.append((job_id, owner, "spot", "PENDING", None, now,
                              body.replace(template.id, job_id, 1)
                              .replace(self.sweeps.id, owner, 1)))
-            with self.store._lock:
-                db.execute("BEGIN IMMEDIATE")
+            with self.store._tx() as db:
                 db.executemany("INSERT INTO jobs (id, tenant_id, kind, state, bag_id, "
                                "submitted_at, body) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-                db.execute("COMMIT")
             _log(f"  backlog: {min(n, start + chunk):,}/{n:,} written")
 
     def pages(self, backlog: int) -> dict[str, float | None]:
@@ -172,12 +169,10 @@ class Bench:
     def restart(self) -> dict[str, float]:
         """Every backlog job QUEUED in the store, then a new controller: recover + first tick."""
         self.ctl.flush()
-        with self.store._lock:
-            db = self.store._db
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("UPDATE jobs SET state = 'QUEUED', body = json_set(body, '$.state', "
-                       "'QUEUED') WHERE state = 'PENDING'")
-            db.execute("COMMIT")
+        queued = ("jsonb_set(body::jsonb, '{state}', '\"QUEUED\"')::text"
+                  if self.store.backend == "postgresql" else "json_set(body, '$.state', 'QUEUED')")
+        with self.store._tx() as db:
+            db.execute(f"UPDATE jobs SET state = 'QUEUED', body = {queued} WHERE state = 'PENDING'")
         active = int(self.store._q("SELECT COUNT(*) FROM jobs WHERE state NOT IN "
                                    "('SUCCEEDED', 'FAILED', 'CANCELLED')")[0][0])
         t0 = time.perf_counter()

@@ -174,7 +174,7 @@ def test_the_backlogs_reads_are_index_ranges_never_scans_or_sorts(tmp_path: Path
     t, _ = store.create_tenant("t", max_gpus=8)
     jobs = store.submit_jobs(t.id, [JobSpec(name=f"j{i}", compute_hours=1.0) for i in range(20)])
     seen: list[str] = []
-    store._db.set_trace_callback(seen.append)  # the statements with their values bound
+    store._backend.db.set_trace_callback(seen.append)  # the statements with their values bound
     store.list_jobs(t.id, limit=5, after=jobs[9].id)
     store.list_jobs(None, limit=5, after=jobs[9].id)
     store.job_page(t.id, limit=5, after=jobs[9].id, descending=True)
@@ -182,7 +182,7 @@ def test_the_backlogs_reads_are_index_ranges_never_scans_or_sorts(tmp_path: Path
     store.tenant_jobs_after(t.id, JobState.QUEUED, 3, 5)
     placed = len(seen)
     store.load_placed_jobs()  # sorts what it finds: the placed jobs, bounded by the fleet
-    store._db.set_trace_callback(None)
+    store._backend.db.set_trace_callback(None)
     for i, sql in enumerate(seen):
         if not sql.startswith("SELECT") or "COUNT(*)" in sql:
             continue
