@@ -1,0 +1,61 @@
+"""A real PostgreSQL server for the store's tests: the ``pgserver`` package's binaries, one
+server per session in a temporary directory, one fresh database per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def start_server(root: Path) -> Any:
+    """pgserver's PostgreSQL in ``root``, stopped by ``cleanup()``; skips when it cannot start."""
+    try:
+        import pgserver
+    except ImportError as exc:
+        pytest.skip(f"the pgserver package is not installed ({exc}); `make test` installs it "
+                    "from pyproject.toml's test extras")
+    try:
+        return pgserver.get_server(root, cleanup_mode="stop")
+    except Exception as exc:  # noqa: BLE001 - any failure to start is a reason to skip, stated
+        pytest.skip(f"pgserver could not start PostgreSQL in {root}: {exc}")
+
+
+def database_url(server: Any, name: str) -> str:
+    """The URL of database ``name`` on ``server`` (over its Unix socket)."""
+    url: str = server.get_uri(name)
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    server = start_server(tmp_path_factory.mktemp("pg") / "data")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> Iterator[str]:
+    """A fresh, empty database on the session's server; dropped after the test."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(database_url(pg_server, "postgres"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield database_url(pg_server, name)
+    with psycopg.connect(database_url(pg_server, "postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test's store lives, once per backend: a SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "state.db")
+    url: str = request.getfixturevalue("pg_url")
+    return url
