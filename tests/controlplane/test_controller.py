@@ -21,8 +21,8 @@ class Crash(Exception):
 
 
 def _world(tmp: Path, data_root: Path, clock: SimClock, pools: dict[str, int],
-           seed: int = 5) -> tuple[Store, SimulatedFleet, Controller]:
-    store = Store(tmp / "spotplane.db")
+           seed: int = 5, db: str | None = None) -> tuple[Store, SimulatedFleet, Controller]:
+    store = Store(db or tmp / "spotplane.db")
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=seed,
                                         state_path=tmp / "simfleet.db",
                                         lifetime_model=default_gce_model())
@@ -77,9 +77,11 @@ def test_cancel_releases_nodes(tmp_path: Path, data_root: Path) -> None:
     assert live == []
 
 
-def test_crash_between_intent_and_launch_launches_once(tmp_path: Path, data_root: Path) -> None:
+def test_crash_between_intent_and_launch_launches_once(tmp_path: Path, data_root: Path,
+                                                      store_url: str) -> None:
+    """On both backends: the intents survive the crash, the old controller is fenced off."""
     clock = SimClock(start=0.0)
-    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 8, "H100": 2})
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 8, "H100": 2}, db=store_url)
     t, _ = store.create_tenant("t")
     jobs = store.submit_jobs(t.id, [JobSpec(name=f"j{i}", kind="hp", compute_hours=1, workers=2,
                                             accelerator="V100") for i in range(3)], now=0.0)
@@ -98,7 +100,7 @@ def test_crash_between_intent_and_launch_launches_once(tmp_path: Path, data_root
     fleet2 = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
                                          state_path=tmp_path / "simfleet.db",
                                          lifetime_model=default_gce_model())
-    store2 = Store(tmp_path / "spotplane.db")
+    store2 = Store(store_url)
     ctl2 = Controller(store2, fleet2, clock, ControllerSettings(pool_nodes={"V100": 8}),
                       epoch=store2.take_controller_lease())
     with pytest.raises(Exception, match="fenced"):
