@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from controlplane.core.errors import Conflict, NotFound
+from controlplane.core.errors import Conflict, NotFound, SpotplaneError
 from controlplane.core.models import BagSpec, CapacityPoint, Job, JobSpec, JobState, hash_token
 from controlplane.store import IdempotentCall, Store
 
@@ -132,6 +132,38 @@ def test_idempotent_submission_is_written_once_with_its_answer(store_url: str) -
     assert [j.name for j in st.list_jobs(tenant.id)] == ["a"]
     assert st.idempotent_answer(tenant.id, "k1") == again
     assert st.idempotent_answer(tenant.id, "k2") is None
+
+
+RACER = """
+import sys
+from controlplane.core.models import JobSpec
+from controlplane.store import IdempotentCall, Store
+st = Store(sys.argv[1])
+for k in range(int(sys.argv[3])):
+    call = IdempotentCall(f"key-{k}", "digest", lambda bag, jobs: jobs[0].id)
+    print(st.submit_jobs_once(sys.argv[2], [JobSpec(name=f"k{k}", compute_hours=1)], call).body)
+"""
+
+
+def test_racing_processes_with_one_idempotency_key_create_once(store_url: str) -> None:
+    """Four processes send the same 30 keys at once: each key makes one job, and every process
+    gets that job's answer back (the key is checked and written in one serialized write)."""
+    st = Store(store_url)
+    t, _ = st.create_tenant("racer")
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, store_url, t.id, "30"], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    answers = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    jobs = st.list_jobs(t.id)
+    assert len(jobs) == 30 and all(a == [j.id for j in jobs] for a in answers)
+    assert st.metrics()["jobs_submitted_total"] == 30
+
+
+def test_a_postgresql_server_that_does_not_answer_is_one_clear_error() -> None:
+    with pytest.raises(SpotplaneError, match=r"cannot connect to PostgreSQL at "
+                       r"postgresql://spot:\*\*\*@127.0.0.1:9/nowhere .*SPOTPLANE_DB") as err:
+        Store("postgresql://spot:hunter2@127.0.0.1:9/nowhere", timeout_s=2.0)
+    assert "hunter2" not in str(err.value)
 
 
 def test_bag_counts_cost_views_and_counters_exactly(store_url: str) -> None:
