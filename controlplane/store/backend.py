@@ -24,6 +24,7 @@ from controlplane.store.dialect import POSTGRES, SQLITE, Dialect, redact
 
 Row = tuple[Any, ...]
 WRITE_LOCK_KEY = 0x5370_6F74  # pg_advisory_xact_lock key of the store's one writer at a time
+CONNECT_WAIT_S = 15.0  # how long opening a PostgreSQL store waits for its first connection
 
 
 class Cursor(Protocol):
@@ -190,7 +191,7 @@ class PostgresBackend(Backend):
                                    name="spotplane-store")
         self.pool.open()
         try:
-            self.pool.wait(timeout=timeout_s)
+            self.pool.wait(timeout=min(timeout_s, CONNECT_WAIT_S))
         except Exception as exc:
             self.pool.close()
             raise SpotplaneError(f"cannot connect to PostgreSQL at {redact(url)} ({exc})",
