@@ -556,7 +556,7 @@ class Store:
         where: list[str] = []
         args: list[Any] = []
         if after is not None:
-            if order_by not in JOB_ORDER or JOB_ORDER[order_by] != "seq":
+            if JOB_ORDER[order_by] != "seq":
                 raise InvalidInput("after", f"pages by cursor only in submission order, not by "
                                    f"{order_by}", fix="sort by submitted, or page with offset")
             where.append("seq < ?" if descending else "seq > ?")
