@@ -257,7 +257,10 @@ def ensure_schema(tx: Tx, dialect: Dialect, where: str) -> int:
     if found is not None and found > SCHEMA_VERSION:
         raise SchemaTooNew(where, found, SCHEMA_VERSION)
     fresh_totals = not has_table(tx, dialect, "job_totals")
-    tx.script(PG_SCHEMA if dialect.name == "postgresql" else SCHEMA)
+    if dialect.name != "postgresql":
+        tx.script(SCHEMA)  # every table IF NOT EXISTS: a no-op on a complete store
+    elif found != SCHEMA_VERSION or fresh_totals:  # PostgreSQL replaces its trigger: only when due
+        tx.script(PG_SCHEMA)
     if fresh_totals:
         tx.execute(JOB_TOTALS_BACKFILL)
     for step in MIGRATIONS:
