@@ -243,7 +243,8 @@ def _loud(good: list[Any], bad: list[BadRow]) -> list[Any]:
 
 
 class Store:
-    """One connection to the spotplane database (one per process / thread of use)."""
+    """One process's handle on the spotplane database: a SQLite connection shared by its
+    threads under a lock, or a pool of PostgreSQL connections (``controlplane.store.backend``)."""
 
     def __init__(self, target: str | Path, *, timeout_s: float = 60.0) -> None:
         """Open the store at ``target``: a file path or ``sqlite:///PATH`` (SQLite), or a
