@@ -186,9 +186,10 @@ class PostgresBackend(Backend):
         from psycopg_pool import ConnectionPool  # third-party: loads only for PostgreSQL
 
         self.url = url
+        # a writer waits for the write lock as long as SQLite's busy timeout lets it
+        session = {"autocommit": True, "options": f"-c lock_timeout={int(timeout_s * 1000)}"}
         self.pool = ConnectionPool(url, min_size=1, max_size=max_size, timeout=timeout_s,
-                                   kwargs={"autocommit": True}, open=False,
-                                   name="spotplane-store")
+                                   kwargs=session, open=False, name="spotplane-store")
         self.pool.open()
         try:
             self.pool.wait(timeout=min(timeout_s, CONNECT_WAIT_S))
