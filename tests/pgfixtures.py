@@ -3,6 +3,7 @@ server per session in a temporary directory, one fresh database per test."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,17 +40,26 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     server.cleanup()
 
 
-@pytest.fixture
-def pg_url(pg_server: Any) -> Iterator[str]:
-    """A fresh, empty database on the session's server; dropped after the test."""
+@contextlib.contextmanager
+def fresh_database(server: Any) -> Iterator[str]:
+    """A new, empty database on ``server`` (its URL), dropped afterwards however it is held."""
     import psycopg
 
     name = f"t_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(database_url(pg_server, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(database_url(server, "postgres"), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    yield database_url(pg_server, name)
-    with psycopg.connect(database_url(pg_server, "postgres"), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    try:
+        yield database_url(server, name)
+    finally:
+        with psycopg.connect(database_url(server, "postgres"), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def pg_url(pg_server: Any) -> Iterator[str]:
+    """A fresh, empty database on the session's server; dropped after the test."""
+    with fresh_database(pg_server) as url:
+        yield url
 
 
 @pytest.fixture(params=BACKENDS)
