@@ -110,7 +110,10 @@ INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
 
 # The same tables in PostgreSQL's types: DOUBLE PRECISION for REAL (PostgreSQL's REAL is 4
 # bytes), identity columns for AUTOINCREMENT, an explicit ``rowid`` (insertion order) on nodes,
-# and the job_totals triggers as one plpgsql function.
+# and job_totals kept by statement-level triggers over transition tables: one upsert per
+# (state, kind) a statement touches. Row-level triggers would update one totals row once per
+# job, and PostgreSQL walks the row's whole chain of versions at each update inside one
+# transaction: a statement over a million jobs would take minutes.
 PG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (
@@ -178,25 +181,31 @@ CREATE TABLE IF NOT EXISTS job_totals (
   state TEXT NOT NULL, kind TEXT NOT NULL, n BIGINT NOT NULL DEFAULT 0,
   cost DOUBLE PRECISION NOT NULL DEFAULT 0, on_demand_cost DOUBLE PRECISION NOT NULL DEFAULT 0,
   PRIMARY KEY (state, kind));
-CREATE OR REPLACE FUNCTION job_totals_track() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION job_totals_apply() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP IN ('UPDATE', 'DELETE') THEN
-    UPDATE job_totals t SET n = t.n - 1, cost = t.cost - OLD.cost,
-        on_demand_cost = t.on_demand_cost - OLD.on_demand_cost
-      WHERE t.state = OLD.state AND t.kind = OLD.kind;
+    INSERT INTO job_totals AS t (state, kind, n, cost, on_demand_cost)
+      SELECT state, kind, -COUNT(*), -SUM(cost), -SUM(on_demand_cost) FROM old_rows
+      GROUP BY state, kind
+      ON CONFLICT (state, kind) DO UPDATE SET n = t.n + excluded.n,
+        cost = t.cost + excluded.cost, on_demand_cost = t.on_demand_cost + excluded.on_demand_cost;
   END IF;
   IF TG_OP IN ('INSERT', 'UPDATE') THEN
     INSERT INTO job_totals AS t (state, kind, n, cost, on_demand_cost)
-      VALUES (NEW.state, NEW.kind, 1, NEW.cost, NEW.on_demand_cost)
-      ON CONFLICT (state, kind) DO UPDATE SET n = t.n + 1, cost = t.cost + excluded.cost,
-        on_demand_cost = t.on_demand_cost + excluded.on_demand_cost;
+      SELECT state, kind, COUNT(*), SUM(cost), SUM(on_demand_cost) FROM new_rows
+      GROUP BY state, kind
+      ON CONFLICT (state, kind) DO UPDATE SET n = t.n + excluded.n,
+        cost = t.cost + excluded.cost, on_demand_cost = t.on_demand_cost + excluded.on_demand_cost;
   END IF;
   RETURN NULL;
 END $$;
-CREATE OR REPLACE TRIGGER job_totals_insert AFTER INSERT OR DELETE ON jobs
-  FOR EACH ROW EXECUTE FUNCTION job_totals_track();
-CREATE OR REPLACE TRIGGER job_totals_update AFTER UPDATE OF state, kind, cost, on_demand_cost
-  ON jobs FOR EACH ROW EXECUTE FUNCTION job_totals_track();
+CREATE OR REPLACE TRIGGER job_totals_insert AFTER INSERT ON jobs REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION job_totals_apply();
+CREATE OR REPLACE TRIGGER job_totals_update AFTER UPDATE ON jobs
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION job_totals_apply();
+CREATE OR REPLACE TRIGGER job_totals_delete AFTER DELETE ON jobs REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION job_totals_apply();
 """
 
 BASELINE = 1  # the schema above, as every release before versioned schemas wrote it

@@ -256,6 +256,11 @@ def test_job_totals_follow_every_write_and_metrics_read_them(store_url: str) -> 
     with st._tx() as db:
         db.execute("DELETE FROM jobs WHERE id = ?", (jobs[2].id,))
     kept, scanned = _totals_kept(st), _totals_by_scan(st)
+    assert kept == {k: (n, pytest.approx(c), pytest.approx(o)) for k, (n, c, o) in scanned.items()}
+    with st._tx() as db:  # one statement over many rows, there and back
+        db.execute("UPDATE jobs SET state = 'CANCELLED', cost = cost + 1 WHERE state = 'PENDING'")
+        db.execute("UPDATE jobs SET state = 'PENDING', cost = cost - 1 WHERE state = 'CANCELLED'")
+    kept, scanned = _totals_kept(st), _totals_by_scan(st)
     assert kept.keys() == scanned.keys()
     for key, (n, cost, od) in scanned.items():
         assert kept[key] == (n, pytest.approx(cost), pytest.approx(od)), key
