@@ -4,6 +4,8 @@ server per session in a temporary directory, one fresh database per test."""
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,10 +36,17 @@ def database_url(server: Any, name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    server = start_server(tmp_path_factory.mktemp("pg") / "data")
-    yield server
-    server.cleanup()
+def pg_server() -> Iterator[Any]:
+    """One server for the session. Its data lives in a directory of its own under /tmp, not in
+    pytest's: as root, pgserver runs PostgreSQL as its own user, and every pytest session on the
+    machine resets pytest's shared temporary root to mode 0700, which would lock that user out."""
+    root = Path(tempfile.mkdtemp(prefix="spotplane-pg-"))
+    try:
+        server = start_server(root / "data")
+        yield server
+        server.cleanup()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextlib.contextmanager

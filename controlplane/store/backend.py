@@ -53,6 +53,16 @@ class Tx(ABC):
     def script(self, sql: str) -> None:
         """Run several statements without arguments (DDL)."""
 
+    def insert_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``INSERT ... VALUES (?, ...)`` once per row (a backend may send fewer statements)."""
+        self.executemany(sql, rows)
+
+    def update_many(self, table: str, key: str, columns: Sequence[str],
+                    rows: Sequence[Sequence[Any]]) -> None:
+        """Set ``columns`` of the row whose ``key`` is each row's last value."""
+        sets = ", ".join(f"{c} = ?" for c in columns)
+        self.executemany(f"UPDATE {table} SET {sets} WHERE {key} = ?", rows)
+
 
 class Backend(ABC):
     """A database the store reads and writes: its dialect and its connections."""
@@ -174,6 +184,32 @@ class PostgresTx(Tx):
 
     def script(self, sql: str) -> None:
         self.conn.execute(sql)  # no arguments: psycopg sends the statements as one simple query
+
+    # One statement for many rows: the job_totals triggers run once per statement, not per row.
+    def insert_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        head, group = sql.split(" VALUES ")
+        for part in chunks(rows):
+            self.execute(f"{head} VALUES {', '.join([group] * len(part))}",
+                         [v for row in part for v in row])
+
+    def update_many(self, table: str, key: str, columns: Sequence[str],
+                    rows: Sequence[Sequence[Any]]) -> None:
+        last = list({row[-1]: row for row in rows}.values())  # a key twice: its last row, as
+        names = ", ".join([*columns, key])                   # statement by statement
+        sets = ", ".join(f"{c} = v.{c}" for c in columns)
+        for part in chunks(last):
+            values = ", ".join(["(" + ", ".join("?" * len(part[0])) + ")"] * len(part))
+            self.execute(f"UPDATE {table} SET {sets} FROM (VALUES {values}) AS v ({names}) "
+                         f"WHERE {table}.{key} = v.{key}", [v for row in part for v in row])
+
+
+def chunks(rows: Sequence[Sequence[Any]], max_args: int = 30_000) -> Iterator[Sequence[Sequence[Any]]]:
+    """``rows`` in parts of at most ``max_args`` arguments (PostgreSQL takes 65,535 a statement)."""
+    if not rows:
+        return
+    step = max(1, max_args // max(1, len(rows[0])))
+    for i in range(0, len(rows), step):
+        yield rows[i:i + step]
 
 
 class PostgresBackend(Backend):

@@ -67,6 +67,7 @@ CAPACITY_MAX_ROWS = 20_000
 JOB_COLUMNS = "id, tenant_id, kind, state, bag_id, submitted_at, body, cancel_requested"
 NODE_COLUMNS = "id, state, job_id, body"
 JOB_BODY_AT = 6  # the body's place in JOB_COLUMNS
+JOB_UPDATE = ("state", "cost", "on_demand_cost", "gpu_hours", "body")  # what a commit writes
 
 
 def job_order(d: Dialect) -> dict[str, str]:
@@ -454,7 +455,7 @@ class Store:
                    spec=spec, bag_id=spec.bag_id, submitted_at=now, deadline_at=deadline)
 
     def _insert_jobs(self, db: Tx, jobs: Sequence[Job]) -> None:
-        db.executemany(
+        db.insert_many(
             "INSERT INTO jobs (id, tenant_id, kind, state, bag_id, submitted_at, body) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(j.id, j.tenant_id, j.kind.value, j.state.value, j.bag_id, j.submitted_at,
@@ -1045,12 +1046,9 @@ class Store:
                     raise Conflict(f"controller epoch {epoch} is fenced by epoch {row[0]}",
                                    fix="a newer controller runs; this one must stop")
             if jobs:
-                db.executemany(
-                    "UPDATE jobs SET state = ?, cost = ?, on_demand_cost = ?, gpu_hours = ?, "
-                    "body = ? WHERE id = ?",
-                    [(j.state.value, j.cost, j.on_demand_cost,
-                      j.gpu_hours,
-                      j.model_dump_json(exclude={"cancel_requested"}), j.id) for j in jobs])
+                db.update_many("jobs", "id", JOB_UPDATE, [
+                    (j.state.value, j.cost, j.on_demand_cost, j.gpu_hours,
+                     j.model_dump_json(exclude={"cancel_requested"}), j.id) for j in jobs])
             if nodes:
                 db.executemany(
                     "INSERT INTO nodes (id, state, job_id, intent_id, body) VALUES (?, ?, ?, ?, ?) "
