@@ -115,7 +115,7 @@ class Bench:
                              body.replace(template.id, job_id, 1)
                              .replace(self.sweeps.id, owner, 1)))
             with self.store._tx() as db:
-                db.executemany("INSERT INTO jobs (id, tenant_id, kind, state, bag_id, "
+                db.insert_many("INSERT INTO jobs (id, tenant_id, kind, state, bag_id, "
                                "submitted_at, body) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
             _log(f"  backlog: {min(n, start + chunk):,}/{n:,} written")
 
