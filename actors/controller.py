@@ -38,7 +38,8 @@ class ControllerActor:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         state = Path(config["state_dir"])
-        self.store = Store(state / DB_FILE)
+        db = str(config.get("db") or state / DB_FILE)
+        self.store = Store(db)
         self.epoch = self.store.take_controller_lease()
         self.clock = self._clock()
         fleet_opts = dict(config.get("fleet_options") or {})
@@ -50,7 +51,7 @@ class ControllerActor:
         host = None
         if config.get("policy_actors", True):
 
-            host = RayDeadlineHost(str(state / DB_FILE), namespace=config["namespace"],
+            host = RayDeadlineHost(db, namespace=config["namespace"],
                                    shards=int(config.get("policy_actor_shards", 0)),
                                    max_actors=int(config.get("max_policy_actors", 16)),
                                    detached=bool(config.get("detached", True)))

@@ -45,6 +45,7 @@ class RuntimeSettings:
     """Everything :func:`start_control_plane` needs."""
 
     state_dir: Path
+    db: str | None = None  # the store: a path or URL (controlplane.store); None: the state dir's
     fleet: str = "sim"  # sim | aws | gcp (clusters.providers)
     speed: float = 3600.0  # simulated seconds per wall second (sim clock); 0 = manual steps
     clock: str = "sim"  # sim | wall
@@ -71,11 +72,12 @@ class RuntimeSettings:
     node_agents_every_seconds: float = 5.0
 
     @property
-    def db_path(self) -> Path:
-        return Path(self.state_dir) / DB_FILE
+    def db_path(self) -> str | Path:
+        """Where every actor opens the store: ``db``, else the state directory's SQLite file."""
+        return self.db or Path(self.state_dir) / DB_FILE
 
     def actor_config(self) -> dict[str, Any]:
-        return {"state_dir": str(self.state_dir), "fleet": self.fleet, "speed": self.speed,
+        return {"state_dir": str(self.state_dir), "db": str(self.db_path), "fleet": self.fleet, "speed": self.speed,
                 "clock": self.clock, "start_time": self.start_time, "seed": self.seed,
                 "namespace": self.namespace, "detached": self.detached,
                 "fleet_options": dict(self.fleet_options),
@@ -96,7 +98,7 @@ class ControlPlaneHandles:
     quota: Any | None
     forecaster: Any | None
     settings: RuntimeSettings
-    db_path: Path
+    db_path: str | Path
     node_agents: Any | None = None  # NodeAgentSupervisor (real fleets)
 
     def status(self) -> dict[str, Any]:

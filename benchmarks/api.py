@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from actors.raylocal import init_local_ray
 from benchmarks import entry
 from controlplane.store import Store
 from serve.app import start_api, stop_api
@@ -116,17 +117,18 @@ async def _run_clients(url: str, tokens: list[str], per_client: int) -> tuple[li
 
 
 @contextlib.contextmanager
-def local_api(db: Path, admin: str) -> Iterator[str]:
-    """The API served from ``db`` on a free port (on a local Ray of its own unless one runs)."""
+def local_api(db: str | Path, admin: str, files: Path | None = None) -> Iterator[str]:
+    """The API served from ``db`` on a free port (on a local Ray of its own unless one runs);
+    uploaded packages and logs under ``files`` (default: beside a SQLite ``db``)."""
     import ray
 
-
     own_ray = not ray.is_initialized()  # a test session may already run one
-    if own_ray:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 namespace="spotplane-bench")
+    if own_ray:  # a private Ray: never one another process on this machine started
+        init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                       configure_logging=False, namespace="spotplane-bench")
     try:
-        url = start_api(db, admin, free_port())
+        url = start_api(db, admin, free_port(), package_dir=files and files / "packages",
+                        log_dir=files and files / "logs")
         try:
             yield url
         finally:

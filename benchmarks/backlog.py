@@ -1,12 +1,15 @@
 """A million queued jobs: tick cost, ingestion, API pages and restart against the backlog.
 
-``python -m benchmarks.backlog [--json] [--plot F.png] [--backlogs 0,100000,1000000] [--tenants 1]``
+``python -m benchmarks.backlog [--json] [--plot F.png] [--backlogs 0,100000,1000000] [--tenants 1]
+[--db sqlite|pgserver|postgresql://...]``
 
 The base is ``benchmarks.controller``'s: the simulated AWS V100 fleet (real traces, so spot nodes
 are preempted and relaunched while we measure), 500 jobs of 2 workers (200 HP, 200 spot, 100
 deadline) on 1,000 nodes of a 1,200-node pool. On top, one tenant's single-GPU spot sweeps land
-in the store as PENDING submissions (written straight into SQLite, as the API would over many
-requests). The warm-up places the base with ``max_placements_per_tick=600``; what is measured
+in the store as PENDING submissions (written straight into the store, as the API would over
+many requests). ``--db`` picks the store: a fresh SQLite file per backlog (the default), a
+throwaway PostgreSQL per backlog from the ``pgserver`` package, or one empty PostgreSQL
+database named by URL (one backlog then). The warm-up places the base with ``max_placements_per_tick=600``; what is measured
 runs the default knobs. Per backlog it reports the ticks that ingest it, the steady tick p50
 and max (wall and CPU; and the same base's p50 just before the backlog lands, since the shared
 machine's load moves from one run to the next), how many ticks after the first tick with room a small tenant's one job
@@ -21,21 +24,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks import entry
 from benchmarks.controller import _jobs
+from benchmarks.store_reads import store_at
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
+from controlplane.core.errors import InvalidInput
 from controlplane.core.models import JobKind, JobSpec, JobState, hash_token
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
-from controlplane.store import Store
+from controlplane.store import Store, redact
 from serve.app import bounded_list
 from serve.schemas import JobView
 from serve.service import ControlPlaneService
@@ -55,13 +58,13 @@ def _log(msg: str) -> None:
 class Bench:
     """One store, simulated fleet and controller with the base jobs running."""
 
-    def __init__(self, root: Path, scale: float, seed: int, tenants: int = 1) -> None:
-        self.root, self.seed = root, seed
+    def __init__(self, db: str, scale: float, seed: int, tenants: int = 1) -> None:
+        self.seed = seed
         self.cpu: list[float] = []
         self.clock = SimClock(start=0.0)
         self.fleet = SimulatedFleet.from_options(clock=self.clock, seed=seed, gcp=False,
                                                  spot_capacity=100_000)
-        self.store = Store(root / "spotplane.db")
+        self.store = Store(db)
         self.settings = ControllerSettings(pool_nodes={"V100": max(4, round(1200 * scale))},
                                            max_placements_per_tick=600)
         base, _ = self.store.create_tenant("base", max_gpus=100_000)
@@ -101,7 +104,6 @@ class Bench:
         now = self.clock.now()
         template = self.store._new_job(self.sweeps.id, spec, now)
         body = template.model_dump_json()
-        db = self.store._db
         owners = [self.sweeps.id, *self.others]
         chunk = 50_000
         for start in range(0, n, chunk):
@@ -112,11 +114,9 @@ class Bench:
                 rows.append((job_id, owner, "spot", "PENDING", None, now,
                              body.replace(template.id, job_id, 1)
                              .replace(self.sweeps.id, owner, 1)))
-            with self.store._lock:
-                db.execute("BEGIN IMMEDIATE")
-                db.executemany("INSERT INTO jobs (id, tenant_id, kind, state, bag_id, "
+            with self.store._tx() as db:
+                db.insert_many("INSERT INTO jobs (id, tenant_id, kind, state, bag_id, "
                                "submitted_at, body) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-                db.execute("COMMIT")
             _log(f"  backlog: {min(n, start + chunk):,}/{n:,} written")
 
     def pages(self, backlog: int) -> dict[str, float | None]:
@@ -172,12 +172,10 @@ class Bench:
     def restart(self) -> dict[str, float]:
         """Every backlog job QUEUED in the store, then a new controller: recover + first tick."""
         self.ctl.flush()
-        with self.store._lock:
-            db = self.store._db
-            db.execute("BEGIN IMMEDIATE")
-            db.execute("UPDATE jobs SET state = 'QUEUED', body = json_set(body, '$.state', "
-                       "'QUEUED') WHERE state = 'PENDING'")
-            db.execute("COMMIT")
+        queued = ("jsonb_set(body::jsonb, '{state}', '\"QUEUED\"')::text"
+                  if self.store.backend == "postgresql" else "json_set(body, '$.state', 'QUEUED')")
+        with self.store._tx() as db:
+            db.execute(f"UPDATE jobs SET state = 'QUEUED', body = {queued} WHERE state = 'PENDING'")
         active = int(self.store._q("SELECT COUNT(*) FROM jobs WHERE state NOT IN "
                                    "('SUCCEEDED', 'FAILED', 'CANCELLED')")[0][0])
         t0 = time.perf_counter()
@@ -192,10 +190,10 @@ class Bench:
 
 
 def run_backlog(backlog: int, ticks: int, scale: float, seed: int, restart: bool,
-                tenants: int = 1) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="spotplane-backlog-") as tmp:
+                tenants: int = 1, db: str = "sqlite") -> dict[str, Any]:
+    with store_at(db) as target:
         t0 = time.perf_counter()
-        b = Bench(Path(tmp), scale, seed, tenants)
+        b = Bench(target, scale, seed, tenants)
         _log(f"backlog {backlog:,}: base running after {time.perf_counter() - t0:.0f} s")
         b.cpu = []
         paired = [b.tick() for _ in range(ticks)]  # the same base just before: a paired baseline
@@ -276,11 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tenants", type=int, default=1,
                     help="spread the backlog over this many tenants (pages: the first one's)")
+    ap.add_argument("--db", default="sqlite", metavar="sqlite|pgserver|URL",
+                    help="the store: a fresh SQLite file or pgserver PostgreSQL per backlog, or "
+                         "an empty postgresql:// database (one backlog)")
     args = ap.parse_args(argv)
     backlogs = [int(x) for x in args.backlogs.split(",") if x.strip()]
+    if args.db not in ("sqlite", "pgserver") and len(backlogs) != 1:
+        raise InvalidInput("db", f"{redact(args.db)!r} holds one run's store, and "
+                           f"--backlogs names {len(backlogs)}",
+                           fix="pass one backlog, or --db pgserver for a server per backlog")
     t0 = time.perf_counter()
     rows = [run_backlog(n, args.ticks, args.scale, args.seed, restart=(i == len(backlogs) - 1),
-                        tenants=max(1, args.tenants))
+                        tenants=max(1, args.tenants), db=args.db)
             for i, n in enumerate(backlogs)]
     restart = rows[-1].pop("restart", None)
     out = {"backlogs": rows, "restart": restart, "targets": verdicts(rows, restart)}

@@ -61,7 +61,7 @@ from controlplane.core.models import (
     TenantSpec,
     ZoneInfo,
 )
-from controlplane.store import StoredAnswer
+from controlplane.store import StoredAnswer, is_postgres
 from serve.auth import bearer_scheme, bearer_token, hash_token
 from serve.dashboard import router as dashboard_router
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
@@ -718,6 +718,9 @@ def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = 
     ``package_dir`` (default: ``packages/`` beside the store) and job logs are read from the
     workload cluster's dashboard ``workload_address`` (the executor's copies in ``log_dir``,
     default ``logs/`` beside the store, for attempts whose node is gone)."""
+    if is_postgres(db_path) and (package_dir is None or log_dir is None):
+        raise InvalidInput("package_dir", "a PostgreSQL store has no directory beside it for "
+                           "packages and logs", fix="pass package_dir and log_dir")
     resolved = limits or ApiLimits.from_settings()
     return SpotplaneAPI.bind(  # type: ignore[attr-defined]
         str(db_path), hash_token(admin_token), resolved.model_dump(),

@@ -8,6 +8,7 @@ import pytest
 
 from clusters.traces import DataCatalog
 from controlplane.core.config import data_dir
+from tests.pgfixtures import pg_server, pg_url, store_url  # noqa: F401 - the store's backends
 
 
 @pytest.fixture(scope="session")

@@ -59,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--plot", default=None, metavar="FILE.png",
                     help="with --demo: where to draw the fleet/decisions plot (default: STATE_DIR/demo.png)")
     up.add_argument("--fresh", action="store_true", help="start from an empty store (moves the old one aside)")
+    up.add_argument("--db", default=None, metavar="URL",
+                    help="the store: postgresql://USER:PASSWORD@HOST/DB, sqlite:///PATH or a path "
+                         "(default: $SPOTPLANE_DB, else spotplane.db in the state directory; "
+                         "docs/store.md)")
     up.add_argument("--artifacts", default=None, metavar="URI",
                     help="where real jobs' checkpoints go: a directory or s3://bucket/prefix "
                          "(default: STATE_DIR/artifacts; env SPOTPLANE_ARTIFACTS)")

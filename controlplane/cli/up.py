@@ -32,7 +32,7 @@ from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, 
 from controlplane.core.config import load_settings
 from controlplane.core.errors import CloudError, ConfigError, InvalidInput
 from controlplane.core.units import DB_FILE, SIMFLEET_DB
-from controlplane.store import BadRow, Store
+from controlplane.store import BadRow, Store, is_postgres, redact, sqlite_path
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,17 @@ def private_dir(state_dir: Path) -> None:
     store (job env, token hashes), the fleet's database and the endpoint file."""
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     state_dir.chmod(0o700)
+
+
+def store_target(args: argparse.Namespace, state_dir: Path) -> str | Path:
+    """The store ``up`` runs on: ``--db`` or ``$SPOTPLANE_DB`` (a path, ``sqlite:///PATH`` or a
+    ``postgresql://`` URL), else the state directory's SQLite file; a bad URL fails here."""
+    db = getattr(args, "db", None) or os.environ.get("SPOTPLANE_DB")
+    if not db:
+        return state_dir / DB_FILE
+    if not is_postgres(db):
+        sqlite_path(db)  # InvalidInput naming `db` for a scheme that is neither
+    return str(db)
 
 
 def move_aside(state_dir: Path) -> None:
@@ -228,7 +239,12 @@ def run_up(args: argparse.Namespace) -> int:
     speed = args.speed if args.speed is not None else (DEMO_SPEED if args.demo else DEFAULT_SPEED)
     if speed <= 0:
         raise ConfigError(f"speed: must be > 0, got {speed}", fix="e.g. --speed 3600 (one simulated hour per second)")
+    db = store_target(args, state_dir)
     if args.fresh:
+        if is_postgres(db):
+            raise ConfigError("--fresh moves the state directory's SQLite store aside; it cannot "
+                              f"empty the PostgreSQL database {redact(str(db))}",
+                              fix="point --db at an empty database, or drop and create it")
         move_aside(state_dir)
     port = choose_port(args.port, args.host)
     # deferred: Ray and Serve load only when `up` starts them; every other command starts in under a second
@@ -238,7 +254,8 @@ def run_up(args: argparse.Namespace) -> int:
     if getattr(args, "data_dir", None):
         os.environ["SPOTPLANE_DATA_DIR"] = str(Path(args.data_dir).expanduser().resolve())
     if os.environ.get(CHILD_ENV) != "1":
-        env = dict(os.environ, **{CHILD_ENV: "1", "SPOTPLANE_ADMIN_TOKEN": admin_token})
+        env = dict(os.environ, **{CHILD_ENV: "1", "SPOTPLANE_ADMIN_TOKEN": admin_token,
+                                  "SPOTPLANE_DB": str(db)})  # a URL's password stays out of argv
         return supervise(child_command(args, state_dir, port), env)
     started: dict[str, Any] = {}
     code = 1
@@ -340,7 +357,6 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     # deferred: Ray and Serve load only when `up` starts them; every other command starts in under a second
     from actors.runtime import RuntimeSettings, start_control_plane
     from serve.app import start_api
-    from serve.service import db_path
 
     t0 = time.monotonic()
     print(f"spotplane: starting Ray, the control plane ({args.fleet} fleet"
@@ -358,19 +374,20 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     # slows the simulation instead of skipping time); real fleets run on wall time.
     # Jobs with an entrypoint run as Ray jobs pinned to their node (docs/execution.md), their
     # checkpoints in the state directory; simulated jobs need no executor.
-    settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet, speed=speed,
+    db = store_target(args, state_dir)
+    settings = RuntimeSettings(state_dir=state_dir, db=str(db), fleet=args.fleet, speed=speed,
                                clock="sim" if args.fleet == "sim" else "wall",
                                executor_factory=EXECUTOR_FACTORY,
                                executor_options={**executor_options(args, state_dir), **workload})
-    set_aside = quarantined_rows(db_path(state_dir))
+    set_aside = quarantined_rows(db)
     try:
         started["control_plane"] = start_control_plane(settings)
     except Exception as exc:  # noqa: BLE001 - the actor's own error, in one line
         lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
         raise CloudError(f"fleet {args.fleet}: the control plane did not start ({lines[-1] if lines else exc!r})",
                          fix="check the provider's credentials and options, or use --fleet sim") from exc
-    report_quarantine(quarantined_rows(db_path(state_dir), since=set_aside))
-    url = start_api(db_path(state_dir), admin_token, port, args.host,
+    report_quarantine(quarantined_rows(db, since=set_aside))
+    url = start_api(db, admin_token, port, args.host,
                     package_dir=state_dir / "packages",
                     workload_address=workload["workload_address"],
                     workload_token_path=workload.get("workload_token_path"),
@@ -382,7 +399,8 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
           f"  API          {url}   (OpenAPI: {url}/docs)\n"
           f"  dashboard    {url}/   (log in with the admin token below or a tenant's)\n"
           f"  admin token  {admin_token}\n"
-          f"  state        {state_dir}\n"
+          f"  state        {state_dir}"
+          + (f" (store: {redact(str(db))})" if is_postgres(db) else "") + "\n"
           f"  try          spotplane jobs --state-dir {state_dir}   |   stop: Ctrl-C or `spotplane down`",
           flush=True)
     write_endpoint(state_dir, url, admin_token, os.getpid())  # last: it tells others we are ready
@@ -390,9 +408,9 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     return url
 
 
-def quarantined_rows(db: Path, since: Sequence[BadRow] = ()) -> list[BadRow]:
-    """Rows of the state directory's store the controller set aside, less those in ``since``."""
-    if not db.exists():
+def quarantined_rows(db: str | Path, since: Sequence[BadRow] = ()) -> list[BadRow]:
+    """Rows of the store the controller set aside, less those in ``since``."""
+    if not is_postgres(db) and not Path(sqlite_path(db)).exists():
         return []
     store = Store(db)
     try:

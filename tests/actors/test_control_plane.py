@@ -123,8 +123,10 @@ def _jobs(store: Store, tenant: str) -> list[str]:
     return [j.id for j in store.submit_jobs(tenant, specs, now=0.0)]
 
 
-def test_controller_actor_killed_mid_run(ray_cluster: Any, tmp_path: Path) -> None:
-    s = _settings(tmp_path, policy_actors=False, autostart=True, speed=3600.0,
+def test_controller_actor_killed_mid_run(ray_cluster: Any, tmp_path: Path, store_url: str) -> None:
+    """On both backends: the actor dies between intents and launches, Ray restarts it, it takes
+    the lease and carries the pending intents out; no job lost, none launched twice."""
+    s = _settings(tmp_path, db=store_url, policy_actors=False, autostart=True, speed=3600.0,
                   crash_after_intents=2, fleet_options={"gcp": False},
                   controller=ControllerSettings(pool_nodes={"V100": 6}))
     store = Store(s.db_path)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 ROW_KEYS = {"queued", "tick_ms_p50", "tick_ms_max", "tick_cpu_ms_p50", "ingest_tick_ms_max",
@@ -15,9 +17,12 @@ ROW_KEYS = {"queued", "tick_ms_p50", "tick_ms_max", "tick_cpu_ms_p50", "ingest_t
             "small_job_ticks_after_room"}
 
 
-def test_backlog_benchmark_json_shape() -> None:
+@pytest.mark.parametrize("db", ["sqlite", "pgserver"])
+def test_backlog_benchmark_json_shape(db: str, request: pytest.FixtureRequest) -> None:
+    if db == "pgserver":
+        request.getfixturevalue("pg_server")  # skips, saying why, where pgserver cannot start
     out = subprocess.run([sys.executable, "-m", "benchmarks.backlog", "--json", "--backlogs",
-                          "0,1500", "--ticks", "3", "--scale", "0.05"], cwd=REPO,
+                          "0,1500", "--ticks", "3", "--scale", "0.05", "--db", db], cwd=REPO,
                          capture_output=True, text=True, timeout=300, check=True)
     data = json.loads(out.stdout)
     assert set(data) == {"backlogs", "restart", "targets"}

@@ -4,6 +4,9 @@ head-of-line blocking in a crowded tick, and a restart that re-reads queued jobs
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
@@ -174,7 +177,7 @@ def test_the_backlogs_reads_are_index_ranges_never_scans_or_sorts(tmp_path: Path
     t, _ = store.create_tenant("t", max_gpus=8)
     jobs = store.submit_jobs(t.id, [JobSpec(name=f"j{i}", compute_hours=1.0) for i in range(20)])
     seen: list[str] = []
-    store._db.set_trace_callback(seen.append)  # the statements with their values bound
+    store._backend.db.set_trace_callback(seen.append)  # the statements with their values bound
     store.list_jobs(t.id, limit=5, after=jobs[9].id)
     store.list_jobs(None, limit=5, after=jobs[9].id)
     store.job_page(t.id, limit=5, after=jobs[9].id, descending=True)
@@ -182,7 +185,7 @@ def test_the_backlogs_reads_are_index_ranges_never_scans_or_sorts(tmp_path: Path
     store.tenant_jobs_after(t.id, JobState.QUEUED, 3, 5)
     placed = len(seen)
     store.load_placed_jobs()  # sorts what it finds: the placed jobs, bounded by the fleet
-    store._db.set_trace_callback(None)
+    store._backend.db.set_trace_callback(None)
     for i, sql in enumerate(seen):
         if not sql.startswith("SELECT") or "COUNT(*)" in sql:
             continue
@@ -190,6 +193,33 @@ def test_the_backlogs_reads_are_index_ranges_never_scans_or_sorts(tmp_path: Path
         assert plan.startswith("SEARCH"), (sql, plan)
         assert i >= placed or "TEMP B-TREE" not in plan, (sql, plan)
     assert len(seen) >= 9
+
+
+def test_the_backlogs_reads_use_an_index_on_postgresql(pg_url: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same reads on PostgreSQL, planned with sequential scans priced out: each is a range
+    of an index (a scan, or an index read whole, means no index has the read's condition)."""
+    store = Store(pg_url)
+    t, _ = store.create_tenant("t", max_gpus=8)
+    jobs = store.submit_jobs(t.id, [JobSpec(name=f"j{i}", compute_hours=1.0) for i in range(20)])
+    seen: list[tuple[str, tuple[Any, ...]]] = []
+    query = store._backend.query
+    monkeypatch.setattr(store._backend, "query",
+                        lambda sql, args=(): seen.append((sql, tuple(args))) or query(sql, args))
+    store.list_jobs(t.id, limit=5, after=jobs[9].id)
+    store.list_jobs(None, limit=5, after=jobs[9].id)
+    store.job_page(t.id, limit=5, after=jobs[9].id, descending=True)
+    store.tenant_jobs_after(t.id, JobState.PENDING, 0, 5)
+    store.get_job(jobs[3].id)
+    store.has_pending()
+    monkeypatch.undo()
+    with store._tx() as db:
+        db.execute("SET LOCAL enable_seqscan = off")
+        for sql, args in seen:
+            if sql.startswith("SELECT") and "COUNT(*)" not in sql:
+                plan = " | ".join(r[0] for r in db.execute("EXPLAIN " + sql, args).fetchall())
+                assert "Seq Scan" not in plan and "Index Cond" in plan, (sql, plan)
+    assert len(seen) >= 8
 
 
 def test_a_job_cancelled_deep_in_the_backlog_is_cancelled_in_the_next_tick(

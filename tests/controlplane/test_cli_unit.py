@@ -320,3 +320,33 @@ def test_up_workload_user_is_checked_before_ray_starts(tmp_path: Path, monkeypat
                             report_json=None, plot=None, workload_user="nobody")
     cmd = child_command(up, tmp_path, 8000)
     assert cmd[cmd.index("--workload-user") + 1] == "nobody"
+
+
+def test_up_store_target_from_the_flag_the_environment_or_the_state_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from actors.runtime import RuntimeSettings
+    from controlplane.cli.up import store_target
+
+    monkeypatch.delenv("SPOTPLANE_DB", raising=False)
+    assert store_target(argparse.Namespace(db=None), tmp_path) == tmp_path / "spotplane.db"
+    monkeypatch.setenv("SPOTPLANE_DB", "postgresql://sp:pw@db.internal/spotplane")
+    assert store_target(argparse.Namespace(db=None), tmp_path) == "postgresql://sp:pw@db.internal/spotplane"
+    assert store_target(argparse.Namespace(db="sqlite:///x.db"), tmp_path) == "sqlite:///x.db"
+    with pytest.raises(InvalidInput, match="db: 'mysql://u:\\*\\*\\*@h/d' is neither"):
+        store_target(argparse.Namespace(db="mysql://u:secret@h/d"), tmp_path)
+    settings = RuntimeSettings(state_dir=tmp_path, db="postgresql://h/d")
+    assert settings.db_path == "postgresql://h/d" and settings.actor_config()["db"] == "postgresql://h/d"
+    assert RuntimeSettings(state_dir=tmp_path).actor_config()["db"] == str(tmp_path / "spotplane.db")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--db", "mysql://u:secret@h/d"], "postgresql://USER@HOST/DB"),
+    (["--db", "postgresql://u:secret@h/d", "--fresh"], "cannot empty the PostgreSQL database"),
+])
+def test_up_refuses_a_bad_store_before_starting(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                argv: list[str], says: str) -> None:
+    code = main(["up", "--state-dir", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and "secret" not in err

@@ -21,8 +21,8 @@ class Crash(Exception):
 
 
 def _world(tmp: Path, data_root: Path, clock: SimClock, pools: dict[str, int],
-           seed: int = 5) -> tuple[Store, SimulatedFleet, Controller]:
-    store = Store(tmp / "spotplane.db")
+           seed: int = 5, db: str | None = None) -> tuple[Store, SimulatedFleet, Controller]:
+    store = Store(db or tmp / "spotplane.db")
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=seed,
                                         state_path=tmp / "simfleet.db",
                                         lifetime_model=default_gce_model())
@@ -37,9 +37,9 @@ def _run(ctl: Controller, clock: SimClock, hours: float, dt: float = 60.0) -> No
         ctl.tick()
 
 
-def test_hp_job_preempts_a_spot_job(tmp_path: Path, data_root: Path) -> None:
+def test_hp_job_preempts_a_spot_job(tmp_path: Path, data_root: Path, store_url: str) -> None:
     clock = SimClock(start=0.0)
-    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 2, "H100": 2})
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 2, "H100": 2}, db=store_url)
     t, _ = store.create_tenant("t", max_gpus=100)
     spot = store.submit_job(t.id, JobSpec(name="s", kind="spot", compute_hours=3, workers=2,
                                           accelerator="V100"), now=0.0)
@@ -61,9 +61,9 @@ def test_hp_job_preempts_a_spot_job(tmp_path: Path, data_root: Path) -> None:
     assert store.get_job(spot.id).progress_hours == pytest.approx(3.0)
 
 
-def test_cancel_releases_nodes(tmp_path: Path, data_root: Path) -> None:
+def test_cancel_releases_nodes(tmp_path: Path, data_root: Path, store_url: str) -> None:
     clock = SimClock(start=0.0)
-    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 4, "H100": 2})
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 4, "H100": 2}, db=store_url)
     t, _ = store.create_tenant("t")
     job = store.submit_job(t.id, JobSpec(name="od", kind="hp", compute_hours=5, workers=2,
                                          accelerator="V100"), now=0.0)
@@ -77,9 +77,11 @@ def test_cancel_releases_nodes(tmp_path: Path, data_root: Path) -> None:
     assert live == []
 
 
-def test_crash_between_intent_and_launch_launches_once(tmp_path: Path, data_root: Path) -> None:
+def test_crash_between_intent_and_launch_launches_once(tmp_path: Path, data_root: Path,
+                                                      store_url: str) -> None:
+    """On both backends: the intents survive the crash, the old controller is fenced off."""
     clock = SimClock(start=0.0)
-    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 8, "H100": 2})
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 8, "H100": 2}, db=store_url)
     t, _ = store.create_tenant("t")
     jobs = store.submit_jobs(t.id, [JobSpec(name=f"j{i}", kind="hp", compute_hours=1, workers=2,
                                             accelerator="V100") for i in range(3)], now=0.0)
@@ -98,7 +100,7 @@ def test_crash_between_intent_and_launch_launches_once(tmp_path: Path, data_root
     fleet2 = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
                                          state_path=tmp_path / "simfleet.db",
                                          lifetime_model=default_gce_model())
-    store2 = Store(tmp_path / "spotplane.db")
+    store2 = Store(store_url)
     ctl2 = Controller(store2, fleet2, clock, ControllerSettings(pool_nodes={"V100": 8}),
                       epoch=store2.take_controller_lease())
     with pytest.raises(Exception, match="fenced"):
@@ -112,9 +114,9 @@ def test_crash_between_intent_and_launch_launches_once(tmp_path: Path, data_root
     assert len({n.instance_id for n in store2.list_nodes()}) == 6
 
 
-def test_rerunning_recover_changes_nothing(tmp_path: Path, data_root: Path) -> None:
+def test_rerunning_recover_changes_nothing(tmp_path: Path, data_root: Path, store_url: str) -> None:
     clock = SimClock(start=0.0)
-    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 4, "H100": 2})
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 4, "H100": 2}, db=store_url)
     t, _ = store.create_tenant("t")
     store.submit_job(t.id, JobSpec(name="a", kind="spot", compute_hours=2, accelerator="V100"),
                      now=0.0)
@@ -125,9 +127,9 @@ def test_rerunning_recover_changes_nothing(tmp_path: Path, data_root: Path) -> N
     assert ([j.model_dump() for j in store.list_jobs()], len(store.events())) == before
 
 
-def test_node_agent_notice_triggers_a_checkpoint(tmp_path: Path, data_root: Path) -> None:
+def test_node_agent_notice_triggers_a_checkpoint(tmp_path: Path, data_root: Path, store_url: str) -> None:
     clock = SimClock(start=0.0)
-    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 2, "H100": 2})
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 2, "H100": 2}, db=store_url)
     t, _ = store.create_tenant("t")
     job = store.submit_job(t.id, JobSpec(name="s", kind="hp", compute_hours=4,
                                          accelerator="V100"), now=0.0)
@@ -142,9 +144,9 @@ def test_node_agent_notice_triggers_a_checkpoint(tmp_path: Path, data_root: Path
     assert ctl.jobs[job.id].checkpoints == before + 1
 
 
-def test_a_job_no_zone_can_host_fails_with_the_reason(tmp_path: Path, data_root: Path) -> None:
+def test_a_job_no_zone_can_host_fails_with_the_reason(tmp_path: Path, data_root: Path, store_url: str) -> None:
     clock = SimClock(start=0.0)
-    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 2, "H100": 2})
+    store, fleet, ctl = _world(tmp_path, data_root, clock, {"V100": 2, "H100": 2}, db=store_url)
     t, _ = store.create_tenant("t")
     job = store.submit_job(t.id, JobSpec(name="big", compute_hours=1, accelerator="V100",
                                          gpus_per_worker=4), now=0.0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pytest
 
@@ -167,9 +166,10 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
+def world(store_url: str) -> World:
+    """Each phase over a real store, once per backend (``store_url``: SQLite, PostgreSQL)."""
     clock = SimClock(start=0.0)
-    store = Store(tmp_path / "spotplane.db")
+    store = Store(store_url)
     fleet = KeptFleet(clock)
     settings = ControllerSettings()
     state = LoopState(offers=fleet.offers())

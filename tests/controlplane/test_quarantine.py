@@ -25,9 +25,9 @@ DEADLINE_NEEDS = ("spec: Value error, deadline_hours: a deadline job needs deadl
                   "deadline); give deadline_hours > compute_hours + overhead_hours")
 
 
-def _world(tmp: Path, data_root: Path, clock: SimClock,
-           policy_host: PolicyBook | None = None) -> tuple[Store, SimulatedFleet, Controller]:
-    store = Store(tmp / "spotplane.db")
+def _world(tmp: Path, data_root: Path, clock: SimClock, policy_host: PolicyBook | None = None,
+           db: str | None = None) -> tuple[Store, SimulatedFleet, Controller]:
+    store = Store(db or tmp / "spotplane.db")
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
                                         state_path=tmp / "simfleet.db",
                                         lifetime_model=default_gce_model())
@@ -42,7 +42,7 @@ def _run(ctl: Controller, clock: SimClock, hours: float, dt: float = 60.0) -> No
         ctl.tick()
 
 
-def _poison_deadline_job(db: Path, tenant_id: str, state: str = "PENDING") -> str:
+def _poison_deadline_job(store: Store, tenant_id: str, state: str = "PENDING") -> str:
     """What ``"deadline": Infinity`` became before the API refused it: a deadline job whose
     stored spec has ``"deadline": null`` (it no longer validates)."""
     good = Job(id="job-poison", tenant_id=tenant_id, name="p", kind="deadline",
@@ -51,29 +51,29 @@ def _poison_deadline_job(db: Path, tenant_id: str, state: str = "PENDING") -> st
     body = json.loads(good.model_dump_json())
     body["spec"]["deadline"] = None
     body["deadline_at"] = None
-    with sqlite3.connect(db) as con:
+    with store._tx() as con:  # written past the API, as an older release's bug wrote it
         con.execute("INSERT INTO jobs (id, tenant_id, kind, state, submitted_at, body) "
                     "VALUES (?, ?, 'deadline', ?, 0.0, ?)",
                     (good.id, tenant_id, state, json.dumps(body)))
     return good.id
 
 
-def _corrupt(db: Path, table: str, row_id: str, body: str) -> None:
-    with sqlite3.connect(db) as con:
+def _corrupt(store: Store, table: str, row_id: str, body: str) -> None:
+    with store._tx() as con:
         con.execute(f"UPDATE {table} SET body = ? WHERE id = ?", (body, row_id))
 
 
-def test_a_poison_job_row_fails_alone_and_the_clock_goes_on(tmp_path: Path,
-                                                             data_root: Path) -> None:
+def test_a_poison_job_row_fails_alone_and_the_clock_goes_on(tmp_path: Path, data_root: Path,
+                                                             store_url: str) -> None:
     clock = SimClock(start=0.0)
-    store, fleet, ctl = _world(tmp_path, data_root, clock)
+    store, fleet, ctl = _world(tmp_path, data_root, clock, db=store_url)
     t, _ = store.create_tenant("t", max_gpus=100)
     other, _ = store.create_tenant("u", max_gpus=100)
     ok = store.submit_job(other.id, JobSpec(name="ok", kind="spot", compute_hours=1,
                                             accelerator="V100"), now=0.0)
     dl = store.submit_job(t.id, JobSpec(name="dl", kind="deadline", compute_hours=1,
                                         deadline_hours=6, accelerator="V100"), now=0.0)
-    poison = _poison_deadline_job(tmp_path / "spotplane.db", t.id)
+    poison = _poison_deadline_job(store, t.id)
 
     _run(ctl, clock, 8)
 
@@ -93,11 +93,11 @@ def test_a_poison_job_row_fails_alone_and_the_clock_goes_on(tmp_path: Path,
     assert [j.id for j in store.list_jobs(t.id, state="FAILED")] == [poison]
 
 
-def test_a_fresh_controller_recovers_a_store_with_poison_rows(tmp_path: Path,
-                                                               data_root: Path) -> None:
+def test_a_fresh_controller_recovers_a_store_with_poison_rows(tmp_path: Path, data_root: Path,
+                                                               store_url: str) -> None:
     clock = SimClock(start=0.0)
-    store, fleet, ctl = _world(tmp_path, data_root, clock)
-    db = tmp_path / "spotplane.db"
+    store, fleet, ctl = _world(tmp_path, data_root, clock, db=store_url)
+    db = Store(store_url)  # another connection: the rows change under the controller
     t, _ = store.create_tenant("t", max_gpus=100)
     victim = store.submit_job(t.id, JobSpec(name="v", kind="hp", compute_hours=5, workers=2,
                                             accelerator="V100"), now=0.0)

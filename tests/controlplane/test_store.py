@@ -1,5 +1,6 @@
 """The store: tenants (hashed tokens), submissions, tenant scoping, cancel flags, bags, cost,
-and concurrent writers in several processes."""
+and concurrent writers in several processes; every test runs on both backends (``store_url``:
+a SQLite file and a database on a real PostgreSQL server)."""
 
 from __future__ import annotations
 
@@ -10,21 +11,20 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from controlplane.core.errors import Conflict, NotFound
+from controlplane.core.errors import Conflict, NotFound, SpotplaneError
 from controlplane.core.models import BagSpec, CapacityPoint, Job, JobSpec, JobState, hash_token
 from controlplane.store import IdempotentCall, Store
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "state.db")
-
-
-def test_tenant_token_is_stored_hashed(tmp_path: Path) -> None:
-    st = _store(tmp_path)
+def test_tenant_token_is_stored_hashed(store_url: str) -> None:
+    st = Store(store_url)
     tenant, token = st.create_tenant("acme", max_gpus=16)
-    raw = (tmp_path / "state.db").read_bytes() + (tmp_path / "state.db-wal").read_bytes()
+    if st.backend == "sqlite":
+        raw = st.path.read_bytes() + Path(f"{st.path}-wal").read_bytes()
+    else:
+        raw = repr(st._q("SELECT * FROM tenants")).encode()
     assert token.encode() not in raw
     assert hash_token(token).encode() in raw
     assert st.tenant_by_token(token) == tenant
@@ -33,8 +33,8 @@ def test_tenant_token_is_stored_hashed(tmp_path: Path) -> None:
         st.create_tenant("acme")
 
 
-def test_jobs_are_tenant_scoped(tmp_path: Path) -> None:
-    st = _store(tmp_path)
+def test_jobs_are_tenant_scoped(store_url: str) -> None:
+    st = Store(store_url)
     a, _ = st.create_tenant("a")
     b, _ = st.create_tenant("b")
     job = st.submit_job(a.id, JobSpec(name="train", compute_hours=2), now=100.0)
@@ -66,8 +66,8 @@ def test_spec_validation_names_field_and_fix() -> None:
         JobSpec(name="x", compute_hours=1, gpus=3)  # type: ignore[call-arg]
 
 
-def test_bag_and_cost_counterfactual(tmp_path: Path) -> None:
-    st = _store(tmp_path)
+def test_bag_and_cost_counterfactual(store_url: str) -> None:
+    st = Store(store_url)
     t, _ = st.create_tenant("bagger")
     bag, jobs = st.create_bag(t.id, BagSpec(name="sweep", template=JobSpec(name="s", compute_hours=1),
                                             params=[{"lr": 0.1}, {"lr": 0.01}, {"lr": 0.001}],
@@ -97,10 +97,10 @@ for i in range(int(sys.argv[3])):
 """
 
 
-def test_concurrent_writers_in_processes_lose_nothing(tmp_path: Path) -> None:
-    st = _store(tmp_path)
+def test_concurrent_writers_in_processes_lose_nothing(store_url: str) -> None:
+    st = Store(store_url)
     t, _ = st.create_tenant("busy")
-    procs = [subprocess.Popen([sys.executable, "-c", SUBMITTER, str(tmp_path / "state.db"),
+    procs = [subprocess.Popen([sys.executable, "-c", SUBMITTER, store_url,
                                t.id, "40"], cwd=REPO) for _ in range(3)]
     for i in range(40):  # the controller writes at the same time
         st.commit(control_time=float(i))
@@ -110,8 +110,8 @@ def test_concurrent_writers_in_processes_lose_nothing(tmp_path: Path) -> None:
     assert len(jobs) == 120 and len({j.id for j in jobs}) == 120
 
 
-def test_list_jobs_stops_reading_once_the_bodies_pass_max_bytes(tmp_path: Path) -> None:
-    st = _store(tmp_path)
+def test_list_jobs_stops_reading_once_the_bodies_pass_max_bytes(store_url: str) -> None:
+    st = Store(store_url)
     tenant, _ = st.create_tenant("big")
     jobs = st.submit_jobs(tenant.id, [JobSpec(name=f"b{i}", compute_hours=1.0, params={"pad": "p" * 1000})
                                       for i in range(20)])
@@ -122,8 +122,8 @@ def test_list_jobs_stops_reading_once_the_bodies_pass_max_bytes(tmp_path: Path) 
     assert len(st.list_jobs(tenant.id)) == 20
 
 
-def test_idempotent_submission_is_written_once_with_its_answer(tmp_path: Path) -> None:
-    st = _store(tmp_path)
+def test_idempotent_submission_is_written_once_with_its_answer(store_url: str) -> None:
+    st = Store(store_url)
     tenant, _ = st.create_tenant("idem")
     call = IdempotentCall("k1", "digest-1", lambda bag, jobs: f'{{"id":"{jobs[0].id}"}}')
     first = st.submit_jobs_once(tenant.id, [JobSpec(name="a", compute_hours=1.0)], call)
@@ -134,8 +134,40 @@ def test_idempotent_submission_is_written_once_with_its_answer(tmp_path: Path) -
     assert st.idempotent_answer(tenant.id, "k2") is None
 
 
-def test_bag_counts_cost_views_and_counters_exactly(tmp_path: Path) -> None:
-    st = _store(tmp_path)
+RACER = """
+import sys
+from controlplane.core.models import JobSpec
+from controlplane.store import IdempotentCall, Store
+st = Store(sys.argv[1])
+for k in range(int(sys.argv[3])):
+    call = IdempotentCall(f"key-{k}", "digest", lambda bag, jobs: jobs[0].id)
+    print(st.submit_jobs_once(sys.argv[2], [JobSpec(name=f"k{k}", compute_hours=1)], call).body)
+"""
+
+
+def test_racing_processes_with_one_idempotency_key_create_once(store_url: str) -> None:
+    """Four processes send the same 30 keys at once: each key makes one job, and every process
+    gets that job's answer back (the key is checked and written in one serialized write)."""
+    st = Store(store_url)
+    t, _ = st.create_tenant("racer")
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, store_url, t.id, "30"], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    answers = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    jobs = st.list_jobs(t.id)
+    assert len(jobs) == 30 and all(a == [j.id for j in jobs] for a in answers)
+    assert st.metrics()["jobs_submitted_total"] == 30
+
+
+def test_a_postgresql_server_that_does_not_answer_is_one_clear_error() -> None:
+    with pytest.raises(SpotplaneError, match=r"cannot connect to PostgreSQL at "
+                       r"postgresql://spot:\*\*\*@127.0.0.1:9/nowhere .*SPOTPLANE_DB") as err:
+        Store("postgresql://spot:hunter2@127.0.0.1:9/nowhere", timeout_s=2.0)
+    assert "hunter2" not in str(err.value)
+
+
+def test_bag_counts_cost_views_and_counters_exactly(store_url: str) -> None:
+    st = Store(store_url)
     t, _ = st.create_tenant("b-bagger")
     bag, jobs = st.create_bag(t.id, BagSpec(name="sweep", template=JobSpec(name="s", compute_hours=1),
                                             params=[{"i": 0}, {"i": 1}, {"i": 2}],
@@ -176,8 +208,8 @@ def _point(at: float, acc: str = "V100", quota: int = 4) -> CapacityPoint:
                          hp_demand_gpus=3.0, hp_demand_upper_gpus=5.0, guarantee_hours=1, eta=1.0)
 
 
-def test_capacity_history_is_pruned_by_age_and_rows_and_paged_by_cursor(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.db")
+def test_capacity_history_is_pruned_by_age_and_rows_and_paged_by_cursor(store_url: str) -> None:
+    store = Store(store_url)
     for i in range(10):  # one refresh every 300 s, two pools
         pruned = store.add_capacity([_point(300.0 * i, "V100", i), _point(300.0 * i, "H100", i)],
                                     max_age_s=1200.0, max_rows=100)
@@ -208,10 +240,10 @@ def _totals_kept(st: Store) -> dict[tuple[str, str], tuple[int, float, float]]:
         "SELECT state, kind, n, cost, on_demand_cost FROM job_totals WHERE n > 0")}
 
 
-def test_job_totals_follow_every_write_and_metrics_read_them(tmp_path: Path) -> None:
+def test_job_totals_follow_every_write_and_metrics_read_them(store_url: str) -> None:
     """The per-(state, kind) counts and bills /metrics reads are kept by triggers: after
     submissions, moves, bills and a deletion they equal a scan of the jobs table."""
-    st = Store(tmp_path / "s.db")
+    st = Store(store_url)
     t, _ = st.create_tenant("acme")
     jobs = st.submit_jobs(t.id, [JobSpec(name=f"j{i}", kind="hp" if i % 3 == 0 else "spot",
                                          compute_hours=1) for i in range(9)])
@@ -224,6 +256,11 @@ def test_job_totals_follow_every_write_and_metrics_read_them(tmp_path: Path) -> 
     with st._tx() as db:
         db.execute("DELETE FROM jobs WHERE id = ?", (jobs[2].id,))
     kept, scanned = _totals_kept(st), _totals_by_scan(st)
+    assert kept == {k: (n, pytest.approx(c), pytest.approx(o)) for k, (n, c, o) in scanned.items()}
+    with st._tx() as db:  # one statement over many rows, there and back
+        db.execute("UPDATE jobs SET state = 'CANCELLED', cost = cost + 1 WHERE state = 'PENDING'")
+        db.execute("UPDATE jobs SET state = 'PENDING', cost = cost - 1 WHERE state = 'CANCELLED'")
+    kept, scanned = _totals_kept(st), _totals_by_scan(st)
     assert kept.keys() == scanned.keys()
     for key, (n, cost, od) in scanned.items():
         assert kept[key] == (n, pytest.approx(cost), pytest.approx(od)), key
@@ -235,8 +272,8 @@ def test_job_totals_follow_every_write_and_metrics_read_them(tmp_path: Path) -> 
     assert m["on_demand_cost_dollars"] == pytest.approx(1.25 * (1 + 3 + 4 + 5))
 
 
-def test_a_store_from_before_job_totals_is_counted_when_opened(tmp_path: Path) -> None:
-    db = tmp_path / "old.db"
+def test_a_store_from_before_job_totals_is_counted_when_opened(store_url: str) -> None:
+    db = store_url
     st = Store(db)
     t, _ = st.create_tenant("acme")
     st.submit_jobs(t.id, [JobSpec(name=f"j{i}", compute_hours=1) for i in range(5)])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from controlplane.core.models import Event, Job, JobSpec, JobState
 from controlplane.store import Store
 
@@ -15,8 +13,8 @@ def _move(st: Store, job: Job, dst: JobState, at: float) -> None:
                                         kind="transition", src=src.value, dst=dst.value, cause="test")])
 
 
-def test_max_spot_queue_seconds_over_the_window(tmp_path: Path) -> None:
-    st = Store(tmp_path / "s.db")
+def test_max_spot_queue_seconds_over_the_window(store_url: str) -> None:
+    st = Store(store_url)
     t, _ = st.create_tenant("q")
     early, late, waiting = (st.submit_job(t.id, JobSpec(name=n, compute_hours=1), now=0.0)
                             for n in ("early", "late", "waiting"))

@@ -4,6 +4,7 @@ cursor that is no job of the list a 422 naming ``after``."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from controlplane.client import SpotplaneClient
 from controlplane.core.models import JobSpec
 from controlplane.store import Store
 from serve.limits import ApiLimits
+from tests.pgfixtures import BACKENDS, fresh_database
 from tests.support import free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -36,11 +38,21 @@ class Paged:
                             timeout=30)
 
 
-@pytest.fixture(scope="module")
-def paged(ray_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paged]:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module", params=BACKENDS)
+def paged(request: pytest.FixtureRequest, ray_cluster,  # type: ignore[no-untyped-def]
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paged]:
+    """The API over each backend: a SQLite file, then a database on the suite's PostgreSQL."""
+    with contextlib.ExitStack() as stack:
+        files = Path(tmp_path_factory.mktemp("cursor"))
+        db = str(files / "spotplane.db")
+        if request.param == "postgresql":
+            db = stack.enter_context(fresh_database(request.getfixturevalue("pg_server")))
+        yield from _serve(db, files)
+
+
+def _serve(db: str, files: Path) -> Iterator[Paged]:
     from serve.app import start_api, stop_api
 
-    db = Path(tmp_path_factory.mktemp("cursor")) / "spotplane.db"
     store = Store(db)
     tokens, jobs = {}, {}
     ids = {}
@@ -52,7 +64,8 @@ def paged(ray_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pag
             jobs[name] += [j.id for j in store.submit_jobs(ids[name], [
                 JobSpec(name=f"{name}-{batch}-{i}", compute_hours=1.0) for i in range(n)],
                 now=0.0)]
-    url = start_api(db, ADMIN, free_port(), limits=ApiLimits(max_list_bytes=CAP))
+    url = start_api(db, ADMIN, free_port(), limits=ApiLimits(max_list_bytes=CAP),
+                    package_dir=files / "packages", log_dir=files / "logs")
     try:
         yield Paged(url, store, tokens, jobs)
     finally:

@@ -3,8 +3,6 @@ filtering, paging and tenant scope; the overview's node history; a job's timelin
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from controlplane.core.models import (
@@ -23,8 +21,9 @@ from serve.service import ControlPlaneService, Principal
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> ControlPlaneService:
-    return ControlPlaneService(Store(tmp_path / "spotplane.db"), "admin-hash")
+def service(store_url: str) -> ControlPlaneService:
+    """The service on each backend (``store_url``: SQLite, then PostgreSQL)."""
+    return ControlPlaneService(Store(store_url), "admin-hash")
 
 
 def _fill(service: ControlPlaneService) -> tuple[str, str, list[str]]:

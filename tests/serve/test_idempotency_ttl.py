@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 
 import pytest
 
@@ -23,9 +22,10 @@ def _render(bag: Bag | None, jobs: Sequence[Job]) -> str:
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> tuple[ControlPlaneService, SimClock, Principal]:
+def setup(store_url: str) -> tuple[ControlPlaneService, SimClock, Principal]:
+    """The service on each backend (``store_url``: SQLite, then PostgreSQL)."""
     clock = SimClock(start=1_700_000_000.0)
-    service = ControlPlaneService(Store(tmp_path / "spotplane.db"), "admin-hash", Caps(), clock)
+    service = ControlPlaneService(Store(store_url), "admin-hash", Caps(), clock)
     tenant = service.store.create_tenant("acme")[0]
     return service, clock, Principal.tenant(tenant.id)
 

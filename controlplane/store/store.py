@@ -1,8 +1,10 @@
-"""The durable state of the control plane: one SQLite database in WAL mode.
+"""The durable state of the control plane: one SQLite file in WAL mode (the embedded default) or
+one PostgreSQL database, chosen by the target :class:`Store` is opened with (a path, or a URL).
 
 Safe for concurrent use by several processes (the Serve replicas insert submissions and set
 cancel flags while the controller reconciles): every process opens its own :class:`Store`;
-writes run in ``BEGIN IMMEDIATE`` transactions with a long busy timeout. Ownership of columns
+writes run one at a time (SQLite's ``BEGIN IMMEDIATE``, PostgreSQL's advisory lock:
+``controlplane.store.backend``). Ownership of columns
 keeps writers from stepping on each other: the API only INSERTs jobs/tenants/bags and sets
 ``jobs.cancel_requested``; the controller owns every other job/node column.
 
@@ -16,18 +18,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from controlplane.core.counters import STORE_TX_BUCKETS, Buckets
+from controlplane.core.counters import Buckets
 from controlplane.core.errors import Conflict, InvalidInput, NotFound
 from controlplane.core.models import (
     ACTIVE_STATES,
@@ -54,100 +52,11 @@ from controlplane.core.models import (
     new_token,
 )
 from controlplane.core.units import HOUR
+from controlplane.store.backend import Backend, PostgresBackend, Row, SQLiteBackend, Tx
+from controlplane.store.dialect import Dialect, is_postgres, redact, sqlite_path
+from controlplane.store.schema import ensure_schema
 
-log = logging.getLogger(__name__)
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS tenants (
-  id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, token_hash TEXT NOT NULL UNIQUE,
-  max_gpus INTEGER NOT NULL, created_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS demand (
-  tenant_id TEXT NOT NULL, hour INTEGER NOT NULL, hp_gpu_hours REAL NOT NULL DEFAULT 0,
-  spot_gpu_hours REAL NOT NULL DEFAULT 0, PRIMARY KEY (tenant_id, hour));
-CREATE TABLE IF NOT EXISTS jobs (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, tenant_id TEXT NOT NULL,
-  kind TEXT NOT NULL, state TEXT NOT NULL, bag_id TEXT, submitted_at REAL NOT NULL,
-  cost REAL NOT NULL DEFAULT 0, on_demand_cost REAL NOT NULL DEFAULT 0,
-  gpu_hours REAL NOT NULL DEFAULT 0,
-  cancel_requested INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
-CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant_id, seq);
-CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (state, kind, submitted_at);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
-CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
-CREATE INDEX IF NOT EXISTS jobs_bag_state ON jobs (bag_id, state);
-CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
-CREATE TABLE IF NOT EXISTS bags (
-  id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS nodes (
-  id TEXT PRIMARY KEY, state TEXT NOT NULL, job_id TEXT, intent_id TEXT NOT NULL,
-  body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS nodes_state ON nodes (state);
-CREATE TABLE IF NOT EXISTS events (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, tenant_id TEXT, job_id TEXT,
-  node_id TEXT, kind TEXT NOT NULL, src TEXT, dst TEXT, cause TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS events_job ON events (job_id);
-CREATE TABLE IF NOT EXISTS decisions (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, job_id TEXT NOT NULL, tenant_id TEXT,
-  policy TEXT NOT NULL, action TEXT NOT NULL, zone TEXT, reason TEXT NOT NULL,
-  observation TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS decisions_job ON decisions (job_id);
-CREATE TABLE IF NOT EXISTS intents (
-  id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
-  done_at REAL, payload TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS intents_status ON intents (status);
-CREATE TABLE IF NOT EXISTS zones (
-  zone TEXT NOT NULL, instance_type TEXT NOT NULL, body TEXT NOT NULL,
-  PRIMARY KEY (zone, instance_type));
-CREATE TABLE IF NOT EXISTS quotas (
-  pool TEXT NOT NULL, accelerator TEXT NOT NULL, body TEXT NOT NULL,
-  PRIMARY KEY (pool, accelerator));
-CREATE TABLE IF NOT EXISTS capacity_history (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, accelerator TEXT NOT NULL,
-  body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS capacity_history_at ON capacity_history (at);
-CREATE TABLE IF NOT EXISTS forecasts (tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS idempotency (
-  tenant_id TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
-  response TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tenant_id, key));
-CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_at);
-CREATE TABLE IF NOT EXISTS quarantine (
-  tbl TEXT NOT NULL, id TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL, body TEXT,
-  PRIMARY KEY (tbl, id));
-""" + """
-CREATE TABLE IF NOT EXISTS job_totals (
-  state TEXT NOT NULL, kind TEXT NOT NULL, n INTEGER NOT NULL DEFAULT 0,
-  cost REAL NOT NULL DEFAULT 0, on_demand_cost REAL NOT NULL DEFAULT 0, PRIMARY KEY (state, kind));
-CREATE TRIGGER IF NOT EXISTS job_totals_insert AFTER INSERT ON jobs BEGIN
-  INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
-    VALUES (new.state, new.kind, 1, new.cost, new.on_demand_cost)
-    ON CONFLICT (state, kind) DO UPDATE SET n = n + 1, cost = cost + excluded.cost,
-      on_demand_cost = on_demand_cost + excluded.on_demand_cost;
-END;
-CREATE TRIGGER IF NOT EXISTS job_totals_update AFTER UPDATE OF state, kind, cost, on_demand_cost ON jobs
-BEGIN
-  UPDATE job_totals SET n = n - 1, cost = cost - old.cost, on_demand_cost = on_demand_cost - old.on_demand_cost
-    WHERE state = old.state AND kind = old.kind;
-  INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
-    VALUES (new.state, new.kind, 1, new.cost, new.on_demand_cost)
-    ON CONFLICT (state, kind) DO UPDATE SET n = n + 1, cost = cost + excluded.cost,
-      on_demand_cost = on_demand_cost + excluded.on_demand_cost;
-END;
-CREATE TRIGGER IF NOT EXISTS job_totals_delete AFTER DELETE ON jobs BEGIN
-  UPDATE job_totals SET n = n - 1, cost = cost - old.cost, on_demand_cost = on_demand_cost - old.on_demand_cost
-    WHERE state = old.state AND kind = old.kind;
-END;
-"""
-# job_totals: jobs and their bills per (state, kind), kept by the triggers above in the same
-# transaction as every job write, so /metrics reads a handful of rows however long the backlog.
-# A store written before the table existed is counted once when it is opened.
-JOB_TOTALS_BACKFILL = """
-INSERT INTO job_totals (state, kind, n, cost, on_demand_cost)
-  SELECT state, kind, COUNT(*), SUM(cost), SUM(on_demand_cost) FROM jobs GROUP BY state, kind
-"""
+log = logging.getLogger("controlplane.store")
 
 # The capacity history is bounded both ways: points older than a week of control-plane time,
 # and all but the newest rows, go at every write (a refresh every 300 s of control time writes
@@ -158,23 +67,74 @@ CAPACITY_MAX_ROWS = 20_000
 JOB_COLUMNS = "id, tenant_id, kind, state, bag_id, submitted_at, body, cancel_requested"
 NODE_COLUMNS = "id, state, job_id, body"
 JOB_BODY_AT = 6  # the body's place in JOB_COLUMNS
+JOB_UPDATE = ("state", "cost", "on_demand_cost", "gpu_hours", "body")  # what a commit writes
 
 
-# The dashboard's sortable job columns as SQL over the jobs table (``?`` is the control time).
-JOB_ORDER: dict[str, str] = {
-    "submitted": "seq",
-    "seq": "seq",
-    "name": "json_extract(body, '$.name')",
-    "state": "state",
-    "kind": "kind",
-    "tenant": "tenant_id",
-    "cost": "cost",
-    "preemptions": "json_extract(body, '$.preemptions')",
-    "checkpoints": "json_extract(body, '$.checkpoints')",
-    "progress": "json_extract(body, '$.progress_hours') / json_extract(body, '$.spec.compute_hours')",
-    "slack": "((json_extract(body, '$.deadline_at') - ?) / 3600.0 - "
-             "(json_extract(body, '$.spec.compute_hours') - json_extract(body, '$.progress_hours')))",
+def job_order(d: Dialect) -> dict[str, str]:
+    """The dashboard's sortable job columns as SQL over the jobs table (``?`` is the control
+    time) in dialect ``d``."""
+    def num(path: str) -> str:
+        return d.json("body", path, number=True)
+    return {
+        "submitted": "seq",
+        "seq": "seq",
+        "name": d.json("body", "name"),
+        "state": "state",
+        "kind": "kind",
+        "tenant": "tenant_id",
+        "cost": "cost",
+        "preemptions": num("preemptions"),
+        "checkpoints": num("checkpoints"),
+        "progress": f"{num('progress_hours')} / NULLIF({num('spec.compute_hours')}, 0)",
+        "slack": f"(({num('deadline_at')} - ?) / 3600.0 - "
+                 f"({num('spec.compute_hours')} - {num('progress_hours')}))",
+    }
+
+
+JOB_ORDER: dict[str, str] = job_order(Dialect())  # SQLite's, the embedded default
+
+
+# Tables written whole by key: (key columns, other columns) for :func:`replace_sql`.
+REPLACED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "meta": (("key",), ("value",)),
+    "zones": (("zone", "instance_type"), ("body",)),
+    "quotas": (("pool", "accelerator"), ("body",)),
+    "forecasts": (("tenant_id",), ("body",)),
+    "policy_state": (("job_id",), ("body",)),
 }
+
+
+def replace_sql(table: str) -> str:
+    """Insert a row of ``table`` or overwrite the one with its key (both backends' upsert)."""
+    keys, rest = REPLACED[table]
+    cols = keys + rest
+    return (f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+            + ", ".join(f"{c} = excluded.{c}" for c in rest))
+
+
+def open_backend(target: str | Path, timeout_s: float) -> Backend:
+    """PostgreSQL for a ``postgresql://`` URL; otherwise a private SQLite file (or ``:memory:``)."""
+    if is_postgres(target):
+        return PostgresBackend(str(target), timeout_s)
+    path = sqlite_path(target)
+    if path != ":memory:":
+        Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_file(Path(path))  # SQLite gives its -wal and -shm files the same mode
+    return SQLiteBackend(path, timeout_s)
+
+
+COUNT_UP = ("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
+            "SET value = counters.value + excluded.value")
+ADD_DEMAND = ("INSERT INTO demand VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, hour) DO UPDATE "
+              "SET hp_gpu_hours = demand.hp_gpu_hours + excluded.hp_gpu_hours, "
+              "spot_gpu_hours = demand.spot_gpu_hours + excluded.spot_gpu_hours")
+
+
+def in_list(n: int) -> str:
+    """``(?, ?, ...)`` for ``n`` values; ``(NULL)`` (matches nothing) for none."""
+    return f"({','.join('?' * n)})" if n else "(NULL)"
+
 
 INTENT_PENDING = "pending"
 INTENT_DONE = "done"
@@ -284,47 +244,47 @@ def _loud(good: list[Any], bad: list[BadRow]) -> list[Any]:
 
 
 class Store:
-    """One connection to the spotplane database (one per process / thread of use)."""
+    """One process's handle on the spotplane database: a SQLite connection shared by its
+    threads under a lock, or a pool of PostgreSQL connections (``controlplane.store.backend``)."""
 
-    def __init__(self, path: str | Path, *, timeout_s: float = 60.0) -> None:
-        self.path = Path(path)
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            private_file(self.path)  # SQLite gives its -wal and -shm files the same mode
-        self._lock = threading.RLock()
-        self.tx_seconds = Buckets(STORE_TX_BUCKETS)  # this process's write transactions
-        self._db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None,
-                                   check_same_thread=False)
-        self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = NORMAL")
-        with self._lock:
-            fresh_totals = not self._db.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_totals'").fetchall()
-            self._db.executescript("BEGIN IMMEDIATE;" + SCHEMA
-                                   + (JOB_TOTALS_BACKFILL + ";" if fresh_totals else "") + "COMMIT;")
+    def __init__(self, target: str | Path, *, timeout_s: float = 60.0) -> None:
+        """Open the store at ``target``: a file path or ``sqlite:///PATH`` (SQLite), or a
+        ``postgresql://`` URL; creates or upgrades its schema (``controlplane.store.schema``)."""
+        self.url = str(target)
+        self._backend = open_backend(target, timeout_s)
+        self._sql = self._backend.dialect
+        self.tx_seconds: Buckets = self._backend.tx_seconds
+        where = redact(self.url)
+        try:
+            with self._tx() as db:
+                ensure_schema(db, self._sql, where)
+        except BaseException:
+            self._backend.close()
+            raise
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file; a PostgreSQL store has none (InvalidInput)."""
+        if isinstance(self._backend, PostgresBackend):
+            raise InvalidInput("path", f"the store at {redact(self.url)} is a PostgreSQL database",
+                               fix="use Store.url to open it again")
+        return Path(sqlite_path(self.url))
+
+    @property
+    def backend(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._sql.name
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._backend.close()
 
     # -- plumbing ------------------------------------------------------------------------------
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            t0 = time.perf_counter()
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-            self.tx_seconds.add(time.perf_counter() - t0)
+    def _tx(self) -> Any:
+        """One write transaction (a context manager yielding a :class:`Tx`)."""
+        return self._backend.tx()
 
-    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
+    def _q(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        return self._backend.query(sql, args)
 
     # -- meta / clock --------------------------------------------------------------------------
     def get_meta(self, key: str, default: str | None = None) -> str | None:
@@ -333,14 +293,14 @@ class Store:
 
     def set_meta(self, key: str, value: str) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            db.execute(replace_sql("meta"), (key, value))
 
     def take_controller_lease(self) -> int:
         """Become THE controller: a new fencing epoch; commits of older epochs are refused."""
         with self._tx() as db:
             row = db.execute("SELECT value FROM meta WHERE key = 'controller_epoch'").fetchone()
             epoch = (int(row[0]) if row else 0) + 1
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('controller_epoch', ?)", (str(epoch),))
+            db.execute(replace_sql("meta"), ("controller_epoch", str(epoch)))
         return epoch
 
     def control_time(self) -> float:
@@ -362,7 +322,7 @@ class Store:
                 db.execute("INSERT INTO tenants VALUES (?, ?, ?, ?, ?)",
                            (tenant.id, tenant.name, tenant.token_hash, tenant.max_gpus,
                             tenant.created_at))
-        except sqlite3.IntegrityError as exc:
+        except self._sql.integrity_errors() as exc:
             raise Conflict(f"tenant {spec.name!r} already exists",
                            fix="choose another name") from exc
         return tenant, token
@@ -406,11 +366,7 @@ class Store:
         """Accumulate GPU-hours demanded in the hour containing ``at`` (forecaster input)."""
         hour = int(at // HOUR)
         with self._tx() as db:
-            db.execute(
-                "INSERT INTO demand VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, hour) DO UPDATE "
-                "SET hp_gpu_hours = hp_gpu_hours + excluded.hp_gpu_hours, "
-                "spot_gpu_hours = spot_gpu_hours + excluded.spot_gpu_hours",
-                (tenant_id, hour, hp_gpu_hours, spot_gpu_hours))
+            db.execute(ADD_DEMAND, (tenant_id, hour, hp_gpu_hours, spot_gpu_hours))
 
     def demand_history(self, tenant_id: str, hours: int, until: float,
                        kind: str = "hp") -> list[float]:
@@ -458,7 +414,7 @@ class Store:
             return self._prune_keys(db, not_before)
 
     @staticmethod
-    def _prune_keys(db: sqlite3.Connection, not_before: float) -> int:
+    def _prune_keys(db: Tx, not_before: float) -> int:
         return int(db.execute("DELETE FROM idempotency WHERE created_at <= ?",
                               (not_before,)).rowcount)
 
@@ -498,14 +454,13 @@ class Store:
         return Job(id=new_id("job"), tenant_id=tenant_id, name=spec.name, kind=spec.kind,
                    spec=spec, bag_id=spec.bag_id, submitted_at=now, deadline_at=deadline)
 
-    def _insert_jobs(self, db: sqlite3.Connection, jobs: Sequence[Job]) -> None:
-        db.executemany(
+    def _insert_jobs(self, db: Tx, jobs: Sequence[Job]) -> None:
+        db.insert_many(
             "INSERT INTO jobs (id, tenant_id, kind, state, bag_id, submitted_at, body) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(j.id, j.tenant_id, j.kind.value, j.state.value, j.bag_id, j.submitted_at,
               j.model_dump_json()) for j in jobs])
-        db.execute("INSERT INTO counters VALUES ('jobs_submitted_total', ?) ON CONFLICT (name) "
-                   "DO UPDATE SET value = value + excluded.value", (len(jobs),))
+        db.execute(COUNT_UP, ("jobs_submitted_total", len(jobs)))
 
     @staticmethod
     def _job_row(r: tuple[Any, ...]) -> Job | BadRow:
@@ -586,15 +541,13 @@ class Store:
                  body_at: int = 0) -> list[tuple[Any, ...]]:
         """Rows of ``sql`` until their bodies (column ``body_at``) pass ``max_bytes``: the row that
         passes it is the last one read, so a caller capping its answer knows it was cut."""
-        out: list[tuple[Any, ...]] = []
         size = 0
-        with self._lock:
-            for row in self._db.execute(sql, args):
-                out.append(row)
-                size += len(row[body_at] or "")
-                if size > max_bytes:
-                    break
-        return out
+
+        def past(row: Row) -> bool:
+            nonlocal size
+            size += len(row[body_at] or "")
+            return size > max_bytes
+        return self._backend.scan(sql, args, past)
     def job_page(self, tenant_id: str | None = None, *, states: list[str] | None = None,
                  kind: str | None = None, text: str | None = None, order_by: str = "seq",
                  descending: bool = False, now: float = 0.0, limit: int = 50,
@@ -620,7 +573,8 @@ class Store:
             where.append("kind = ?")
             args.append(JobKind(kind).value)
         if text:
-            where.append("(id LIKE ? OR json_extract(body, '$.name') LIKE ?)")
+            like = self._sql.like
+            where.append(f"(id {like} ? OR {self._sql.json('body', 'name')} {like} ?)")
             args.extend([f"%{text}%"] * 2)
         sql_where = (" WHERE " + " AND ".join(where)) if where else ""
         count_where = [w for w in where if not w.startswith("seq ")]  # every match, not the rest
@@ -628,7 +582,7 @@ class Store:
         total = int(self._q("SELECT COUNT(*) FROM jobs"
                             + ((" WHERE " + " AND ".join(count_where)) if count_where else ""),
                             count_args)[0][0])
-        order = JOB_ORDER[order_by]
+        order = job_order(self._sql)[order_by]
         direction = "DESC" if descending else "ASC"
         order_args = [now] if "?" in order else []
         by = (f"seq {direction}" if order == "seq"  # the index's own order: no sort
@@ -789,7 +743,7 @@ class Store:
         """The nodes a job holds or held (by their job column, or named in ``node_ids``)."""
         ids = sorted(set(node_ids))
         rows = self._q(f"SELECT {NODE_COLUMNS} FROM nodes WHERE job_id = ? OR id IN "
-                       f"({','.join('?' * len(ids))}) ORDER BY rowid", [job_id, *ids])
+                       f"{in_list(len(ids))} ORDER BY rowid", [job_id, *ids])
         return _loud(*_split(self._node_row(r) for r in rows))
 
     @staticmethod
@@ -812,7 +766,7 @@ class Store:
 
     def put_zones(self, zones: Sequence[ZoneInfo]) -> None:
         with self._tx() as db:
-            db.executemany("INSERT OR REPLACE INTO zones VALUES (?, ?, ?)",
+            db.executemany(replace_sql("zones"),
                            [(z.zone, z.instance_type, z.model_dump_json()) for z in zones])
 
     # -- cost ----------------------------------------------------------------------------------
@@ -835,7 +789,7 @@ class Store:
     # -- quotas and forecasts ------------------------------------------------------------------
     def set_quotas(self, quotas: Sequence[Quota]) -> None:
         with self._tx() as db:
-            db.executemany("INSERT OR REPLACE INTO quotas VALUES (?, ?, ?)",
+            db.executemany(replace_sql("quotas"),
                            [(q.pool, q.accelerator, q.model_dump_json()) for q in quotas])
 
     def quotas(self) -> list[Quota]:
@@ -883,7 +837,7 @@ class Store:
 
     def put_forecasts(self, rows: Sequence[ForecastRow]) -> None:
         with self._tx() as db:
-            db.executemany("INSERT OR REPLACE INTO forecasts VALUES (?, ?)",
+            db.executemany(replace_sql("forecasts"),
                            [(f.tenant_id, f.model_dump_json()) for f in rows])
 
     def forecasts(self, tenant_id: str | None = None) -> list[ForecastRow]:
@@ -894,8 +848,7 @@ class Store:
     # -- metrics -------------------------------------------------------------------------------
     def incr(self, name: str, by: float = 1.0) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
-                       "SET value = value + excluded.value", (name, by))
+            db.execute(COUNT_UP, (name, by))
 
     def metrics(self) -> dict[str, float]:
         """Counters (``*_total``) and gauges (jobs per state/kind, nodes per state, cost)."""
@@ -917,16 +870,16 @@ class Store:
 
     def tx_histogram(self) -> Buckets:
         """A copy of this process's write-transaction latency histogram."""
-        with self._lock:
-            return self.tx_seconds.copy()
+        return self.tx_seconds.copy()
 
     def metrics_snapshot(self) -> dict[str, Any]:
         """Everything ``serve.metrics.StoreCollector`` exports, read at scrape time."""
         now = self.control_time()
         names = dict(self._q("SELECT id, name FROM tenants"))
         queue: dict[tuple[str, str, str], tuple[float, float]] = {}
+        j = self._sql.json
         for pool, kind, tenant, entered in self._q(
-                "SELECT COALESCE(json_extract(j.body, '$.spec.accelerator'), 'any'), j.kind, "
+                f"SELECT COALESCE({j('j.body', 'spec.accelerator')}, 'any'), j.kind, "
                 "j.tenant_id, COALESCE((SELECT MAX(e.at) FROM events e WHERE e.job_id = j.id "
                 "AND e.dst = 'QUEUED'), j.submitted_at) FROM jobs j WHERE j.state = 'QUEUED'"):
             key = (pool, kind, names.get(tenant, tenant))
@@ -935,8 +888,8 @@ class Store:
         live = [s.value for s in NodeState if s not in (NodeState.TERMINATED,
                                                         NodeState.PREEMPTED, NodeState.FAILED)]
         nodes = [((c, z, m, a, st), n) for c, z, m, a, st, n in self._q(
-            "SELECT json_extract(body, '$.cloud'), json_extract(body, '$.zone'), "
-            "json_extract(body, '$.market'), json_extract(body, '$.accelerator'), state, "
+            f"SELECT {j('body', 'cloud')}, {j('body', 'zone')}, "
+            f"{j('body', 'market')}, {j('body', 'accelerator')}, state, "
             f"COUNT(*) FROM nodes WHERE state IN ({','.join('?' * len(live))}) GROUP BY 1, 2, 3, "
             "4, 5 ORDER BY 1, 2, 3, 4, 5", live)]
         # the current hour so far; on an hour's boundary, the hour that just ended
@@ -1093,15 +1046,13 @@ class Store:
                     raise Conflict(f"controller epoch {epoch} is fenced by epoch {row[0]}",
                                    fix="a newer controller runs; this one must stop")
             if jobs:
-                db.executemany(
-                    "UPDATE jobs SET state = ?, cost = ?, on_demand_cost = ?, gpu_hours = ?, "
-                    "body = ? WHERE id = ?",
-                    [(j.state.value, j.cost, j.on_demand_cost,
-                      j.gpu_hours,
-                      j.model_dump_json(exclude={"cancel_requested"}), j.id) for j in jobs])
+                db.update_many("jobs", "id", JOB_UPDATE, [
+                    (j.state.value, j.cost, j.on_demand_cost, j.gpu_hours,
+                     j.model_dump_json(exclude={"cancel_requested"}), j.id) for j in jobs])
             if nodes:
                 db.executemany(
-                    "INSERT INTO nodes VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                    "INSERT INTO nodes (id, state, job_id, intent_id, body) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET "
                     "state = excluded.state, job_id = excluded.job_id, body = excluded.body",
                     [(n.id, n.state.value, n.job_id, n.intent_id, n.model_dump_json())
                      for n in nodes])
@@ -1125,23 +1076,17 @@ class Store:
                      for i in intents])
             if demand:
                 hour = int((demand_at or 0.0) // HOUR)
-                db.executemany(
-                    "INSERT INTO demand VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, hour) DO UPDATE "
-                    "SET hp_gpu_hours = hp_gpu_hours + excluded.hp_gpu_hours, "
-                    "spot_gpu_hours = spot_gpu_hours + excluded.spot_gpu_hours",
-                    [(t, hour, hp, sp) for t, (hp, sp) in demand.items()])
+                db.executemany(ADD_DEMAND, [(t, hour, hp, sp) for t, (hp, sp) in demand.items()])
             for name, by in (counters or {}).items():
-                db.execute("INSERT INTO counters VALUES (?, ?) ON CONFLICT (name) DO UPDATE "
-                           "SET value = value + excluded.value", (name, by))
+                db.execute(COUNT_UP, (name, by))
             if control_time is not None:
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('control_time', ?)",
-                           (repr(control_time),))
+                db.execute(replace_sql("meta"), ("control_time", repr(control_time)))
             self._quarantine(db, quarantine, control_time)
 
     @staticmethod
-    def _quarantine(db: sqlite3.Connection, rows: Sequence[BadRow], at: float | None) -> None:
+    def _quarantine(db: Tx, rows: Sequence[BadRow], at: float | None) -> None:
         for bad in rows:
-            db.execute("INSERT OR IGNORE INTO quarantine VALUES (?, ?, ?, ?, ?)",
+            db.execute("INSERT INTO quarantine VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                        (bad.table, bad.id, at or 0.0, bad.reason, bad.body))
             if bad.table == "jobs":
                 db.execute("UPDATE jobs SET state = ? WHERE id = ?",
@@ -1163,12 +1108,12 @@ class Store:
     # -- policy actor state --------------------------------------------------------------------
     def put_policy_state(self, job_id: str, state: dict[str, Any]) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO policy_state VALUES (?, ?)",
+            db.execute(replace_sql("policy_state"),
                        (job_id, json.dumps(state)))
 
     def put_policy_states(self, states: dict[str, dict[str, Any]]) -> None:
         with self._tx() as db:
-            db.executemany("INSERT OR REPLACE INTO policy_state VALUES (?, ?)",
+            db.executemany(replace_sql("policy_state"),
                            [(k, json.dumps(v)) for k, v in states.items()])
 
     def policy_state(self, job_id: str) -> dict[str, Any] | None:

@@ -1,0 +1,125 @@
+"""The store's versioned schema on both backends: a store the previous release wrote (version 1,
+no version row) opens and is upgraded with its data intact; one from a newer release is refused,
+untouched, with a message naming both versions."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controlplane.core.models import JobSpec, JobState
+from controlplane.store import SCHEMA_VERSION, SchemaTooNew, Store, is_postgres, sqlite_path
+from controlplane.store.schema import MIGRATIONS, PG_SCHEMA, SCHEMA
+
+REPO = Path(__file__).resolve().parents[2]
+V1_TENANT = ("ten-old", "old", "hash-of-old", 8, 10.0)
+V1_JOB = ('{"id": "job-old", "tenant_id": "ten-old", "name": "kept", "kind": "spot", '
+          '"spec": {"name": "kept", "kind": "spot", "compute_hours": 2.0}, "state": "QUEUED", '
+          '"submitted_at": 10.0}')
+
+
+def _run_raw(url: str, script: str, rows: list[tuple[str, tuple[object, ...]]]) -> None:
+    """Write ``script`` and ``rows`` with the engine's own driver, as an older release did."""
+    if is_postgres(url):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(script)
+            for sql, args in rows:
+                conn.execute(sql.replace("?", "%s"), args)
+        return
+    with sqlite3.connect(sqlite_path(url), isolation_level=None) as db:
+        db.executescript(f"BEGIN IMMEDIATE;{script}COMMIT;")
+        for sql, args in rows:
+            db.execute(sql, args)
+    db.close()
+
+
+def _previous_release(url: str) -> None:
+    """A version-1 store: the baseline schema, a tenant and a queued job, no version row."""
+    _run_raw(url, PG_SCHEMA if is_postgres(url) else SCHEMA, [
+        ("INSERT INTO tenants VALUES (?, ?, ?, ?, ?)", V1_TENANT),
+        ("INSERT INTO jobs (id, tenant_id, kind, state, submitted_at, body) "
+         "VALUES (?, ?, ?, ?, ?, ?)", ("job-old", "ten-old", "spot", "QUEUED", 10.0, V1_JOB)),
+        ("INSERT INTO meta VALUES (?, ?)", ("controller_epoch", "4")),
+    ])
+
+
+def _has_index(st: Store, name: str) -> bool:
+    if st.backend == "postgresql":
+        return st._q("SELECT to_regclass(?)", (name,))[0][0] is not None
+    return bool(st._q("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)))
+
+
+def test_a_fresh_store_is_written_at_the_current_version(store_url: str) -> None:
+    st = Store(store_url)
+    assert st.get_meta("schema_version") == str(SCHEMA_VERSION) and SCHEMA_VERSION >= 2
+    assert _has_index(st, "events_kind_dst")
+
+
+def test_a_store_of_the_previous_release_opens_upgraded_with_its_data(store_url: str) -> None:
+    _previous_release(store_url)
+    st = Store(store_url)
+    assert st.get_meta("schema_version") == str(SCHEMA_VERSION)
+    assert all(_has_index(st, "events_kind_dst") for m in MIGRATIONS if m.version == 2)
+    (job,) = st.list_jobs(None)
+    assert (job.id, job.name, job.state) == ("job-old", "kept", JobState.QUEUED)
+    assert st.get_tenant("old").max_gpus == 8
+    assert st.metrics()['jobs{state="QUEUED"}'] == 1.0  # job_totals backfilled once
+    assert st.take_controller_lease() == 5  # the lease's epoch goes on from the old store's
+    st.close()
+    again = Store(store_url)  # opening an upgraded store changes nothing
+    assert again.metrics()['jobs{state="QUEUED"}'] == 1.0
+    assert again.get_meta("schema_version") == str(SCHEMA_VERSION)
+
+
+def test_a_store_from_a_newer_release_is_refused_untouched(store_url: str) -> None:
+    st = Store(store_url)
+    t, _ = st.create_tenant("t")
+    st.submit_job(t.id, JobSpec(name="j", compute_hours=1))
+    st.set_meta("schema_version", str(SCHEMA_VERSION + 3))
+    st.close()
+    with pytest.raises(SchemaTooNew) as err:
+        Store(store_url)
+    msg = str(err.value)
+    assert f"schema version {SCHEMA_VERSION + 3}" in msg and f"version {SCHEMA_VERSION} " in msg
+    assert "never downgraded" in msg and "--db" in msg
+    assert (err.value.found, err.value.known) == (SCHEMA_VERSION + 3, SCHEMA_VERSION)
+    assert _raw_version(store_url) == str(SCHEMA_VERSION + 3)  # nothing was migrated
+
+
+def _raw_version(url: str) -> str:
+    sql = "SELECT value FROM meta WHERE key = 'schema_version'"
+    if is_postgres(url):
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            row = conn.execute(sql).fetchone()
+    else:
+        db = sqlite3.connect(sqlite_path(url))
+        row = db.execute(sql).fetchone()
+        db.close()
+    assert row is not None
+    return str(row[0])
+
+
+OPENER = """
+import sys
+from controlplane.store import Store
+Store(sys.argv[1]).close()
+"""
+
+
+def test_processes_opening_an_old_store_at_once_upgrade_it_once(store_url: str) -> None:
+    _previous_release(store_url)
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, store_url], cwd=REPO,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for p in procs:
+        assert p.wait(120) == 0, p.stderr.read() if p.stderr else ""
+    st = Store(store_url)
+    assert st.get_meta("schema_version") == str(SCHEMA_VERSION)
+    assert st.metrics()['jobs{state="QUEUED"}'] == 1.0  # backfilled once, not once a process
