@@ -34,6 +34,9 @@ from controlplane.store import Store
 from policies.deadline import DeadlineTask, Kind, Observation
 
 TARGET_MS = 200.0
+TARGET_EXPONENT = 1.2  # tick time against nodes + jobs
+TARGET_GFS_MS = 100.0  # tick p50 at the GFS production cluster's 4,278 nodes
+GROWTH_SIZES = "500,2000,5000,10000"  # jobs; 1,000 to 20,000 nodes (2 workers per job)
 
 
 def _jobs(n_hp: int, n_spot: int, n_deadline: int) -> list[JobSpec]:
@@ -46,15 +49,21 @@ def _jobs(n_hp: int, n_spot: int, n_deadline: int) -> list[JobSpec]:
     return specs
 
 
-def measure_ticks(ticks: int, seed: int = 0, scale: float = 1.0) -> dict[str, Any]:
+def measure_ticks(ticks: int, seed: int = 0, scale: float = 1.0, *, jobs: int = 500,
+                  db: str | None = None) -> dict[str, Any]:
+    """Tick times with ``jobs * scale`` two-worker jobs (2/5 HP, 2/5 spot, 1/5 deadline) running
+    on twice as many nodes; ``db`` a store target (None: a fresh SQLite file)."""
     tmp = Path(tempfile.mkdtemp(prefix="spotplane-bench-"))
     clock = SimClock(start=0.0)
-    fleet = SimulatedFleet.from_options(clock=clock, seed=seed, gcp=False, spot_capacity=100_000)
-    store = Store(tmp / "spotplane.db")
-    tenant, _ = store.create_tenant("bench", max_gpus=100_000)
+    fleet = SimulatedFleet.from_options(clock=clock, seed=seed, gcp=False,
+                                        spot_capacity=max(100_000, 10 * jobs))
+    store = Store(db or tmp / "spotplane.db")
+    tenant, _ = store.create_tenant("bench", max_gpus=max(100_000, 10 * jobs))
+    n = max(3, round(jobs * scale))
     ctl = Controller(store, fleet, clock, ControllerSettings(
-        pool_nodes={"V100": 1200}, max_placements_per_tick=600), epoch=store.take_controller_lease())
-    n_hp, n_spot, n_dl = (max(1, round(k * scale)) for k in (200, 200, 100))
+        pool_nodes={"V100": round(2.4 * n)}, max_placements_per_tick=max(600, n)),
+        epoch=store.take_controller_lease())
+    n_hp, n_spot, n_dl = (max(1, round(n * k)) for k in (0.4, 0.4, 0.2))
     store.submit_jobs(tenant.id, _jobs(n_hp, n_spot, n_dl), now=0.0)
     total = n_hp + n_spot + n_dl
     for _ in range(60):  # warm-up: place everything, let it come up
@@ -63,7 +72,7 @@ def measure_ticks(ticks: int, seed: int = 0, scale: float = 1.0) -> dict[str, An
         running = sum(1 for j in ctl.jobs.values() if j.state is JobState.RUNNING)
         if running >= 0.96 * total and len(ctl.nodes) >= 1.92 * total:
             break
-    times, cpu, nodes, jobs = [], [], [], []
+    times, cpu, nodes, live = [], [], [], []
     for _ in range(ticks):
         clock.advance(60.0)
         c0 = time.process_time()
@@ -71,12 +80,32 @@ def measure_ticks(ticks: int, seed: int = 0, scale: float = 1.0) -> dict[str, An
         cpu.append((time.process_time() - c0) * 1000)
         times.append(r.ms)
         nodes.append(sum(1 for n in ctl.nodes.values() if not n.gone))
-        jobs.append(sum(1 for j in ctl.jobs.values()
+        live.append(sum(1 for j in ctl.jobs.values()
                         if j.state in (JobState.RUNNING, JobState.CHECKPOINTING)))
-    return {"nodes": int(np.median(nodes)), "jobs": int(np.median(jobs)),
+    store.close()
+    return {"nodes": int(np.median(nodes)), "jobs": int(np.median(live)),
             "tick_ms_p50": float(np.percentile(times, 50)),
             "tick_ms_p99": float(np.percentile(times, 99)),
             "tick_cpu_ms_p50": float(np.percentile(cpu, 50))}
+
+
+def growth(sizes: list[int], ticks: int, db: str) -> dict[str, Any]:
+    """Tick time at each size (jobs; nodes are twice as many) and the growth exponent: the
+    slope of log(tick p50) against log(nodes + jobs), fitted by least squares."""
+    from benchmarks.store_reads import store_at
+
+    rows = []
+    for jobs in sizes:
+        with store_at(db) as target:
+            out = measure_ticks(ticks, jobs=jobs, db=target if db != "sqlite" else None)
+        out["cpu_ms_p50"] = out.pop("tick_cpu_ms_p50")
+        rows.append(out)
+        print(f"  {jobs} jobs: {out}", file=sys.stderr, flush=True)
+    x = np.log([r["nodes"] + r["jobs"] for r in rows])
+    exponent = float(np.polyfit(x, np.log([r["tick_ms_p50"] for r in rows]), 1)[0])
+    cpu_exponent = float(np.polyfit(x, np.log([r["cpu_ms_p50"] for r in rows]), 1)[0])
+    return {"db": db, "sizes": rows, "exponent": exponent, "cpu_exponent": cpu_exponent,
+            "target_exponent": TARGET_EXPONENT, "target_tick_ms_at_4278_nodes": TARGET_GFS_MS}
 
 
 def measure_policy_actor() -> tuple[float, float]:
@@ -118,8 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticks", type=int, default=40)
     ap.add_argument("--no-ray", action="store_true", help="skip the policy actor's RSS")
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the 500 jobs (smoke)")
+    ap.add_argument("--growth", nargs="?", const=GROWTH_SIZES, metavar="JOBS,JOBS,...",
+                    help="tick time against size (jobs; twice as many nodes) and its fitted "
+                         f"growth exponent (default sizes {GROWTH_SIZES})")
+    ap.add_argument("--db", default="sqlite", metavar="sqlite|pgserver|URL",
+                    help="the store of --growth: a fresh SQLite file or pgserver per size")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if args.growth:
+        return print_growth(growth([int(v) for v in args.growth.split(",")], args.ticks, args.db),
+                            args.json)
     out = measure_ticks(args.ticks, scale=args.scale)
     cpu_ms = out.pop("tick_cpu_ms_p50")
     rss_one = rss_hundred = None
@@ -140,6 +177,19 @@ def main(argv: list[str] | None = None) -> int:
               f"(100 one-job actors ~ {100 * rss_one / 1024:.1f} GiB)")
     print(f"({time.perf_counter() - t0:.0f} s; timings inflated by a shared 2-core machine)",
           file=sys.stderr)
+    return 0
+
+
+def print_growth(out: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(out))
+        return 0
+    print(f"{'nodes':>8}{'jobs':>8}{'tick p50 ms':>14}{'tick p99 ms':>14}{'CPU p50 ms':>12}   ({out['db']})")
+    for r in out["sizes"]:
+        print(f"{r['nodes']:>8}{r['jobs']:>8}{r['tick_ms_p50']:>14.1f}{r['tick_ms_p99']:>14.1f}"
+              f"{r['cpu_ms_p50']:>12.1f}")
+    print(f"growth exponent (tick p50 ~ (nodes+jobs)^k): k = {out['exponent']:.2f} "
+          f"(CPU {out['cpu_exponent']:.2f}); target <= {TARGET_EXPONENT}")
     return 0
 
 
