@@ -36,12 +36,14 @@ from policies.deadline import DeadlineTask, Kind, Observation
 TARGET_MS = 200.0
 TARGET_EXPONENT = 1.2  # tick time against nodes + jobs
 TARGET_GFS_MS = 100.0  # tick p50 at the GFS production cluster's 4,278 nodes
-GROWTH_SIZES = "500,2000,5000,10000"  # jobs; 1,000 to 20,000 nodes (2 workers per job)
+GROWTH_SIZES = "1000x500,4278x2000,10000x5000,20000x10000"  # nodes x jobs
 
 
-def _jobs(n_hp: int, n_spot: int, n_deadline: int) -> list[JobSpec]:
-    specs = [JobSpec(name=f"hp{i}", kind=JobKind.HP, compute_hours=500, workers=2, accelerator="V100")
-             for i in range(n_hp)]
+def _jobs(n_hp: int, n_spot: int, n_deadline: int, wide: int = 0) -> list[JobSpec]:
+    """Two-worker jobs; the first ``wide`` HP jobs have three (a size of nodes that is not twice
+    the jobs, such as GFS's 4,278 nodes for 2,000 jobs)."""
+    specs = [JobSpec(name=f"hp{i}", kind=JobKind.HP, compute_hours=500,
+                     workers=3 if i < wide else 2, accelerator="V100") for i in range(n_hp)]
     specs += [JobSpec(name=f"sp{i}", kind=JobKind.SPOT, compute_hours=500, workers=2,
                       accelerator="V100") for i in range(n_spot)]
     specs += [JobSpec(name=f"dl{i}", kind=JobKind.DEADLINE, compute_hours=200, deadline_hours=600,
@@ -50,9 +52,10 @@ def _jobs(n_hp: int, n_spot: int, n_deadline: int) -> list[JobSpec]:
 
 
 def measure_ticks(ticks: int, seed: int = 0, scale: float = 1.0, *, jobs: int = 500,
-                  db: str | None = None) -> dict[str, Any]:
-    """Tick times with ``jobs * scale`` two-worker jobs (2/5 HP, 2/5 spot, 1/5 deadline) running
-    on twice as many nodes; ``db`` a store target (None: a fresh SQLite file)."""
+                  nodes: int | None = None, db: str | None = None) -> dict[str, Any]:
+    """Tick times with ``jobs * scale`` jobs (2/5 HP, 2/5 spot, 1/5 deadline) running on
+    ``nodes`` (default twice the jobs: two workers each); ``db`` a store target (None: a fresh
+    SQLite file)."""
     tmp = Path(tempfile.mkdtemp(prefix="spotplane-bench-"))
     clock = SimClock(start=0.0)
     fleet = SimulatedFleet.from_options(clock=clock, seed=seed, gcp=False,
@@ -64,40 +67,42 @@ def measure_ticks(ticks: int, seed: int = 0, scale: float = 1.0, *, jobs: int = 
         pool_nodes={"V100": round(2.4 * n)}, max_placements_per_tick=max(600, n)),
         epoch=store.take_controller_lease())
     n_hp, n_spot, n_dl = (max(1, round(n * k)) for k in (0.4, 0.4, 0.2))
-    store.submit_jobs(tenant.id, _jobs(n_hp, n_spot, n_dl), now=0.0)
+    wide = min(n_hp, max(0, (nodes or 2 * n) - 2 * (n_hp + n_spot + n_dl)))
+    store.submit_jobs(tenant.id, _jobs(n_hp, n_spot, n_dl, wide), now=0.0)
     total = n_hp + n_spot + n_dl
     for _ in range(60):  # warm-up: place everything, let it come up
         clock.advance(60.0)
         ctl.tick()
         running = sum(1 for j in ctl.jobs.values() if j.state is JobState.RUNNING)
-        if running >= 0.96 * total and len(ctl.nodes) >= 1.92 * total:
+        if running >= 0.96 * total and len(ctl.nodes) >= 0.96 * (2 * total + wide):
             break
-    times, cpu, nodes, live = [], [], [], []
+    times, cpu, up, live = [], [], [], []
     for _ in range(ticks):
         clock.advance(60.0)
         c0 = time.process_time()
         r = ctl.tick()
         cpu.append((time.process_time() - c0) * 1000)
         times.append(r.ms)
-        nodes.append(sum(1 for n in ctl.nodes.values() if not n.gone))
+        up.append(sum(1 for node in ctl.nodes.values() if not node.gone))
         live.append(sum(1 for j in ctl.jobs.values()
                         if j.state in (JobState.RUNNING, JobState.CHECKPOINTING)))
     store.close()
-    return {"nodes": int(np.median(nodes)), "jobs": int(np.median(live)),
+    return {"nodes": int(np.median(up)), "jobs": int(np.median(live)),
             "tick_ms_p50": float(np.percentile(times, 50)),
             "tick_ms_p99": float(np.percentile(times, 99)),
             "tick_cpu_ms_p50": float(np.percentile(cpu, 50))}
 
 
-def growth(sizes: list[int], ticks: int, db: str) -> dict[str, Any]:
-    """Tick time at each size (jobs; nodes are twice as many) and the growth exponent: the
-    slope of log(tick p50) against log(nodes + jobs), fitted by least squares."""
+def growth(sizes: list[tuple[int, int]], ticks: int, db: str) -> dict[str, Any]:
+    """Tick time at each size (nodes, jobs) and the growth exponent: the slope of
+    log(tick p50) against log(nodes + jobs), fitted by least squares."""
     from benchmarks.store_reads import store_at
 
     rows = []
-    for jobs in sizes:
+    for nodes, jobs in sizes:
         with store_at(db) as target:
-            out = measure_ticks(ticks, jobs=jobs, db=target if db != "sqlite" else None)
+            out = measure_ticks(ticks, jobs=jobs, nodes=nodes,
+                                db=target if db != "sqlite" else None)
         out["cpu_ms_p50"] = out.pop("tick_cpu_ms_p50")
         rows.append(out)
         print(f"  {jobs} jobs: {out}", file=sys.stderr, flush=True)
@@ -147,16 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ticks", type=int, default=40)
     ap.add_argument("--no-ray", action="store_true", help="skip the policy actor's RSS")
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the 500 jobs (smoke)")
-    ap.add_argument("--growth", nargs="?", const=GROWTH_SIZES, metavar="JOBS,JOBS,...",
-                    help="tick time against size (jobs; twice as many nodes) and its fitted "
+    ap.add_argument("--growth", nargs="?", const=GROWTH_SIZES, metavar="NODESxJOBS,...",
+                    help="tick time against size (nodes x jobs) and its fitted "
                          f"growth exponent (default sizes {GROWTH_SIZES})")
     ap.add_argument("--db", default="sqlite", metavar="sqlite|pgserver|URL",
                     help="the store of --growth: a fresh SQLite file or pgserver per size")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     if args.growth:
-        return print_growth(growth([int(v) for v in args.growth.split(",")], args.ticks, args.db),
-                            args.json)
+        sizes = [parse_size(v) for v in args.growth.split(",")]
+        return print_growth(growth(sizes, args.ticks, args.db), args.json)
     out = measure_ticks(args.ticks, scale=args.scale)
     cpu_ms = out.pop("tick_cpu_ms_p50")
     rss_one = rss_hundred = None
@@ -178,6 +183,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"({time.perf_counter() - t0:.0f} s; timings inflated by a shared 2-core machine)",
           file=sys.stderr)
     return 0
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``NODESxJOBS`` (nodes between two and three times the jobs)."""
+    nodes, _, jobs = text.partition("x")
+    try:
+        n, j = int(nodes), int(jobs)
+    except ValueError:
+        raise SystemExit(f"--growth: {text!r} is not NODESxJOBS (e.g. 4278x2000)") from None
+    if not 2 * j <= n <= 3 * j:
+        raise SystemExit(f"--growth: {text!r} needs 2 x jobs <= nodes <= 3 x jobs "
+                         "(jobs of two or three workers)")
+    return n, j
 
 
 def print_growth(out: dict[str, Any], as_json: bool) -> int:

@@ -28,11 +28,11 @@ def test_controller_benchmark_json_smoke() -> None:
 @pytest.mark.slow
 def test_controller_growth_fits_an_exponent_over_the_sizes() -> None:
     out = subprocess.run([sys.executable, "-m", "benchmarks.controller", "--json", "--growth",
-                          "20,60", "--ticks", "4"], cwd=REPO, capture_output=True, text=True,
+                          "40x20,130x60", "--ticks", "4"], cwd=REPO, capture_output=True, text=True,
                          timeout=300, check=True)
     data = json.loads(out.stdout)
     assert [r["jobs"] for r in data["sizes"]] == [20, 60]  # every job placed and running
-    assert [r["nodes"] for r in data["sizes"]] == [40, 120]  # two workers each
+    assert [r["nodes"] for r in data["sizes"]] == [40, 130]  # 2 workers; 10 jobs of 3
     times = [r["tick_ms_p50"] for r in data["sizes"]]
     x = [r["nodes"] + r["jobs"] for r in data["sizes"]]
     slope = (math.log(times[1]) - math.log(times[0])) / (math.log(x[1]) - math.log(x[0]))
