@@ -343,6 +343,55 @@ class Store:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('controller_epoch', ?)", (str(epoch),))
         return epoch
 
+    # -- controller lease (standby) -----------------------------------------------------------
+    # The lease is three meta keys: controller_epoch (the fencing epoch), controller_holder and
+    # controller_lease_until (wall seconds). The active controller renews it; a standby claims
+    # it only once it has expired, and each claim bumps the epoch, so the previous holder's
+    # commits are refused from then on.
+    def claim_controller_lease(self, holder: str, ttl_s: float, *, force: bool = False,
+                               now: float | None = None) -> int | None:
+        """Take the lease for ``ttl_s`` wall seconds when it is free, expired, held by
+        ``holder`` or ``force``d: the new fencing epoch; None while another holds it."""
+        t = time.time() if now is None else now
+        with self._tx() as db:
+            lease = self._lease(db)
+            live = lease["holder"] and lease["holder"] != holder and lease["until"] > t
+            if live and not force:
+                return None
+            epoch = int(lease["epoch"]) + 1
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [
+                ("controller_epoch", str(epoch)), ("controller_holder", holder),
+                ("controller_lease_until", repr(t + ttl_s))])
+        return epoch
+
+    def renew_controller_lease(self, holder: str, epoch: int, ttl_s: float, *,
+                               now: float | None = None) -> float:
+        """Extend the lease ``holder`` holds at ``epoch`` to now + ``ttl_s``; Conflict when a
+        newer epoch or another holder took it. Returns the new expiry."""
+        t = time.time() if now is None else now
+        with self._tx() as db:
+            lease = self._lease(db)
+            if int(lease["epoch"]) != epoch or lease["holder"] != holder:
+                raise Conflict(f"controller lease of epoch {epoch} was taken by {lease['holder'] or '?'}"
+                               f" (epoch {lease['epoch']})",
+                               fix="this controller stands by; the lease holder runs the loop")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('controller_lease_until', ?)",
+                       (repr(t + ttl_s),))
+        return t + ttl_s
+
+    def controller_lease(self) -> dict[str, Any]:
+        """The lease as stored: ``epoch``, ``holder`` ('' when none) and ``until`` (wall s)."""
+        with self._lock:
+            return self._lease(self._db)
+
+    @staticmethod
+    def _lease(db: sqlite3.Connection) -> dict[str, Any]:
+        rows = dict(db.execute("SELECT key, value FROM meta WHERE key IN ('controller_epoch', "
+                               "'controller_holder', 'controller_lease_until')").fetchall())
+        return {"epoch": int(rows.get("controller_epoch", 0)),
+                "holder": rows.get("controller_holder", ""),
+                "until": float(rows.get("controller_lease_until", 0.0))}
+
     def control_time(self) -> float:
         """The control-plane time as of the controller's last tick (0.0 before the first)."""
         return float(self.get_meta("control_time", "0") or 0)
