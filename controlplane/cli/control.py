@@ -59,6 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--plot", default=None, metavar="FILE.png",
                     help="with --demo: where to draw the fleet/decisions plot (default: STATE_DIR/demo.png)")
     up.add_argument("--fresh", action="store_true", help="start from an empty store (moves the old one aside)")
+    up.add_argument("--standby", action="store_true",
+                    help="run a standby controller that takes over (lease expiry) when the active one dies")
+    up.add_argument("--lease-ttl", type=float, default=10.0, metavar="SECONDS",
+                    help="wall seconds the controller's lease lasts unrenewed (default 10): a "
+                         "standby takes over about this long after the active one dies")
+    up.add_argument("--api-replicas", type=int, default=1, metavar="N",
+                    help="Serve replicas of the HTTP API (default 1); each enforces 1/N of a tenant's rate")
     up.add_argument("--artifacts", default=None, metavar="URI",
                     help="where real jobs' checkpoints go: a directory or s3://bucket/prefix "
                          "(default: STATE_DIR/artifacts; env SPOTPLANE_ARTIFACTS)")

@@ -174,6 +174,11 @@ def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[
         cmd.append("--demo")
     if args.speed is not None:
         cmd += ["--speed", repr(float(args.speed))]
+    if getattr(args, "standby", False):
+        cmd.append("--standby")
+    for flag in ("lease_ttl", "api_replicas"):
+        if getattr(args, flag, None) is not None:
+            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.report_json:
         cmd += ["--report-json", str(Path(args.report_json).resolve())]
     if args.plot:
@@ -228,6 +233,10 @@ def run_up(args: argparse.Namespace) -> int:
     speed = args.speed if args.speed is not None else (DEMO_SPEED if args.demo else DEFAULT_SPEED)
     if speed <= 0:
         raise ConfigError(f"speed: must be > 0, got {speed}", fix="e.g. --speed 3600 (one simulated hour per second)")
+    if getattr(args, "api_replicas", 1) < 1:
+        raise ConfigError(f"--api-replicas: must be >= 1, got {args.api_replicas}", fix="e.g. --api-replicas 2")
+    if getattr(args, "lease_ttl", 10.0) <= 0:
+        raise ConfigError(f"--lease-ttl: must be > 0, got {args.lease_ttl}", fix="e.g. --lease-ttl 10")
     if args.fresh:
         move_aside(state_dir)
     port = choose_port(args.port, args.host)
@@ -361,7 +370,9 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     settings = RuntimeSettings(state_dir=state_dir, fleet=args.fleet, speed=speed,
                                clock="sim" if args.fleet == "sim" else "wall",
                                executor_factory=EXECUTOR_FACTORY,
-                               executor_options={**executor_options(args, state_dir), **workload})
+                               executor_options={**executor_options(args, state_dir), **workload},
+                               standby=bool(getattr(args, "standby", False)),
+                               lease_ttl_seconds=float(getattr(args, "lease_ttl", 10.0)))
     set_aside = quarantined_rows(db_path(state_dir))
     try:
         started["control_plane"] = start_control_plane(settings)
@@ -374,7 +385,7 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
                     package_dir=state_dir / "packages",
                     workload_address=workload["workload_address"],
                     workload_token_path=workload.get("workload_token_path"),
-                    log_dir=state_dir / "logs")
+                    log_dir=state_dir / "logs", replicas=int(getattr(args, "api_replicas", 1)))
     started["api"] = True
     with SpotplaneClient(url, admin_token) as probe:
         probe.healthz()
