@@ -286,7 +286,8 @@ def _loud(good: list[Any], bad: list[BadRow]) -> list[Any]:
 class Store:
     """One connection to the spotplane database (one per process / thread of use)."""
 
-    def __init__(self, path: str | Path, *, timeout_s: float = 60.0) -> None:
+    def __init__(self, path: str | Path, *, timeout_s: float = 60.0, create: bool = True) -> None:
+        """Open (``create``: and create or upgrade the schema, a write) the store at ``path``."""
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -298,6 +299,8 @@ class Store:
         self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.execute("PRAGMA synchronous = NORMAL")
+        if not create:  # another connection of this process made the schema
+            return
         with self._lock:
             fresh_totals = not self._db.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'job_totals'").fetchall()

@@ -150,7 +150,7 @@ class ControlPlaneService:
             return self._store
         mine: Store | None = getattr(self._local, "store", None)
         if mine is None:
-            mine = Store(self._store.path)
+            mine = Store(self._store.path, create=False)  # no write: a held write lock must not stall it
             mine.tx_seconds = self._store.tx_seconds  # one write histogram for the replica
             self._local.store = mine
         return mine
