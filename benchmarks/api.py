@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from actors.raylocal import init_local_ray
 from benchmarks import entry
 from controlplane.core.errors import InvalidInput
 from controlplane.store import Store
@@ -130,8 +131,8 @@ def local_api(db: Path, admin: str, replicas: int = 1) -> Iterator[str]:
 
     own_ray = not ray.is_initialized()  # a test session may already run one
     if own_ray:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 namespace="spotplane-bench")
+        init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                       configure_logging=False, namespace="spotplane-bench")
     try:
         url = start_api(db, admin, free_port(), replicas=replicas)
         try:
@@ -151,8 +152,8 @@ def _one_ray() -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             namespace="spotplane-bench")
+    init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                   configure_logging=False, namespace="spotplane-bench")
     try:
         yield
     finally:
