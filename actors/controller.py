@@ -4,6 +4,11 @@ Its ``__init__`` rebuilds everything from the durable state (the store, the flee
 file), so a restart after ``ray.kill`` or a crash resumes the loop with no job lost, none
 duplicated and no node launched twice (pending launch intents are re-applied idempotently).
 A background thread ticks every ``tick_seconds`` of control-plane time.
+
+Only the holder of the store's controller lease runs the loop; another thread renews the lease
+every ``lease_ttl_seconds / 4``. A standby instance (``role="standby"``) polls the lease and,
+once it has expired, claims it (a new fencing epoch) and rebuilds as above; an instance whose
+lease was taken stops its loop and stands by.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class ControllerActor:
         self._stop = threading.Event()
         self._paused = threading.Event()
         self._lost = threading.Event()  # the heartbeat saw the lease taken by a newer epoch
+        self._holding = False  # this instance holds the lease (the heartbeat renews it)
         self.error: str | None = None
         self.tick_failures = 0  # ticks of the loop that raised (logged, the loop goes on)
         self.last_tick_failure: str | None = None
@@ -70,6 +76,7 @@ class ControllerActor:
         assert epoch is not None
         config, state = self.config, self.state
         self.epoch = epoch
+        self._holding = True  # renewed from now on: recovering a big store may outlast the lease
         self.clock = self._clock()
         fleet_opts = dict(config.get("fleet_options") or {})
         if config["fleet"] == "sim":
@@ -115,18 +122,21 @@ class ControllerActor:
                 except Exception as exc:  # noqa: BLE001 - e.g. fenced while recovering
                     log.exception("taking over at epoch %d failed", epoch)
                     self.error = repr(exc)
+                    self._holding = False
+                    self._stop.wait(1.0)
                     continue
             self._loop()
             if not self._stop.is_set():  # fenced: another controller holds the lease now
                 with self._lock:
                     self.controller = None
+                    self._holding = False
 
     def _heartbeat(self) -> None:
         """Renew the lease every ttl/4 wall seconds while this controller holds it."""
         store = Store(self.state / DB_FILE)  # its own connection: a long tick does not delay it
         try:
             while not self._stop.wait(self.lease_ttl / 4):
-                if self.controller is None or self._lost.is_set():
+                if not self._holding or self._lost.is_set():
                     continue
                 try:
                     store.renew_controller_lease(self.holder, self.epoch, self.lease_ttl)
