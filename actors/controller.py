@@ -36,6 +36,7 @@ from controlplane.store import Store
 from policies.preemption import default_gce_model
 
 log = logging.getLogger(__name__)
+PRIMARY_GRACE_S = 1.0  # how long after the lease's expiry a waiting active defers to the standby
 
 
 class ControllerActor:
@@ -111,9 +112,13 @@ class ControllerActor:
 
     def _run(self) -> None:
         """Stand by until the lease is ours, run the loop until fenced, stand by again."""
+        # the standby is the successor: a waiting "active" (Ray restarted it) claims only
+        # PRIMARY_GRACE_S after the expiry, so it takes over when the standby is gone too
+        grace = PRIMARY_GRACE_S if self.role == "active" else 0.0
         while not self._stop.is_set():
             if self.controller is None:
-                epoch = self.store.claim_controller_lease(self.holder, self.lease_ttl)
+                expired = time.time() > self.store.controller_lease()["until"] + grace
+                epoch = self.store.claim_controller_lease(self.holder, self.lease_ttl) if expired else None
                 if epoch is None:
                     self._stop.wait(float(self.config.get("standby_poll_seconds", 0.25)))
                     continue

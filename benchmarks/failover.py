@@ -9,8 +9,9 @@ the jobs finish and the trial checks: every job succeeded once, no launch intent
 instances than it asked for, and a commit of the dead controller's epoch is refused.
 Target: p50 < 15 s with the default lease (10 s).
 
-Either waiting controller may win the lease: the standby, or the killed one after Ray restarted
-it (it comes back as a standby too); the table says which.
+The standby is the successor; Ray restarts the killed controller, which waits on the lease too
+and claims it only 1 s after its expiry (when the standby is gone as well); the table says
+which one won.
 """
 
 from __future__ import annotations
