@@ -283,6 +283,19 @@ def _loud(good: list[Any], bad: list[BadRow]) -> list[Any]:
     return good
 
 
+_WRITERS: dict[str, threading.RLock] = {}
+_WRITERS_LOCK = threading.Lock()
+
+
+def _writer(path: str | Path) -> threading.RLock:
+    """One lock per database file in this process: its connections queue for the write lock
+    here instead of in SQLite's busy handler, which sleeps 1-100 ms between tries."""
+    if str(path) == ":memory:":
+        return threading.RLock()  # each in-memory connection is a database of its own
+    with _WRITERS_LOCK:
+        return _WRITERS.setdefault(str(Path(path).resolve()), threading.RLock())
+
+
 class Store:
     """One connection to the spotplane database (one per process / thread of use)."""
 
@@ -293,6 +306,7 @@ class Store:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             private_file(self.path)  # SQLite gives its -wal and -shm files the same mode
         self._lock = threading.RLock()
+        self._write = _writer(path)
         self.tx_seconds = Buckets(STORE_TX_BUCKETS)  # this process's write transactions
         self._db = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None,
                                    check_same_thread=False)
@@ -314,7 +328,7 @@ class Store:
     # -- plumbing ------------------------------------------------------------------------------
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._write, self._lock:
             t0 = time.perf_counter()
             self._db.execute("BEGIN IMMEDIATE")
             try:

@@ -351,8 +351,8 @@ class Gate:
                                  headers={"Retry-After": "1"})(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        try:  # off the event loop: the token may be looked up in the store
-            await run_in_threadpool(gate.admit, scope["path"], bearer_token(headers.get("authorization")))
+        try:
+            await gate.admit(scope["path"], bearer_token(headers.get("authorization")))
             gate.check_length(headers.get("content-length"), scope["path"])
         except SpotplaneError as exc:
             await spotplane_error_response(answering, exc)(scope, receive, send)
@@ -374,12 +374,15 @@ class GateState:
         # Serve spreads a tenant's requests over them, so each enforces 1/replicas of the budget
         self.buckets = TokenBuckets(limits.rate_per_s / replicas, max(1, limits.burst // replicas))
 
-    def admit(self, path: str, token: str | None) -> None:
-        """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket."""
+    async def admit(self, path: str, token: str | None) -> None:
+        """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket; a
+        token not seen before is looked up in the store off the event loop."""
         if path == "/metrics":
-            self._metrics_token(token)
+            await run_in_threadpool(self._metrics_token, token)
             return
-        principal = self.service.authenticate(token)
+        principal = self.service.known(token)
+        if principal is None:
+            principal = await run_in_threadpool(self.service.authenticate, token)
         if principal.tenant_id is not None:
             wait = self.buckets.take(principal.tenant_id)
             if wait > 0:

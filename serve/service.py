@@ -156,6 +156,16 @@ class ControlPlaneService:
         return mine
 
     # -- authentication ------------------------------------------------------------------------
+    def known(self, token: str | None) -> Principal | None:
+        """The principal of the admin token or of a token seen before (no store call), else None."""
+        if not token:
+            return None
+        digest = hash_token(token)
+        if hmac.compare_digest(digest.encode(), self._admin_hash.encode()):
+            return Principal.admin()
+        tenant = self._tokens.get(digest)
+        return None if tenant is None else Principal.tenant(tenant.id)
+
     def authenticate(self, token: str | None) -> Principal:
         """The principal holding ``token``; :class:`Unauthorized` when it is missing or unknown."""
         if not token:
