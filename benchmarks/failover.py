@@ -99,6 +99,8 @@ def trial(ttl_s: float, jobs: int) -> dict[str, Any]:
               and not store.pending_intents(), 300, "every job finished")
         active = h.active()
         assert active is not None
+        ray.get(active.pause.remote())  # count launches between ticks
+        _wait(lambda: not store.pending_intents(), 60, "the last tick's intents")
         launches = ray.get(active.launches_per_intent.remote())
         winner = "standby" if lease["holder"].startswith("spotplane-controller-standby") else "restarted"
         return {"failover_s": round(took_s, 3), "epoch": lease["epoch"], "winner": winner,

@@ -66,6 +66,8 @@ def test_standby_takes_over_from_a_sigkilled_controller(ray_cluster: Any, tmp_pa
         active = h.active()
         assert active is not None
         _wait_done(store, ids, 120)
+        ray.get(active.pause.remote())  # no new tick (an idle node's release) while we count
+        _wait("the last tick's intents carried out", lambda: not store.pending_intents(), 30)
         status = ray.get(active.status.remote())
         assert status["epoch"] == lease["epoch"] and status["holder"] == lease["holder"]
         _assert_exactly_once(store, ids, ray.get(active.launches_per_intent.remote()))
