@@ -95,3 +95,25 @@ def test_a_standby_does_not_take_a_renewed_lease(ray_cluster: Any, tmp_path: Pat
         assert not ray.get(h.standby.status.remote())["active"]
     finally:
         stop_control_plane(h)
+
+
+def test_a_fenced_controller_stands_by_and_takes_the_lease_back_when_it_expires(tmp_path: Path) -> None:
+    from actors.controller import PRIMARY_GRACE_S, ControllerActor
+
+    s = _settings(tmp_path, policy_actors=False, autostart=True, speed=3600.0, lease_ttl_seconds=1.0,
+                  fleet_options={"gcp": False}, controller=ControllerSettings(pool_nodes={"V100": 2}))
+    store = Store(s.db_path)
+    actor = ControllerActor(s.actor_config())  # in this process: no Ray needed
+    try:
+        _wait("ticks", lambda: actor.status()["ticks"] > 3, 30)
+        assert store.claim_controller_lease("intruder", 1.0, force=True) == 2  # and never renews
+        _wait("the controller stands by", lambda: not actor.status()["active"], 10)
+        assert "epoch 1" in (actor.status()["error"] or "")
+        with pytest.raises(Conflict, match="stands by"):
+            actor.tick()
+        _wait("the lease back", lambda: actor.status()["active"], 1.0 + PRIMARY_GRACE_S + 10)
+        assert actor.status()["epoch"] == 3 and store.controller_lease()["holder"] == actor.holder
+        ticks = actor.status()["ticks"]
+        _wait("ticking again", lambda: actor.status()["ticks"] > ticks, 10)
+    finally:
+        actor.shutdown()
