@@ -138,7 +138,7 @@ class ControllerActor:
 
     def _heartbeat(self) -> None:
         """Renew the lease every ttl/4 wall seconds while this controller holds it."""
-        store = Store(self.state / DB_FILE)  # its own connection: a long tick does not delay it
+        store = Store(self.state / DB_FILE)  # its own connection: the tick's reads do not delay it
         try:
             while not self._stop.wait(self.lease_ttl / 4):
                 if not self._holding or self._lost.is_set():
