@@ -256,7 +256,10 @@ class ControllerActor:
 
     def notice(self, instance_id: str, seconds_left: float) -> None:
         """Listener for NodeActor.watch_metadata: a preemption notice seen on the node. The id is
-        the fleet's instance id, or (ray fleet) the Ray node id of the slot it fills."""
+        the fleet's instance id, or (ray fleet) the Ray node id of the slot it fills. A standby
+        ignores it (the agents tell both controllers)."""
+        if self.controller is None:
+            return
         self._active().external_notice(self._instance_of(instance_id), seconds_left)
 
     def _instance_of(self, agent_id: str) -> str:

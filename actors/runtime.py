@@ -160,18 +160,20 @@ def start_control_plane(settings: RuntimeSettings) -> ControlPlaneHandles:
         forecaster = RemoteForecasterActor.options(**_opts(FORECASTER_NAME, settings)).remote(
             str(settings.db_path), quota, settings.namespace,
             every_seconds=settings.forecast_every_seconds, detached=settings.detached)
-    agents = _start_node_agents(settings, controller)
+    agents = _start_node_agents(settings, controller, standby)
     return ControlPlaneHandles(controller, quota, forecaster, settings, settings.db_path, agents,
                                standby)
 
 
-def _start_node_agents(settings: RuntimeSettings, controller: Any) -> Any | None:
-    """The node-agent supervisor for a real fleet (None for the simulated one, or when off)."""
+def _start_node_agents(settings: RuntimeSettings, controller: Any, standby: Any | None = None) -> Any | None:
+    """The node-agent supervisor for a real fleet (None for the simulated one, or when off);
+    notices go to every controller (the one that holds the lease acts on them)."""
 
     cloud = node_agent_cloud(settings.fleet, settings.node_cloud)
     if cloud is None or not settings.node_agents:
         return None
-    return start_node_agents([(controller, "notice")], cloud, settings.namespace,
+    listeners = [(c, "notice") for c in (controller, standby) if c is not None]
+    return start_node_agents(listeners, cloud, settings.namespace,
                              detached=settings.detached, base_url=settings.metadata_url,
                              rule=settings.node_rule, identity=node_agent_identity(settings.fleet),
                              every_s=settings.node_agents_every_seconds)
