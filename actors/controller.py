@@ -137,21 +137,18 @@ class ControllerActor:
                     self._holding = False
 
     def _heartbeat(self) -> None:
-        """Renew the lease every ttl/4 wall seconds while this controller holds it."""
-        store = Store(self.state / DB_FILE)  # its own connection: the tick's reads do not delay it
-        try:
-            while not self._stop.wait(self.lease_ttl / 4):
-                if not self._holding or self._lost.is_set():
-                    continue
-                try:
-                    store.renew_controller_lease(self.holder, self.epoch, self.lease_ttl)
-                except Conflict as exc:
-                    log.error("controller loses the lease: %s", exc)
-                    self._lost.set()
-                except Exception:  # noqa: BLE001 - a busy store: try again at the next beat
-                    log.exception("lease renewal failed")
-        finally:
-            store.close()
+        """Renew the lease every ttl/4 wall seconds while this controller holds it (on the
+        controller's own connection: a second one in this process stalled the tick's commits)."""
+        while not self._stop.wait(self.lease_ttl / 4):
+            if not self._holding or self._lost.is_set():
+                continue
+            try:
+                self.store.renew_controller_lease(self.holder, self.epoch, self.lease_ttl)
+            except Conflict as exc:
+                log.error("controller loses the lease: %s", exc)
+                self._lost.set()
+            except Exception:  # noqa: BLE001 - a busy store: try again at the next beat
+                log.exception("lease renewal failed")
 
     def _executor(self) -> JobExecutor | None:
         """The JobExecutor for jobs with an entrypoint: ``executor_factory`` ("module:function",
