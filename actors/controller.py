@@ -4,6 +4,11 @@ Its ``__init__`` rebuilds everything from the durable state (the store, the flee
 file), so a restart after ``ray.kill`` or a crash resumes the loop with no job lost, none
 duplicated and no node launched twice (pending launch intents are re-applied idempotently).
 A background thread ticks every ``tick_seconds`` of control-plane time.
+
+Only the holder of the store's controller lease runs the loop; another thread renews the lease
+every ``lease_ttl_seconds / 4``. A standby instance (``role="standby"``) polls the lease and,
+once it has expired, claims it (a new fencing epoch) and rebuilds as above; an instance whose
+lease was taken stops its loop and stands by.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,7 @@ from controlplane.store import Store
 from policies.preemption import default_gce_model
 
 log = logging.getLogger(__name__)
+PRIMARY_GRACE_S = 1.0  # how long after the lease's expiry a waiting active defers to the standby
 
 
 class ControllerActor:
@@ -37,10 +44,41 @@ class ControllerActor:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
-        state = Path(config["state_dir"])
-        db = str(config.get("db") or state / DB_FILE)
-        self.store = Store(db)
-        self.epoch = self.store.take_controller_lease()
+        self.state = Path(config["state_dir"])
+        self.db = str(config.get("db") or self.state / DB_FILE)
+        self.store = Store(self.db)
+        # The lease: the active controller renews it every ttl/4 wall seconds; a standby (or a
+        # restarted controller of a pair) claims it once it has expired and bumps the epoch.
+        self.lease_ttl = float(config.get("lease_ttl_seconds", 10.0))
+        self.role = str(config.get("role", "active"))  # active | standby
+        self.holder = f"{config.get('actor_name') or 'controller'}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.epoch = 0
+        self.controller: Controller | None = None
+        self.took_over_at: float | None = None  # wall time this instance got the lease
+        self.reports: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._paused = threading.Event()
+        self._lost = threading.Event()  # the heartbeat saw the lease taken by a newer epoch
+        self._holding = False  # this instance holds the lease (the heartbeat renews it)
+        self.error: str | None = None
+        self.tick_failures = 0  # ticks of the loop that raised (logged, the loop goes on)
+        self.last_tick_failure: str | None = None
+        if self.role == "active" and (not _reconstructed() or not config.get("standby")):
+            # the first start, or Ray's restart of the only controller (its old self is dead)
+            self._activate(self.store.claim_controller_lease(self.holder, self.lease_ttl, force=True))
+        self._thread = threading.Thread(target=self._run, name="reconcile", daemon=True)
+        self._beat = threading.Thread(target=self._heartbeat, name="lease", daemon=True)
+        if config.get("autostart", True):
+            self._thread.start()
+            self._beat.start()
+
+    def _activate(self, epoch: int | None) -> None:
+        """Hold the lease at ``epoch``: rebuild the fleet and the controller from the store."""
+        assert epoch is not None
+        config, state = self.config, self.state
+        self.epoch = epoch
+        self._holding = True  # renewed from now on: recovering a big store may outlast the lease
         self.clock = self._clock()
         fleet_opts = dict(config.get("fleet_options") or {})
         if config["fleet"] == "sim":
@@ -50,29 +88,67 @@ class ControllerActor:
         self.fleet = make_provider(config["fleet"], clock=self.clock, **fleet_opts)
         host = None
         if config.get("policy_actors", True):
-
-            host = RayDeadlineHost(db, namespace=config["namespace"],
+            host = RayDeadlineHost(self.db, namespace=config["namespace"],
                                    shards=int(config.get("policy_actor_shards", 0)),
                                    max_actors=int(config.get("max_policy_actors", 16)),
                                    detached=bool(config.get("detached", True)))
         settings = ControllerSettings(**config.get("controller", {}))
-        self.controller = Controller(self.store, self.fleet, self.clock, settings,
-                                     policy_host=host, epoch=self.epoch,
-                                     executor=self._executor())
+        controller = Controller(self.store, self.fleet, self.clock, settings,
+                                policy_host=host, epoch=self.epoch, executor=self._executor())
         crash = config.get("crash_after_intents")
         if crash:
-            self.controller.after_barrier = self._crash_hook(state / "crash-injected", int(crash))
-        self.controller.recover()
-        self.reports: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._paused = threading.Event()
-        self.error: str | None = None
-        self.tick_failures = 0  # ticks of the loop that raised (logged, the loop goes on)
-        self.last_tick_failure: str | None = None
-        self._thread = threading.Thread(target=self._loop, name="reconcile", daemon=True)
-        if config.get("autostart", True):
-            self._thread.start()
+            controller.after_barrier = self._crash_hook(state / "crash-injected", int(crash))
+        controller.recover()
+        self._lost.clear()
+        self.controller = controller
+        self.took_over_at = time.time()
+        log.warning("controller %s holds the lease at epoch %d", self.holder, epoch)
+
+    def _active(self) -> Controller:
+        if self.controller is None:
+            raise Conflict(f"controller {self.holder} stands by (epoch {self.store.controller_lease()['epoch']} "
+                           "is held by another)", fix="ask the controller that holds the lease")
+        return self.controller
+
+    def _run(self) -> None:
+        """Stand by until the lease is ours, run the loop until fenced, stand by again."""
+        # the standby is the successor: a waiting "active" (Ray restarted it) claims only
+        # PRIMARY_GRACE_S after the expiry, so it takes over when the standby is gone too
+        grace = PRIMARY_GRACE_S if self.role == "active" else 0.0
+        while not self._stop.is_set():
+            if self.controller is None:
+                expired = time.time() > self.store.controller_lease()["until"] + grace
+                epoch = self.store.claim_controller_lease(self.holder, self.lease_ttl) if expired else None
+                if epoch is None:
+                    self._stop.wait(float(self.config.get("standby_poll_seconds", 0.25)))
+                    continue
+                try:
+                    self._activate(epoch)
+                except Exception as exc:  # noqa: BLE001 - e.g. fenced while recovering
+                    log.exception("taking over at epoch %d failed", epoch)
+                    self.error = repr(exc)
+                    self._holding = False
+                    self._stop.wait(1.0)
+                    continue
+            self._loop()
+            if not self._stop.is_set():  # fenced: another controller holds the lease now
+                with self._lock:
+                    self.controller = None
+                    self._holding = False
+
+    def _heartbeat(self) -> None:
+        """Renew the lease every ttl/4 wall seconds while this controller holds it (on the
+        controller's own connection: a second one in this process stalled the tick's commits)."""
+        while not self._stop.wait(self.lease_ttl / 4):
+            if not self._holding or self._lost.is_set():
+                continue
+            try:
+                self.store.renew_controller_lease(self.holder, self.epoch, self.lease_ttl)
+            except Conflict as exc:
+                log.error("controller loses the lease: %s", exc)
+                self._lost.set()
+            except Exception:  # noqa: BLE001 - a busy store: try again at the next beat
+                log.exception("lease renewal failed")
 
     def _executor(self) -> JobExecutor | None:
         """The JobExecutor for jobs with an entrypoint: ``executor_factory`` ("module:function",
@@ -116,10 +192,13 @@ class ControllerActor:
         return SimClock(start=start, speed=0.0)
 
     def _loop(self) -> None:
-        tick_s = self.controller.settings.tick_seconds
+        tick_s = self._active().settings.tick_seconds
         speed = float(self.config.get("speed", 3600.0)) or 3600.0
         min_wall = float(self.config.get("min_tick_wall_seconds", 0.002))
         while not self._stop.is_set():
+            if self._lost.is_set():
+                self.error = f"epoch {self.epoch}: the lease was taken by a newer controller"
+                return
             if self._paused.is_set():
                 self._stop.wait(0.05)
                 continue
@@ -142,14 +221,14 @@ class ControllerActor:
     def tick(self) -> dict[str, Any]:
         """One reconcile tick now (the loop calls it; tests may too)."""
         with self._lock:
-            r = asdict(self.controller.tick())
+            r = asdict(self._active().tick())
         self.reports.append(r)
         del self.reports[:-200]
         return r
 
     def run_for(self, seconds: float, tick_seconds: float | None = None) -> dict[str, Any]:
         """Manual clock: advance and tick until ``seconds`` more have passed (one call)."""
-        dt = tick_seconds or self.controller.settings.tick_seconds
+        dt = tick_seconds or self._active().settings.tick_seconds
         steps = max(1, int(round(seconds / dt)))
         r: dict[str, Any] = {}
         for _ in range(steps):
@@ -163,19 +242,25 @@ class ControllerActor:
         return self.tick()
 
     def status(self) -> dict[str, Any]:
-        return {"ticks": self.controller.ticks, "now": self.clock.now(),
-                "jobs": len(self.controller.jobs), "nodes": len(self.controller.nodes),
-                "epoch": self.epoch, "error": self.error,
+        c = self.controller
+        return {"ticks": c.ticks if c else 0, "now": self.clock.now() if c else None,
+                "jobs": len(c.jobs) if c else 0, "nodes": len(c.nodes) if c else 0,
+                "epoch": self.epoch, "error": self.error, "active": c is not None,
+                "role": self.role, "holder": self.holder, "pid": os.getpid(),
+                "took_over_at": self.took_over_at,
                 "tick_failures": self.tick_failures, "last_tick_failure": self.last_tick_failure,
                 "last": self.reports[-1] if self.reports else None}
 
     def notice(self, instance_id: str, seconds_left: float) -> None:
         """Listener for NodeActor.watch_metadata: a preemption notice seen on the node. The id is
-        the fleet's instance id, or (ray fleet) the Ray node id of the slot it fills."""
-        self.controller.external_notice(self._instance_of(instance_id), seconds_left)
+        the fleet's instance id, or (ray fleet) the Ray node id of the slot it fills. A standby
+        ignores it (the agents tell both controllers)."""
+        if self.controller is None:
+            return
+        self._active().external_notice(self._instance_of(instance_id), seconds_left)
 
     def _instance_of(self, agent_id: str) -> str:
-        if agent_id in self.controller.by_instance:
+        if agent_id in self._active().by_instance:
             return agent_id
         with self._lock:  # describe() must not race the tick that changes the fleet
             for inst in self.fleet.describe():
@@ -184,6 +269,7 @@ class ControllerActor:
         return agent_id
 
     def launches_per_intent(self) -> dict[str, int]:
+        self._active()
         return self.fleet.instances_per_intent()
 
     def pause(self) -> None:
@@ -195,13 +281,23 @@ class ControllerActor:
     def shutdown(self) -> None:
         """Stop the loop after the current tick (state stays in the store)."""
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
+        for thread in (self._thread, self._beat):
+            if thread.is_alive():
+                thread.join(timeout=30)
         with self._lock:
-            self.controller.flush()
+            if self.controller is not None:
+                self.controller.flush()
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _reconstructed() -> bool:
+    """Whether Ray restarted this actor (False outside an actor)."""
+    try:
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - not in a Ray actor (tests build the class directly)
+        return False
 
 
 RemoteControllerActor = ray.remote(  # type: ignore[call-overload]

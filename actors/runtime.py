@@ -37,6 +37,7 @@ from controlplane.store import Store
 log = logging.getLogger(__name__)
 
 CONTROLLER_NAME = "spotplane-controller"
+STANDBY_NAME = "spotplane-controller-standby"
 FORECASTER_NAME = "spotplane-forecaster"
 
 
@@ -70,6 +71,9 @@ class RuntimeSettings:
     metadata_url: str | None = None  # the agents' metadata server (tests); None: the cloud's own
     node_rule: Callable[[Mapping[str, Any]], bool] | None = None  # None: actors.node_agents.NodeRule()
     node_agents_every_seconds: float = 5.0
+    standby: bool = False  # a second ControllerActor that takes the lease when the first dies
+    lease_ttl_seconds: float = 10.0  # wall seconds a controller's lease lasts unrenewed
+    standby_poll_seconds: float = 0.25  # how often a standby checks whether the lease expired
 
     @property
     def db_path(self) -> str | Path:
@@ -87,7 +91,14 @@ class RuntimeSettings:
                 "min_tick_wall_seconds": self.min_tick_wall_seconds,
                 "crash_after_intents": self.crash_after_intents,
                 "executor_factory": self.executor_factory,
-                "executor_options": dict(self.executor_options)}
+                "executor_options": dict(self.executor_options), "standby": self.standby,
+                "lease_ttl_seconds": self.lease_ttl_seconds,
+                "standby_poll_seconds": self.standby_poll_seconds,
+                "role": "active", "actor_name": CONTROLLER_NAME}
+
+    def standby_config(self) -> dict[str, Any]:
+        """The standby ControllerActor's config: the same, waiting on the lease."""
+        return {**self.actor_config(), "role": "standby", "actor_name": STANDBY_NAME}
 
 
 @dataclass
@@ -100,10 +111,23 @@ class ControlPlaneHandles:
     settings: RuntimeSettings
     db_path: str | Path
     node_agents: Any | None = None  # NodeAgentSupervisor (real fleets)
+    standby: Any | None = None  # the standby ControllerActor (``RuntimeSettings.standby``)
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = ray.get(self.controller.status.remote())
         return out
+
+    def active(self, timeout_s: float = 10.0) -> Any | None:
+        """The controller actor that holds the lease now (None when neither answers so)."""
+        for actor in (self.controller, self.standby):
+            if actor is None:
+                continue
+            try:
+                if ray.get(actor.status.remote(), timeout=timeout_s)["active"]:
+                    return actor
+            except Exception as exc:  # noqa: BLE001 - dead or restarting: ask the other
+                log.debug("controller status: %s", exc)
+        return None
 
 
 def _opts(name: str, settings: RuntimeSettings) -> dict[str, Any]:
@@ -123,6 +147,11 @@ def start_control_plane(settings: RuntimeSettings) -> ControlPlaneHandles:
     controller = RemoteControllerActor.options(**_opts(CONTROLLER_NAME, settings)).remote(
         settings.actor_config())
     ray.get(controller.status.remote())  # wait until recovered and ticking
+    standby = None
+    if settings.standby:
+        standby = RemoteControllerActor.options(**_opts(STANDBY_NAME, settings)).remote(
+            settings.standby_config())
+        ray.get(standby.status.remote())  # started, waiting on the lease
     quota = forecaster = None
     if settings.forecaster:
         pools = dict(settings.controller.pool_nodes)
@@ -133,17 +162,20 @@ def start_control_plane(settings: RuntimeSettings) -> ControlPlaneHandles:
         forecaster = RemoteForecasterActor.options(**_opts(FORECASTER_NAME, settings)).remote(
             str(settings.db_path), quota, settings.namespace,
             every_seconds=settings.forecast_every_seconds, detached=settings.detached)
-    agents = _start_node_agents(settings, controller)
-    return ControlPlaneHandles(controller, quota, forecaster, settings, settings.db_path, agents)
+    agents = _start_node_agents(settings, controller, standby)
+    return ControlPlaneHandles(controller, quota, forecaster, settings, settings.db_path, agents,
+                               standby)
 
 
-def _start_node_agents(settings: RuntimeSettings, controller: Any) -> Any | None:
-    """The node-agent supervisor for a real fleet (None for the simulated one, or when off)."""
+def _start_node_agents(settings: RuntimeSettings, controller: Any, standby: Any | None = None) -> Any | None:
+    """The node-agent supervisor for a real fleet (None for the simulated one, or when off);
+    notices go to every controller (the one that holds the lease acts on them)."""
 
     cloud = node_agent_cloud(settings.fleet, settings.node_cloud)
     if cloud is None or not settings.node_agents:
         return None
-    return start_node_agents([(controller, "notice")], cloud, settings.namespace,
+    listeners = [(c, "notice") for c in (controller, standby) if c is not None]
+    return start_node_agents(listeners, cloud, settings.namespace,
                              detached=settings.detached, base_url=settings.metadata_url,
                              rule=settings.node_rule, identity=node_agent_identity(settings.fleet),
                              every_s=settings.node_agents_every_seconds)
@@ -151,8 +183,12 @@ def _start_node_agents(settings: RuntimeSettings, controller: Any) -> Any | None
 
 def find_control_plane(namespace: str = "spotplane") -> Any | None:
     """The running ControllerActor of ``namespace`` (None when there is none)."""
+    return _find(CONTROLLER_NAME, namespace)
+
+
+def _find(name: str, namespace: str) -> Any | None:
     try:
-        return ray.get_actor(CONTROLLER_NAME, namespace=namespace)
+        return ray.get_actor(name, namespace=namespace)
     except ValueError:
         return None
 
@@ -165,9 +201,12 @@ def stop_control_plane(handles: ControlPlaneHandles | None = None,
     if handles is None or handles.node_agents is not None:  # agents first: no notice mid-shutdown
         stop_node_agents(handles.node_agents if handles is not None else None, namespace=ns)
     controller = handles.controller if handles is not None else find_control_plane(ns)
-    if controller is not None:
+    standby = handles.standby if handles is not None else _find(STANDBY_NAME, ns)
+    for actor in (standby, controller):  # the standby first: it must not take over the stop
+        if actor is None:
+            continue
         try:
-            ray.get(controller.shutdown.remote(), timeout=60)
+            ray.get(actor.shutdown.remote(), timeout=60)
         except Exception as exc:  # noqa: BLE001 - already dead is fine
             log.debug("controller shutdown: %s", exc)
     for info in _named_actors(ns):

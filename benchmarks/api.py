@@ -1,11 +1,14 @@
-"""Job submissions through the Serve API at 16 concurrent clients.
+"""Job submissions through the Serve API at 16 concurrent clients, on 1, 2 and 4 replicas.
 
-``python -m benchmarks.api [--json] [--requests N] [--clients 16] [--plot FILE.png]`` starts a
-local Ray, the Serve API on a free port over a fresh store, creates one tenant per client, and
-has every client submit spot jobs back to back over a kept-alive connection. It reports the
-throughput, the latency percentiles, and checks that every accepted submission is in the store
-afterwards. Targets: >= 100 submissions/s, p99 < 500 ms (same-machine anchors: Ray Serve
-hello-world 126/s, bare FastAPI 314/s).
+``python -m benchmarks.api [--json] [--requests N] [--clients 16] [--replicas 1,2,4]
+[--bag-jobs 1000] [--bags 8] [--bag-clients 1] [--plot FILE.png]`` starts a local Ray and, for each replica
+count, the Serve API on a free port over a fresh SQLite store, creates one tenant per client,
+and has every client submit spot jobs back to back over a kept-alive connection. It reports
+the throughput, the latency percentiles, and checks that every accepted submission is in the
+store afterwards. Then the batch path: ``--bags`` bags of ``--bag-jobs`` jobs each through
+``POST /v1/bags`` (``--bag-clients``, default 1, at once), jobs per second into the store. Targets: >= 100
+submissions/s, p99 < 500 ms (same-machine anchors: Ray Serve hello-world 126/s, bare FastAPI
+314/s); batch >= 2,000 jobs/s with a bag's p99 < 500 ms.
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ import numpy as np
 
 from actors.raylocal import init_local_ray
 from benchmarks import entry
+from controlplane.core.errors import InvalidInput
 from controlplane.store import Store
 from serve.app import start_api, stop_api
 from serve.auth import new_admin_token
 
 TARGET_PER_SECOND = 100.0
 TARGET_P99_MS = 500.0
+TARGET_BATCH_JOBS_PER_SECOND = 2000.0
+BATCH_CLIENTS = 1
 
 
 def free_port() -> int:
@@ -48,9 +54,9 @@ class _Conn:
     here, this ~0.1 ms, so the measured throughput is the server's, not the client's.
     """
 
-    def __init__(self, host: str, port: int, token: str) -> None:
+    def __init__(self, host: str, port: int, token: str, path: str = "/v1/jobs") -> None:
         self.host, self.port = host, port
-        self.head = (f"POST /v1/jobs HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+        self.head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
                      "Content-Type: application/json\r\nContent-Length: ")
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
@@ -117,9 +123,11 @@ async def _run_clients(url: str, tokens: list[str], per_client: int) -> tuple[li
 
 
 @contextlib.contextmanager
-def local_api(db: str | Path, admin: str, files: Path | None = None) -> Iterator[str]:
-    """The API served from ``db`` on a free port (on a local Ray of its own unless one runs);
-    uploaded packages and logs under ``files`` (default: beside a SQLite ``db``)."""
+def local_api(db: str | Path, admin: str, files: Path | None = None,
+              replicas: int = 1) -> Iterator[str]:
+    """The API served from ``db`` on a free port by ``replicas`` Serve replicas (on a local Ray
+    of its own unless one runs); uploaded packages and logs under ``files`` (default: beside a
+    SQLite ``db``)."""
     import ray
 
     own_ray = not ray.is_initialized()  # a test session may already run one
@@ -128,7 +136,7 @@ def local_api(db: str | Path, admin: str, files: Path | None = None) -> Iterator
                        configure_logging=False, namespace="spotplane-bench")
     try:
         url = start_api(db, admin, free_port(), package_dir=files and files / "packages",
-                        log_dir=files and files / "logs")
+                        log_dir=files and files / "logs", replicas=replicas)
         try:
             yield url
         finally:
@@ -138,24 +146,47 @@ def local_api(db: str | Path, admin: str, files: Path | None = None) -> Iterator
             ray.shutdown()
 
 
-def run(requests: int = 1600, clients: int = 16, warmup: int = 64) -> dict[str, Any]:
-    """Start Ray + Serve over a fresh store, submit, verify; the result dict of ``--json``."""
+@contextlib.contextmanager
+def _one_ray() -> Iterator[None]:
+    """One local Ray for every run (a second ``ray.init`` after a shutdown may find the first)."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                   configure_logging=False, namespace="spotplane-bench")
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def run(requests: int = 1600, clients: int = 16, warmup: int = 64, replicas: int = 1,
+        bags: int = 0, bag_jobs: int = 1000, bag_clients: int = BATCH_CLIENTS) -> dict[str, Any]:
+    """Start Ray + Serve over a fresh store, submit, verify; the result dict of ``--json``
+    (with ``bags``: the batch path's under ``"batch"``)."""
 
     state = Path(tempfile.mkdtemp(prefix="spotplane-bench-api-"))
     db = state / "spotplane.db"
     store = Store(db)
     tokens = [store.create_tenant(f"bench-{i}", max_gpus=1000)[1] for i in range(clients)]
     admin = new_admin_token()
-    with local_api(db, admin) as url:
+    batch: dict[str, Any] | None = None
+    with local_api(db, admin, replicas=replicas) as url:
         per_client = max(1, requests // clients)
-        asyncio.run(_run_clients(url, tokens[:1], warmup))  # warm the replica and the proxy
+        for tok in tokens[:replicas]:  # warm every replica (and the proxy)
+            asyncio.run(_run_clients(url, [tok], max(1, warmup // replicas)))
         lat, accepted, wall = asyncio.run(_run_clients(url, tokens, per_client))
+        if bags:
+            batch = _batch(url, store, tokens[:bag_clients], bags, bag_jobs)
     ids = set(accepted)
     stored = {j.id for j in store.list_jobs(None, limit=10**9)}
-    warm = warmup
+    warm = max(1, warmup // replicas) * min(replicas, len(tokens))
     store.close()
     arr = np.asarray(lat)
-    return {
+    out = {
+        "replicas": replicas,
         "clients": clients,
         "submitted": int(per_client * clients),
         "accepted": len(accepted),
@@ -167,6 +198,98 @@ def run(requests: int = 1600, clients: int = 16, warmup: int = 64) -> dict[str, 
         "p99_ms": round(float(np.percentile(arr, 99)), 1),
         "_latencies": lat,
     }
+    if batch is not None:
+        out["batch"] = batch
+    return out
+
+
+def _batch(url: str, store: Store, tokens: list[str], bags: int, bag_jobs: int) -> dict[str, Any]:
+    """``bags`` bags of ``bag_jobs`` jobs through POST /v1/bags, ``len(tokens)`` clients at
+    once; jobs per second into the store (every job of every 201 counted in the store)."""
+
+    async def client(tok: str, n: int, idx: int, lat: list[float], ids: list[str]) -> None:
+        parsed = httpx.URL(url)
+        conn = _Conn(parsed.host, int(parsed.port or 80), tok, "/v1/bags")
+        try:
+            for i in range(n):
+                body = json.dumps({"name": f"bag-{idx}-{i}",
+                                   "template": {"name": "b", "kind": "spot", "compute_hours": 1.0},
+                                   "params": [{"i": k} for k in range(bag_jobs)]}).encode()
+                t0 = time.perf_counter()
+                status, payload = await conn.post(body)
+                lat.append((time.perf_counter() - t0) * 1000.0)
+                if status == 201:
+                    ids.extend(json.loads(payload)["job_ids"])
+        finally:
+            await conn.close()
+
+    async def all_clients() -> tuple[list[float], list[str], float]:
+        lat: list[float] = []
+        ids: list[str] = []
+        per = max(1, bags // len(tokens))
+        t0 = time.perf_counter()
+        await asyncio.gather(*[client(tok, per, i, lat, ids) for i, tok in enumerate(tokens)])
+        return lat, ids, time.perf_counter() - t0
+
+    lat, ids, wall = asyncio.run(all_clients())
+    stored = {j.id for j in store.list_jobs(None, limit=10**9)}
+    arr = np.asarray(lat)
+    return {"bags": len(lat), "jobs_per_bag": bag_jobs, "clients": len(tokens),
+            "jobs_accepted": len(ids), "jobs_stored": len(set(ids) & stored),
+            "jobs_per_second": round(len(ids) / wall, 1),
+            "bag_p50_ms": round(float(np.percentile(arr, 50)), 1),
+            "bag_p99_ms": round(float(np.percentile(arr, 99)), 1)}
+
+
+def _replica_counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise InvalidInput("--replicas", f"{text!r} is not a list of counts >= 1", fix="e.g. --replicas 1,2,4")
+    return counts
+
+
+def _plot(path: str, runs: list[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in runs:
+        ax.hist(r["_latencies"], bins=60, alpha=0.5,
+                label=f"{r['replicas']} replica(s): p50 {r['p50_ms']} / p99 {r['p99_ms']} ms")
+    ax.set_xlabel("submission latency (ms)")
+    ax.set_ylabel("submissions")
+    ax.set_title(f"{runs[0]['clients']} clients, SQLite store")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _table(runs: list[dict[str, Any]]) -> None:
+    ok = "ok"
+    print(f"{'replicas':>8} {'clients':>7} {'accepted':>8} {'stored':>7} {'subm/s':>8} {'p50 ms':>7} "
+          f"{'p99 ms':>7}  targets: >= {TARGET_PER_SECOND:.0f}/s, p99 < {TARGET_P99_MS:.0f}, stored = accepted")
+    for r in runs:
+        good = (r["per_second"] >= TARGET_PER_SECOND and r["p99_ms"] < TARGET_P99_MS
+                and r["stored"] == r["accepted"] == r["submitted"])
+        print(f"{r['replicas']:>8} {r['clients']:>7} {r['accepted']:>8} {r['stored']:>7} {r['per_second']:>8} "
+              f"{r['p50_ms']:>7} {r['p99_ms']:>7}  {ok if good else 'MISSED'}")
+    clients = next((r["batch"]["clients"] for r in runs if "batch" in r), 0)
+    print(f"\nbatch (POST /v1/bags, {clients} client(s) at once)  targets: >= "
+          f"{TARGET_BATCH_JOBS_PER_SECOND:.0f} jobs/s, bag p99 < {TARGET_P99_MS:.0f} ms")
+    print(f"{'replicas':>8} {'bags':>5} {'jobs/bag':>8} {'stored':>7} {'jobs/s':>8} {'p50 ms':>7} {'p99 ms':>7}")
+    for r in runs:
+        b = r.get("batch")
+        if b is None:
+            continue
+        good = (b["jobs_per_second"] >= TARGET_BATCH_JOBS_PER_SECOND and b["bag_p99_ms"] < TARGET_P99_MS
+                and b["jobs_stored"] == b["jobs_accepted"] == b["bags"] * b["jobs_per_bag"])
+        print(f"{r['replicas']:>8} {b['bags']:>5} {b['jobs_per_bag']:>8} {b['jobs_stored']:>7} "
+              f"{b['jobs_per_second']:>8} {b['bag_p50_ms']:>7} {b['bag_p99_ms']:>7}  {ok if good else 'MISSED'}")
 
 
 @entry
@@ -175,43 +298,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ap.add_argument("--requests", type=int, default=1600, help="submissions in total")
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients")
-    ap.add_argument("--plot", default=None, metavar="FILE.png", help="latency histogram")
+    ap.add_argument("--replicas", default="1,2,4", help="API replica counts to run, comma-separated")
+    ap.add_argument("--bags", type=int, default=8, help="bags through the batch path (0: none)")
+    ap.add_argument("--bag-jobs", type=int, default=1000, help="jobs per bag")
+    ap.add_argument("--bag-clients", type=int, default=BATCH_CLIENTS,
+                    help="clients posting bags at once (more: more jobs/s, each bag waits longer)")
+    ap.add_argument("--plot", default=None, metavar="FILE.png", help="latency histograms")
     args = ap.parse_args(argv)
-    with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON object
-        result = run(args.requests, args.clients)
-    lat = result.pop("_latencies")
-    result.pop("_in_store_total")
-    result.pop("_warmup")
+    counts = _replica_counts(args.replicas)
+    runs = []
+    with contextlib.redirect_stdout(sys.stderr), _one_ray():  # stdout: the one JSON object
+        for n in counts:
+            runs.append(run(args.requests, args.clients, replicas=n, bags=args.bags,
+                            bag_jobs=args.bag_jobs, bag_clients=args.bag_clients))
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ax.hist(lat, bins=60)
-        ax.axvline(result["p50_ms"], color="k", ls="--", label=f"p50 {result['p50_ms']} ms")
-        ax.axvline(result["p99_ms"], color="r", ls="--", label=f"p99 {result['p99_ms']} ms")
-        ax.set_xlabel("submission latency (ms)")
-        ax.set_ylabel("submissions")
-        ax.set_title(f"{result['clients']} clients: {result['per_second']}/s")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=110)
+        _plot(args.plot, runs)
+    for r in runs:
+        for key in ("_latencies", "_in_store_total", "_warmup"):
+            r.pop(key)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({"store": "sqlite", "runs": runs}))
         return 0
-    ok_rate = result["per_second"] >= TARGET_PER_SECOND
-    ok_p99 = result["p99_ms"] < TARGET_P99_MS
-    ok_store = result["stored"] == result["accepted"]
-    print(f"{'metric':<22} {'value':>10}  target")
-    print(f"{'clients':<22} {result['clients']:>10}")
-    print(f"{'submitted':<22} {result['submitted']:>10}")
-    print(f"{'accepted':<22} {result['accepted']:>10}")
-    print(f"{'stored (of accepted)':<22} {result['stored']:>10}  = accepted {'ok' if ok_store else 'MISSED'}")
-    print(f"{'submissions / s':<22} {result['per_second']:>10}  >= {TARGET_PER_SECOND:.0f} {'ok' if ok_rate else 'MISSED'}")
-    print(f"{'p50 ms':<22} {result['p50_ms']:>10}")
-    print(f"{'p99 ms':<22} {result['p99_ms']:>10}  < {TARGET_P99_MS:.0f} {'ok' if ok_p99 else 'MISSED'}")
+    _table(runs)
     return 0
 
 

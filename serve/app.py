@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ValidationError
 from ray import serve
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -351,7 +352,7 @@ class Gate:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            gate.admit(scope["path"], bearer_token(headers.get("authorization")))
+            await gate.admit(scope["path"], bearer_token(headers.get("authorization")))
             gate.check_length(headers.get("content-length"), scope["path"])
         except SpotplaneError as exc:
             await spotplane_error_response(answering, exc)(scope, receive, send)
@@ -366,17 +367,22 @@ class Gate:
 class GateState:
     """What the gate checks against: the service (tokens), the limits, the rate buckets."""
 
-    def __init__(self, service: ControlPlaneService, limits: ApiLimits) -> None:
+    def __init__(self, service: ControlPlaneService, limits: ApiLimits, replicas: int = 1) -> None:
         self.service = service
         self.limits = limits
-        self.buckets = TokenBuckets(limits.rate_per_s, limits.burst)
+        # each of the ``replicas`` keeps its own buckets (no write to the store per request):
+        # Serve spreads a tenant's requests over them, so each enforces 1/replicas of the budget
+        self.buckets = TokenBuckets(limits.rate_per_s / replicas, max(1, limits.burst // replicas))
 
-    def admit(self, path: str, token: str | None) -> None:
-        """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket."""
+    async def admit(self, path: str, token: str | None) -> None:
+        """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket; a
+        token not seen before is looked up in the store off the event loop."""
         if path == "/metrics":
-            self._metrics_token(token)
+            await run_in_threadpool(self._metrics_token, token)
             return
-        principal = self.service.authenticate(token)
+        principal = self.service.known(token)
+        if principal is None:
+            principal = await run_in_threadpool(self.service.authenticate, token)
         if principal.tenant_id is not None:
             wait = self.buckets.take(principal.tenant_id)
             if wait > 0:
@@ -467,11 +473,13 @@ def _replayable(answer: StoredAnswer) -> Response:
 )
 @serve.ingress(app)
 class SpotplaneAPI:
-    """The API's one replica: owns a store connection, the admin token's hash and the limits."""
+    """One replica of the API: owns its store connections, the admin token's hash and the
+    limits. Handlers are plain ``def``: FastAPI runs them in its threadpool, off the event loop."""
 
     def __init__(self, db_path: str, admin_token_hash: str, limits: dict[str, Any] | None = None,
                  package_dir: str | None = None, workload_address: str | None = None,
-                 workload_token_path: str | None = None, log_dir: str | None = None) -> None:
+                 workload_token_path: str | None = None, log_dir: str | None = None,
+                 replicas: int = 1) -> None:
         self.limits = ApiLimits.model_validate(limits or {})
         caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs,
                     idempotency_ttl_s=self.limits.idempotency_ttl_s)
@@ -481,7 +489,7 @@ class SpotplaneAPI:
         workload = (Workload(workload_address, workload_token_path, archive)
                     if workload_address else None)
         self.service = ControlPlaneService.open(db_path, admin_token_hash, caps, packages, workload)
-        Gate.state = GateState(self.service, self.limits)
+        Gate.state = GateState(self.service, self.limits, replicas)
         self._started = time.monotonic()
 
     def _who(self, creds: HTTPAuthorizationCredentials | None, header: str | None = None) -> Principal:
@@ -493,7 +501,7 @@ class SpotplaneAPI:
 
     # -- health and metrics --------------------------------------------------------------------
     @app.get("/healthz", tags=["ops"])
-    async def healthz(self) -> dict[str, Any]:
+    def healthz(self) -> dict[str, Any]:
         """Liveness: the store answers; no token needed."""
         health = self.service.health()
         health["uptime_s"] = round(time.monotonic() - self._started, 3)
@@ -501,37 +509,37 @@ class SpotplaneAPI:
 
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
              responses=declared_errors(401, 403, 500))
-    async def metrics(self, request: Request, creds: Auth = None) -> Response:
+    def metrics(self, request: Request, creds: Auth = None) -> Response:
         """Every family in Prometheus text format, for the operator (spend by tenant): the admin
         token or the metrics token (``SPOTPLANE_METRICS_TOKEN``) as a bearer token."""
         return Response(self.service.metrics_text(_api_metrics(request)), media_type=CONTENT_TYPE)
 
     @app.get(f"{API}/clock", tags=["ops"], response_model=ClockView, responses=_ERRORS)
-    async def clock(self, creds: Auth = None) -> ClockView:
+    def clock(self, creds: Auth = None) -> ClockView:
         """The control plane's time (simulated on the simulated fleet)."""
         self._who(creds)
         return clock_view(self.service.control_time())
 
     # -- tenants -------------------------------------------------------------------------------
     @app.post(f"{API}/tenants", tags=["tenants"], status_code=201, response_model=TenantCreated, responses=_ERRORS)
-    async def create_tenant(self, spec: TenantSpec, creds: Auth = None) -> TenantCreated:
+    def create_tenant(self, spec: TenantSpec, creds: Auth = None) -> TenantCreated:
         """Admin only: create a tenant; the answer holds its token, shown only this once."""
         tenant, token = self.service.create_tenant(self._who(creds), spec)
         return TenantCreated(tenant=tenant, token=token)
 
     @app.get(f"{API}/tenants", tags=["tenants"], response_model=list[Tenant], responses=_ERRORS)
-    async def list_tenants(self, creds: Auth = None) -> Response:
+    def list_tenants(self, creds: Auth = None) -> Response:
         """Every tenant (admin) or just the caller."""
         return self._list(self.service.list_tenants(self._who(creds)))
 
     @app.get(f"{API}/tenants/me", tags=["tenants"], response_model=Tenant, responses=_ERRORS)
-    async def me(self, creds: Auth = None) -> Tenant:
+    def me(self, creds: Auth = None) -> Tenant:
         """The calling tenant (422 for the admin token, which is no tenant)."""
         return self.service.me(self._who(creds))
 
     # -- jobs ----------------------------------------------------------------------------------
     @app.post(f"{API}/jobs", tags=["jobs"], status_code=201, response_model=JobView, responses=_ERRORS)
-    async def submit_job(
+    def submit_job(
         self,
         request: Request,
         spec: Annotated[JobSpec, Body(openapi_examples={"deadline": {"value": job_spec_example()}})],
@@ -555,7 +563,7 @@ class SpotplaneAPI:
                                                   "schema": {"type": "string"}},
             NEXT_AFTER_HEADER: {"description": "`after` of the next page, when one may follow",
                                 "schema": {"type": "string"}}}}})
-    async def list_jobs(
+    def list_jobs(
         self,
         creds: Auth = None,
         state: Annotated[list[JobState] | None, Query(description="repeat for several")] = None,
@@ -580,18 +588,18 @@ class SpotplaneAPI:
                             full=len(jobs) >= limit)
 
     @app.get(f"{API}/jobs/{{job_id}}", tags=["jobs"], response_model=JobView, responses=_ERRORS)
-    async def get_job(self, job_id: str, creds: Auth = None) -> JobView:
+    def get_job(self, job_id: str, creds: Auth = None) -> JobView:
         """One job (404 when it is not the caller's)."""
         return JobView.of(self.service.get_job(self._who(creds), job_id))
 
     @app.post(f"{API}/jobs/{{job_id}}/cancel", tags=["jobs"], status_code=202, response_model=JobView, responses=_ERRORS)
-    async def cancel_job(self, job_id: str, creds: Auth = None) -> JobView:
+    def cancel_job(self, job_id: str, creds: Auth = None) -> JobView:
         """Ask for cancellation; the controller stops the job and frees its nodes on its next tick."""
         return JobView.of(self.service.cancel_job(self._who(creds), job_id))
 
     @app.get(f"{API}/jobs/{{job_id}}/logs", tags=["jobs"], response_class=PlainTextResponse,
              responses=_ERRORS)
-    async def job_logs(self, job_id: str, creds: Auth = None) -> Response:
+    def job_logs(self, job_id: str, creds: Auth = None) -> Response:
         """Every attempt's logs (stdout and stderr of the job's Ray jobs on the workload
         cluster), oldest first, each after a ``=== attempt N of JOB (replica R on node X) ===``
         line; empty before the first attempt starts. Each attempt's text only grows while its node
@@ -602,7 +610,7 @@ class SpotplaneAPI:
     # -- packages ------------------------------------------------------------------------------
     @app.get(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
              responses=_ERRORS)
-    async def package(self, name: str, creds: Auth = None) -> PackageView:
+    def package(self, name: str, creds: Auth = None) -> PackageView:
         """Whether the caller's tenant holds the package ``name`` (404 when not)."""
         who = self._who(creds)
         store, tenant = self.service.package_store(who)
@@ -616,24 +624,24 @@ class SpotplaneAPI:
         """Upload one zip of a working directory under Ray's content-addressed name
         (``_ray_pkg_<hash>.zip``, ``get_uri_for_directory``); the same name again stores
         nothing. Jobs then name it as ``runtime_env.working_dir: gcs://<name>``."""
-        who = self._who(creds)
+        who = await run_in_threadpool(self._who, creds)
         data = await request.body()
-        created = self.service.put_package(who, package_name(name), data)
+        created = await run_in_threadpool(self.service.put_package, who, package_name(name), data)
         return PackageView.of(name, len(data), created=created)
 
     @app.get(f"{API}/jobs/{{job_id}}/events", tags=["jobs"], response_model=list[Event], responses=_ERRORS)
-    async def job_events(self, job_id: str, creds: Auth = None) -> Response:
+    def job_events(self, job_id: str, creds: Auth = None) -> Response:
         """Every transition of the job with its cause."""
         return self._list(self.service.job_events(self._who(creds), job_id))
 
     @app.get(f"{API}/jobs/{{job_id}}/decisions", tags=["jobs"], response_model=list[Decision], responses=_ERRORS)
-    async def job_decisions(self, job_id: str, creds: Auth = None) -> Response:
+    def job_decisions(self, job_id: str, creds: Auth = None) -> Response:
         """The decision trace: each policy decision with the observation it was made on."""
         return self._list(self.service.job_decisions(self._who(creds), job_id))
 
     # -- bags ----------------------------------------------------------------------------------
     @app.post(f"{API}/bags", tags=["bags"], status_code=201, response_model=BagCreated, responses=_ERRORS)
-    async def submit_bag(
+    def submit_bag(
         self,
         request: Request,
         spec: BagSpec,
@@ -650,35 +658,35 @@ class SpotplaneAPI:
         return _replayable(answer)
 
     @app.get(f"{API}/bags", tags=["bags"], response_model=list[Bag], responses=_ERRORS)
-    async def list_bags(self, creds: Auth = None) -> Response:
+    def list_bags(self, creds: Auth = None) -> Response:
         """The caller's bags (every tenant's for the admin)."""
         return self._list(self.service.list_bags(self._who(creds)))
 
     @app.get(f"{API}/bags/{{bag_id}}", tags=["bags"], response_model=Bag, responses=_ERRORS)
-    async def get_bag(self, bag_id: str, creds: Auth = None) -> Bag:
+    def get_bag(self, bag_id: str, creds: Auth = None) -> Bag:
         """One bag with its learned runtime estimate (404 when it is not the caller's)."""
         return self.service.get_bag(self._who(creds), bag_id)
 
     # -- fleet ---------------------------------------------------------------------------------
     @app.get(f"{API}/fleet/nodes", tags=["fleet"], response_model=list[Node], responses=_ERRORS)
-    async def nodes(self, creds: Auth = None, live: bool = False) -> Response:
+    def nodes(self, creds: Auth = None, live: bool = False) -> Response:
         """Every node (admin) or the nodes running the caller's jobs; ``live`` drops gone ones."""
         return self._list(self.service.nodes(self._who(creds), live_only=live))
 
     @app.get(f"{API}/fleet/zones", tags=["fleet"], response_model=list[ZoneInfo], responses=_ERRORS)
-    async def zones(self, creds: Auth = None) -> Response:
+    def zones(self, creds: Auth = None) -> Response:
         """The fleet's catalog: every (zone, instance type) with its prices and availability."""
         self._who(creds)
         return self._list(self.service.zones())
 
     @app.get(f"{API}/fleet/prices", tags=["fleet"], response_model=list[PriceRow], responses=_ERRORS)
-    async def prices(self, creds: Auth = None) -> Response:
+    def prices(self, creds: Auth = None) -> Response:
         """Spot and on-demand price per hour of every (zone, instance type), and the discount."""
         self._who(creds)
         return self._list([PriceRow.of(z) for z in self.service.zones()])
 
     @app.get(f"{API}/fleet/availability", tags=["fleet"], response_model=list[AvailabilityRow], responses=_ERRORS)
-    async def availability(self, creds: Auth = None) -> Response:
+    def availability(self, creds: Auth = None) -> Response:
         """Whether spot can be had in each zone now (as of the controller's last tick)."""
         self._who(creds)
         return self._list([
@@ -689,18 +697,18 @@ class SpotplaneAPI:
 
     # -- quotas, forecasts, cost ---------------------------------------------------------------
     @app.get(f"{API}/quotas", tags=["capacity"], response_model=list[Quota], responses=_ERRORS)
-    async def quotas(self, creds: Auth = None) -> Response:
+    def quotas(self, creds: Auth = None) -> Response:
         """Spot quota per pool and GPU model (GFS spot quota allocator)."""
         self._who(creds)
         return self._list(self.service.quotas())
 
     @app.get(f"{API}/forecasts", tags=["capacity"], response_model=list[ForecastRow], responses=_ERRORS)
-    async def forecasts(self, creds: Auth = None) -> Response:
+    def forecasts(self, creds: Auth = None) -> Response:
         """Demand forecasts per tenant (the caller's own; every tenant's for the admin)."""
         return self._list(self.service.forecasts(self._who(creds)))
 
     @app.get(f"{API}/cost", tags=["cost"], response_model=CostReport, responses=_ERRORS)
-    async def cost(self, creds: Auth = None) -> CostReport:
+    def cost(self, creds: Auth = None) -> CostReport:
         """Spend per tenant against the on-demand-only counterfactual (same GPU hours)."""
         who = self._who(creds)
         rows: list[CostSummary] = self.service.cost(who)
@@ -712,8 +720,9 @@ class SpotplaneAPI:
 # --------------------------------------------------------------------------------------------
 def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = None,
               package_dir: str | Path | None = None, workload_address: str | None = None,
-              workload_token_path: str | None = None, log_dir: str | Path | None = None) -> Any:
-    """The deployment graph, bound to the store at ``db_path``, the admin token's hash and the
+              workload_token_path: str | None = None, log_dir: str | Path | None = None,
+              replicas: int = 1) -> Any:
+    """The deployment graph (``replicas`` Serve replicas sharing the rate budget), bound to the store at ``db_path``, the admin token's hash and the
     API's limits (``SPOTPLANE_API_*`` settings when not given); uploaded packages live in
     ``package_dir`` (default: ``packages/`` beside the store) and job logs are read from the
     workload cluster's dashboard ``workload_address`` (the executor's copies in ``log_dir``,
@@ -721,17 +730,19 @@ def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = 
     if is_postgres(db_path) and (package_dir is None or log_dir is None):
         raise InvalidInput("package_dir", "a PostgreSQL store has no directory beside it for "
                            "packages and logs", fix="pass package_dir and log_dir")
+    if replicas < 1:
+        raise InvalidInput("replicas", f"must be >= 1, got {replicas}", fix="e.g. --api-replicas 2")
     resolved = limits or ApiLimits.from_settings()
-    return SpotplaneAPI.bind(  # type: ignore[attr-defined]
+    return SpotplaneAPI.options(num_replicas=replicas).bind(  # type: ignore[attr-defined]
         str(db_path), hash_token(admin_token), resolved.model_dump(),
         str(package_dir) if package_dir is not None else None, workload_address,
-        workload_token_path, str(log_dir) if log_dir is not None else None)
+        workload_token_path, str(log_dir) if log_dir is not None else None, replicas)
 
 
 def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127.0.0.1",
               limits: ApiLimits | None = None, package_dir: str | Path | None = None,
               workload_address: str | None = None, workload_token_path: str | None = None,
-              log_dir: str | Path | None = None) -> str:
+              log_dir: str | Path | None = None, replicas: int = 1) -> str:
     """Start Serve's HTTP proxy on ``host:port`` and deploy the API; returns its base URL.
 
     Needs ``ray.init`` first. When Serve already runs in this Ray cluster its HTTP options stay
@@ -739,7 +750,8 @@ def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127
     """
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(db_path, admin_token, limits, package_dir, workload_address,
-                        workload_token_path, log_dir), name=APP_NAME, route_prefix="/", blocking=False)
+                        workload_token_path, log_dir, replicas),
+              name=APP_NAME, route_prefix="/", blocking=False)
     return f"http://{host}:{port}"
 
 

@@ -112,13 +112,13 @@ class Segment(BaseModel):
 # The page and its assets
 # --------------------------------------------------------------------------------------------
 @router.get("/", include_in_schema=False, response_class=HTMLResponse)
-async def index() -> HTMLResponse:
+def index() -> HTMLResponse:
     """The dashboard's single page (it logs in and reads ``/v1`` itself)."""
     return HTMLResponse((STATIC / "index.html").read_text(), headers={"Cache-Control": "no-cache"})
 
 
 @router.get("/dashboard/{asset}", include_in_schema=False)
-async def asset(asset: str) -> FileResponse:
+def asset(asset: str) -> FileResponse:
     if asset not in ASSETS:
         raise NotFound(f"dashboard asset {asset} not found", fix=f"one of {', '.join(ASSETS)}")
     return FileResponse(STATIC / asset, media_type=ASSETS[asset], headers={"Cache-Control": "no-cache"})
@@ -128,7 +128,7 @@ async def asset(asset: str) -> FileResponse:
 # Views
 # --------------------------------------------------------------------------------------------
 @router.get("/v1/dashboard/jobs", tags=["dashboard"], response_model=JobPage)
-async def job_page(
+def job_page(
     creds: Auth = None,
     state: Annotated[list[JobState] | None, Query(description="repeat for several")] = None,
     kind: JobKind | None = None,
@@ -154,7 +154,7 @@ async def job_page(
 
 
 @router.get("/v1/dashboard/overview", tags=["dashboard"], response_model=Overview)
-async def overview(creds: Auth = None) -> Overview:
+def overview(creds: Auth = None) -> Overview:
     """Jobs per state, nodes now by cloud/zone/market and over time, spend against on-demand."""
     service, who = authenticated(creds)
     now = service.control_time()
@@ -188,7 +188,7 @@ def node_history(nodes: list[Node], now: float, points: int = HISTORY_POINTS) ->
 
 
 @router.get("/v1/dashboard/jobs/{job_id}/timeline", tags=["dashboard"], response_model=list[Segment])
-async def timeline(job_id: str, creds: Auth = None) -> list[Segment]:
+def timeline(job_id: str, creds: Auth = None) -> list[Segment]:
     """The job's states over time from its transition events, each with the nodes it held."""
     service, who = authenticated(creds)
     job = service.get_job(who, job_id)
@@ -219,7 +219,7 @@ def segments(events: list[Event], nodes: dict[str, Node], end: float) -> list[Se
 
 
 @router.get("/v1/dashboard/preemptions", tags=["dashboard"], response_model=list[Event])
-async def preemptions(creds: Auth = None, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[Event]:
+def preemptions(creds: Auth = None, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[Event]:
     """The newest preemptions of the caller's jobs (every tenant's for the admin)."""
     service, who = authenticated(creds)
     return service.recent_preemptions(who, limit)
@@ -233,7 +233,7 @@ class CapacityHistory(BaseModel):
 
 
 @router.get("/v1/capacity/history", tags=["capacity"], response_model=CapacityHistory)
-async def capacity_history(
+def capacity_history(
     creds: Auth = None,
     accelerator: Annotated[str | None, Query(min_length=1, max_length=64,
                                              description="one GPU pool, e.g. V100")] = None,

@@ -178,7 +178,7 @@ def find_job(service: ControlPlaneService, who: Principal, job_id: str) -> Job:
 
 
 @router.get("/api/version")
-async def version(creds: Auth = None) -> dict[str, Any]:
+def version(creds: Auth = None) -> dict[str, Any]:
     import ray
 
     authenticated(creds)
@@ -187,7 +187,7 @@ async def version(creds: Auth = None) -> dict[str, Any]:
 
 
 @router.get("/api/packages/{protocol}/{file}")
-async def package_exists(protocol: str, file: str, creds: Auth = None) -> JSONResponse:
+def package_exists(protocol: str, file: str, creds: Auth = None) -> JSONResponse:
     service, who = authenticated(creds)
     _gcs(protocol)
     if not service.package_exists(who, package_name(file)):
@@ -197,9 +197,9 @@ async def package_exists(protocol: str, file: str, creds: Auth = None) -> JSONRe
 
 @router.put("/api/packages/{protocol}/{file}")
 async def package_upload(protocol: str, file: str, request: Request, creds: Auth = None) -> JSONResponse:
-    service, who = authenticated(creds)
+    service, who = await asyncio.to_thread(authenticated, creds)
     _gcs(protocol)
-    created = service.put_package(who, package_name(file), await request.body())
+    created = await asyncio.to_thread(service.put_package, who, package_name(file), await request.body())
     return JSONResponse({"created": created})
 
 
@@ -210,27 +210,27 @@ def _gcs(protocol: str) -> None:
 
 
 @router.post("/api/jobs/")
-async def submit(req: RaySubmitRequest, creds: Auth = None) -> dict[str, str]:
+def submit(req: RaySubmitRequest, creds: Auth = None) -> dict[str, str]:
     service, who = authenticated(creds)
     job = service.submit_job(who, spec_from_ray(req))
     return {"job_id": job.id, "submission_id": job.id}
 
 
 @router.get("/api/jobs/")
-async def list_jobs(creds: Auth = None) -> list[dict[str, Any]]:
+def list_jobs(creds: Auth = None) -> list[dict[str, Any]]:
     service, who = authenticated(creds)
     return [job_details(j) for j in service.list_jobs(who, limit=10_000)
             if j.spec.entrypoint is not None]
 
 
 @router.get("/api/jobs/{job_id}")
-async def get_job(job_id: str, creds: Auth = None) -> dict[str, Any]:
+def get_job(job_id: str, creds: Auth = None) -> dict[str, Any]:
     service, who = authenticated(creds)
     return job_details(find_job(service, who, job_id))
 
 
 @router.post("/api/jobs/{job_id}/stop")
-async def stop(job_id: str, creds: Auth = None) -> dict[str, bool]:
+def stop(job_id: str, creds: Auth = None) -> dict[str, bool]:
     service, who = authenticated(creds)
     job = find_job(service, who, job_id)
     if job.terminal:
@@ -240,7 +240,7 @@ async def stop(job_id: str, creds: Auth = None) -> dict[str, bool]:
 
 
 @router.delete("/api/jobs/{job_id}")
-async def delete(job_id: str, creds: Auth = None) -> dict[str, bool]:
+def delete(job_id: str, creds: Auth = None) -> dict[str, bool]:
     """spotplane keeps a finished job's record (its bill): nothing is deleted."""
     service, who = authenticated(creds)
     job = find_job(service, who, job_id)
@@ -251,7 +251,7 @@ async def delete(job_id: str, creds: Auth = None) -> dict[str, bool]:
 
 
 @router.get("/api/jobs/{job_id}/logs")
-async def logs(job_id: str, creds: Auth = None) -> dict[str, str]:
+def logs(job_id: str, creds: Auth = None) -> dict[str, str]:
     service, who = authenticated(creds)
     job = find_job(service, who, job_id)
     return {"logs": service.job_logs(who, job.id)}
@@ -262,8 +262,8 @@ async def tail(websocket: WebSocket, job_id: str) -> None:
     """New log text as it comes, every attempt's, until the job is finished (then closes)."""
     service = replica_service()
     try:
-        who = service.authenticate(bearer_token(websocket.headers.get("authorization")))
-        job = find_job(service, who, job_id)
+        who = await asyncio.to_thread(service.authenticate, bearer_token(websocket.headers.get("authorization")))
+        job = await asyncio.to_thread(find_job, service, who, job_id)
     except SpotplaneError as exc:
         await websocket.close(code=1008, reason=exc.message[:120])
         return
@@ -271,7 +271,7 @@ async def tail(websocket: WebSocket, job_id: str) -> None:
     sent: dict[str, int] = {}  # per attempt's marker: characters of its text sent
     try:
         while True:
-            done = service.get_job(who, job.id).terminal
+            done = (await asyncio.to_thread(service.get_job, who, job.id)).terminal
             parts = await asyncio.to_thread(service.job_log_parts, who, job.id)
             if new := unsent(parts, sent):
                 await websocket.send_text(new)

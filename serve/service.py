@@ -48,7 +48,7 @@ from controlplane.core.models import (
 )
 from controlplane.core.units import DB_FILE
 from controlplane.reconcile.policyhost import check_policy
-from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer
+from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer, is_postgres
 from serve.metrics import ApiMetrics, build_registry, exposition
 
 log = logging.getLogger(__name__)
@@ -118,8 +118,9 @@ class ControlPlaneService:
 
     def __init__(self, store: Store, admin_token_hash: str, caps: Caps | None = None,
                  clock: Clock | None = None, packages: PackageStore | None = None,
-                 workload: Workload | None = None) -> None:
-        self.store = store
+                 workload: Workload | None = None, per_thread: bool = False) -> None:
+        self._store = store
+        self._local = threading.local() if per_thread else None
         self.packages = packages
         self.workload = workload
         self._workload_client: Any = None
@@ -134,10 +135,38 @@ class ControlPlaneService:
     @classmethod
     def open(cls, path: str | Path, admin_token_hash: str, caps: Caps | None = None,
              packages: PackageStore | None = None, workload: Workload | None = None) -> ControlPlaneService:
-        """A service on its own connection to the store at ``path``."""
-        return cls(Store(path), admin_token_hash, caps, packages=packages, workload=workload)
+        """A service on the store at ``path``: one connection per thread that calls it."""
+        return cls(Store(path), admin_token_hash, caps, packages=packages, workload=workload,
+                   per_thread=str(path) != ":memory:" and not is_postgres(path))
+
+    @property
+    def store(self) -> Store:
+        """The calling thread's connection (``per_thread``), else the one given.
+
+        The API's handlers run in a threadpool; SQLite in WAL mode reads concurrently on
+        separate connections, so a long list does not hold up a cheap request behind one lock.
+        A PostgreSQL store is shared: its connection pool serves the threads.
+        """
+        if self._local is None:
+            return self._store
+        mine: Store | None = getattr(self._local, "store", None)
+        if mine is None:
+            mine = Store(self._store.url, create=False)  # no write: a held write lock must not stall it
+            mine.tx_seconds = self._store.tx_seconds  # one write histogram for the replica
+            self._local.store = mine
+        return mine
 
     # -- authentication ------------------------------------------------------------------------
+    def known(self, token: str | None) -> Principal | None:
+        """The principal of the admin token or of a token seen before (no store call), else None."""
+        if not token:
+            return None
+        digest = hash_token(token)
+        if hmac.compare_digest(digest.encode(), self._admin_hash.encode()):
+            return Principal.admin()
+        tenant = self._tokens.get(digest)
+        return None if tenant is None else Principal.tenant(tenant.id)
+
     def authenticate(self, token: str | None) -> Principal:
         """The principal holding ``token``; :class:`Unauthorized` when it is missing or unknown."""
         if not token:

@@ -63,6 +63,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     help="the store: postgresql://USER:PASSWORD@HOST/DB, sqlite:///PATH or a path "
                          "(default: $SPOTPLANE_DB, else spotplane.db in the state directory; "
                          "docs/store.md)")
+    up.add_argument("--standby", action="store_true",
+                    help="run a standby controller that takes over (lease expiry) when the active one dies")
+    up.add_argument("--lease-ttl", type=float, default=10.0, metavar="SECONDS",
+                    help="wall seconds the controller's lease lasts unrenewed (default 10): a "
+                         "standby takes over about this long after the active one dies")
+    up.add_argument("--api-replicas", type=int, default=1, metavar="N",
+                    help="Serve replicas of the HTTP API (default 1); each enforces 1/N of a tenant's rate")
     up.add_argument("--artifacts", default=None, metavar="URI",
                     help="where real jobs' checkpoints go: a directory or s3://bucket/prefix "
                          "(default: STATE_DIR/artifacts; env SPOTPLANE_ARTIFACTS)")

@@ -185,6 +185,11 @@ def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[
         cmd.append("--demo")
     if args.speed is not None:
         cmd += ["--speed", repr(float(args.speed))]
+    if getattr(args, "standby", False):
+        cmd.append("--standby")
+    for flag in ("lease_ttl", "api_replicas"):
+        if getattr(args, flag, None) is not None:
+            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.report_json:
         cmd += ["--report-json", str(Path(args.report_json).resolve())]
     if args.plot:
@@ -239,6 +244,10 @@ def run_up(args: argparse.Namespace) -> int:
     speed = args.speed if args.speed is not None else (DEMO_SPEED if args.demo else DEFAULT_SPEED)
     if speed <= 0:
         raise ConfigError(f"speed: must be > 0, got {speed}", fix="e.g. --speed 3600 (one simulated hour per second)")
+    if getattr(args, "api_replicas", 1) < 1:
+        raise ConfigError(f"--api-replicas: must be >= 1, got {args.api_replicas}", fix="e.g. --api-replicas 2")
+    if getattr(args, "lease_ttl", 10.0) <= 0:
+        raise ConfigError(f"--lease-ttl: must be > 0, got {args.lease_ttl}", fix="e.g. --lease-ttl 10")
     db = store_target(args, state_dir)
     if args.fresh:
         if is_postgres(db):
@@ -378,7 +387,9 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     settings = RuntimeSettings(state_dir=state_dir, db=str(db), fleet=args.fleet, speed=speed,
                                clock="sim" if args.fleet == "sim" else "wall",
                                executor_factory=EXECUTOR_FACTORY,
-                               executor_options={**executor_options(args, state_dir), **workload})
+                               executor_options={**executor_options(args, state_dir), **workload},
+                               standby=bool(getattr(args, "standby", False)),
+                               lease_ttl_seconds=float(getattr(args, "lease_ttl", 10.0)))
     set_aside = quarantined_rows(db)
     try:
         started["control_plane"] = start_control_plane(settings)
@@ -391,7 +402,7 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
                     package_dir=state_dir / "packages",
                     workload_address=workload["workload_address"],
                     workload_token_path=workload.get("workload_token_path"),
-                    log_dir=state_dir / "logs")
+                    log_dir=state_dir / "logs", replicas=int(getattr(args, "api_replicas", 1)))
     started["api"] = True
     with SpotplaneClient(url, admin_token) as probe:
         probe.healthz()

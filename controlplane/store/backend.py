@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Protocol
 
 from controlplane.core.counters import STORE_TX_BUCKETS, Buckets
@@ -120,14 +121,29 @@ def split_sqlite(script: str) -> list[str]:
     return out
 
 
+_WRITERS: dict[str, threading.RLock] = {}
+_WRITERS_LOCK = threading.Lock()
+
+
+def sqlite_writer(path: str) -> threading.RLock:
+    """One lock per database file in this process: its connections queue for the write lock
+    here instead of in SQLite's busy handler, which sleeps 1-100 ms between tries."""
+    if path == ":memory:":
+        return threading.RLock()  # each in-memory connection is a database of its own
+    with _WRITERS_LOCK:
+        return _WRITERS.setdefault(str(Path(path).resolve()), threading.RLock())
+
+
 class SQLiteBackend(Backend):
-    """One SQLite connection in WAL mode, shared by the threads of one process under a lock."""
+    """One SQLite connection in WAL mode, shared by the threads of one process under a lock
+    (a process may open several: their writes queue on :func:`sqlite_writer`)."""
 
     dialect = SQLITE
 
     def __init__(self, path: str, timeout_s: float) -> None:
         super().__init__()
         self.lock = threading.RLock()
+        self.write = sqlite_writer(path)
         self.db = sqlite3.connect(path, timeout=timeout_s, isolation_level=None,
                                   check_same_thread=False)
         self.db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
@@ -149,7 +165,7 @@ class SQLiteBackend(Backend):
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:
-        with self.lock:
+        with self.write, self.lock:
             t0 = time.perf_counter()
             self.db.execute("BEGIN IMMEDIATE")
             try:

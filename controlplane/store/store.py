@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,9 @@ def in_list(n: int) -> str:
     return f"({','.join('?' * n)})" if n else "(NULL)"
 
 
+LEASE_SQL = ("SELECT key, value FROM meta WHERE key IN ('controller_epoch', 'controller_holder', "
+             "'controller_lease_until')")
+
 INTENT_PENDING = "pending"
 INTENT_DONE = "done"
 INTENT_FAILED = "failed"
@@ -247,14 +251,17 @@ class Store:
     """One process's handle on the spotplane database: a SQLite connection shared by its
     threads under a lock, or a pool of PostgreSQL connections (``controlplane.store.backend``)."""
 
-    def __init__(self, target: str | Path, *, timeout_s: float = 60.0) -> None:
+    def __init__(self, target: str | Path, *, timeout_s: float = 60.0, create: bool = True) -> None:
         """Open the store at ``target``: a file path or ``sqlite:///PATH`` (SQLite), or a
-        ``postgresql://`` URL; creates or upgrades its schema (``controlplane.store.schema``)."""
+        ``postgresql://`` URL; creates or upgrades its schema (``controlplane.store.schema``),
+        a write, unless ``create`` is False (another connection of this process made it)."""
         self.url = str(target)
         self._backend = open_backend(target, timeout_s)
         self._sql = self._backend.dialect
         self.tx_seconds: Buckets = self._backend.tx_seconds
         where = redact(self.url)
+        if not create:
+            return
         try:
             with self._tx() as db:
                 ensure_schema(db, self._sql, where)
@@ -302,6 +309,56 @@ class Store:
             epoch = (int(row[0]) if row else 0) + 1
             db.execute(replace_sql("meta"), ("controller_epoch", str(epoch)))
         return epoch
+
+    # -- controller lease (standby) -----------------------------------------------------------
+    # The lease is three meta keys: controller_epoch (the fencing epoch), controller_holder and
+    # controller_lease_until (wall seconds). The active controller renews it; a standby claims
+    # it only once it has expired, and each claim bumps the epoch, so the previous holder's
+    # commits are refused from then on.
+    def claim_controller_lease(self, holder: str, ttl_s: float, *, force: bool = False,
+                               now: float | None = None) -> int | None:
+        """Take the lease for ``ttl_s`` wall seconds when it is free, expired, held by
+        ``holder`` or ``force``d: the new fencing epoch; None while another holds it."""
+        t = time.time() if now is None else now
+        with self._tx() as db:
+            lease = self._lease(db)
+            live = lease["holder"] and lease["holder"] != holder and lease["until"] > t
+            if live and not force:
+                return None
+            epoch = int(lease["epoch"]) + 1
+            db.executemany(replace_sql("meta"), [
+                ("controller_epoch", str(epoch)), ("controller_holder", holder),
+                ("controller_lease_until", repr(t + ttl_s))])
+        return epoch
+
+    def renew_controller_lease(self, holder: str, epoch: int, ttl_s: float, *,
+                               now: float | None = None) -> float:
+        """Extend the lease ``holder`` holds at ``epoch`` to now + ``ttl_s``; Conflict when a
+        newer epoch or another holder took it. Returns the new expiry."""
+        t = time.time() if now is None else now
+        with self._tx() as db:
+            lease = self._lease(db)
+            if int(lease["epoch"]) != epoch or lease["holder"] != holder:
+                raise Conflict(f"controller lease of epoch {epoch} was taken by {lease['holder'] or '?'}"
+                               f" (epoch {lease['epoch']})",
+                               fix="this controller stands by; the lease holder runs the loop")
+            db.execute(replace_sql("meta"), ("controller_lease_until", repr(t + ttl_s)))
+        return t + ttl_s
+
+    def controller_lease(self) -> dict[str, Any]:
+        """The lease as stored: ``epoch``, ``holder`` ('' when none) and ``until`` (wall s)."""
+        return self._lease_of(self._q(LEASE_SQL))
+
+    @classmethod
+    def _lease(cls, db: Tx) -> dict[str, Any]:
+        return cls._lease_of(db.execute(LEASE_SQL).fetchall())
+
+    @staticmethod
+    def _lease_of(found: Sequence[Any]) -> dict[str, Any]:
+        rows = {str(k): str(v) for k, v in found}
+        return {"epoch": int(rows.get("controller_epoch", 0)),
+                "holder": rows.get("controller_holder", ""),
+                "until": float(rows.get("controller_lease_until", 0.0))}
 
     def control_time(self) -> float:
         """The control-plane time as of the controller's last tick (0.0 before the first)."""

@@ -350,3 +350,20 @@ def test_up_refuses_a_bad_store_before_starting(tmp_path: Path, capsys: pytest.C
     code = main(["up", "--state-dir", str(tmp_path), *argv])
     err = capsys.readouterr().err
     assert code == 2 and says in err and "secret" not in err
+
+
+def test_up_standby_and_api_replicas_reach_the_child_and_bad_counts_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from controlplane.cli.up import child_command
+
+    up = argparse.Namespace(debug=False, host="127.0.0.1", fleet="sim", demo=False, speed=None,
+                            report_json=None, plot=None, standby=True, lease_ttl=4.0, api_replicas=3)
+    cmd = child_command(up, tmp_path, 8000)
+    assert "--standby" in cmd
+    assert cmd[cmd.index("--api-replicas") + 1] == "3" and cmd[cmd.index("--lease-ttl") + 1] == "4.0"
+    assert main(["up", "--state-dir", str(tmp_path / "a"), "--api-replicas", "0"]) == 2
+    assert "--api-replicas: must be >= 1, got 0" in capsys.readouterr().err
+    assert main(["up", "--state-dir", str(tmp_path / "b"), "--lease-ttl", "0"]) == 2
+    assert "--lease-ttl: must be > 0" in capsys.readouterr().err
