@@ -163,17 +163,25 @@ def _one_ray() -> Iterator[None]:
 
 
 def run(requests: int = 1600, clients: int = 16, warmup: int = 64, replicas: int = 1,
-        bags: int = 0, bag_jobs: int = 1000, bag_clients: int = BATCH_CLIENTS) -> dict[str, Any]:
-    """Start Ray + Serve over a fresh store, submit, verify; the result dict of ``--json``
-    (with ``bags``: the batch path's under ``"batch"``)."""
+        bags: int = 0, bag_jobs: int = 1000, bag_clients: int = BATCH_CLIENTS,
+        db: str = "sqlite") -> dict[str, Any]:
+    """Start Ray + Serve over a fresh store (``db``: sqlite, pgserver or an empty
+    PostgreSQL's URL), submit, verify; the result dict of ``--json`` (with ``bags``: the batch
+    path's under ``"batch"``)."""
+    from benchmarks.store_reads import store_at
 
+    with store_at(db) as target:
+        return _run_on(target, requests, clients, warmup, replicas, bags, bag_jobs, bag_clients)
+
+
+def _run_on(db: str, requests: int, clients: int, warmup: int, replicas: int, bags: int,
+            bag_jobs: int, bag_clients: int) -> dict[str, Any]:
     state = Path(tempfile.mkdtemp(prefix="spotplane-bench-api-"))
-    db = state / "spotplane.db"
     store = Store(db)
     tokens = [store.create_tenant(f"bench-{i}", max_gpus=1000)[1] for i in range(clients)]
     admin = new_admin_token()
     batch: dict[str, Any] | None = None
-    with local_api(db, admin, replicas=replicas) as url:
+    with local_api(db, admin, state, replicas=replicas) as url:
         per_client = max(1, requests // clients)
         for tok in tokens[:replicas]:  # warm every replica (and the proxy)
             asyncio.run(_run_clients(url, [tok], max(1, warmup // replicas)))
@@ -304,20 +312,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bag-clients", type=int, default=BATCH_CLIENTS,
                     help="clients posting bags at once (more: more jobs/s, each bag waits longer)")
     ap.add_argument("--plot", default=None, metavar="FILE.png", help="latency histograms")
+    ap.add_argument("--db", default="sqlite", metavar="sqlite|pgserver|URL",
+                    help="the store: a fresh SQLite file or pgserver PostgreSQL per run, or an "
+                         "empty PostgreSQL's URL (one replica count)")
     args = ap.parse_args(argv)
     counts = _replica_counts(args.replicas)
     runs = []
     with contextlib.redirect_stdout(sys.stderr), _one_ray():  # stdout: the one JSON object
         for n in counts:
             runs.append(run(args.requests, args.clients, replicas=n, bags=args.bags,
-                            bag_jobs=args.bag_jobs, bag_clients=args.bag_clients))
+                            bag_jobs=args.bag_jobs, bag_clients=args.bag_clients, db=args.db))
     if args.plot:
         _plot(args.plot, runs)
     for r in runs:
         for key in ("_latencies", "_in_store_total", "_warmup"):
             r.pop(key)
     if args.json:
-        print(json.dumps({"store": "sqlite", "runs": runs}))
+        print(json.dumps({"store": args.db.split("://")[0], "runs": runs}))
         return 0
     _table(runs)
     return 0
