@@ -158,8 +158,7 @@ class SpotplaneClient:
         return result
 
     def tenants(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.request("GET", f"{API}/tenants")
-        return result
+        return self.every_page(f"{API}/tenants")
 
     def me(self) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"{API}/tenants/me")
@@ -234,12 +233,10 @@ class SpotplaneClient:
         return result
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.request("GET", f"{API}/jobs/{job_id}/events")
-        return result
+        return self.every_page(f"{API}/jobs/{job_id}/events")
 
     def decisions(self, job_id: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.request("GET", f"{API}/jobs/{job_id}/decisions")
-        return result
+        return self.every_page(f"{API}/jobs/{job_id}/decisions")
 
     # -- bags ----------------------------------------------------------------------------------
     def submit_bag(self, spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -247,8 +244,7 @@ class SpotplaneClient:
         return result
 
     def bags(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.request("GET", f"{API}/bags")
-        return result
+        return self.every_page(f"{API}/bags")
 
     def bag(self, bag_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", f"{API}/bags/{bag_id}")
@@ -256,10 +252,19 @@ class SpotplaneClient:
 
     # -- fleet, quotas, cost -------------------------------------------------------------------
     def nodes(self, *, active_only: bool = False) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.request(
-            "GET", f"{API}/fleet/nodes", params={"live": "true" if active_only else None}
-        )
-        return result
+        return self.every_page(f"{API}/fleet/nodes", {"live": "true" if active_only else None})
+
+    def every_page(self, path: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every item of a cursor-paged list, following ``X-Spotplane-Next-After``."""
+        out: list[dict[str, Any]] = []
+        query = dict(params or {})
+        while True:
+            response = self.send("GET", path, params=query)
+            out.extend(response.json())
+            after = response.headers.get(NEXT_AFTER_HEADER)
+            if after is None:
+                return out
+            query["after"] = after
 
     def zones(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.request("GET", f"{API}/fleet/zones")

@@ -293,6 +293,12 @@ _LIST_HEADERS = {
     TRUNCATED_HEADER: {"description": "present when the byte cap cut the list short",
                        "schema": {"type": "string"}},
 }
+_CURSOR_PAGE: dict[int | str, dict[str, Any]] = {200: {"description": "one page, oldest first", "headers": {
+    **_LIST_HEADERS, NEXT_AFTER_HEADER: {"description": "`after` of the next page, while one follows",
+                                         "schema": {"type": "string"}}}}}
+After = Annotated[str | None, Query(max_length=64, description=(
+    "cursor: the id of the last item of the previous page (X-Spotplane-Next-After)"))]
+Limit = Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)]
 
 
 def bounded_list(items: Sequence[BaseModel], max_bytes: int, offset: int | None = None, *,
@@ -316,6 +322,22 @@ def bounded_list(items: Sequence[BaseModel], max_bytes: int, offset: int | None 
     if ids is not None and parts and (full or len(parts) < len(items)):
         headers[NEXT_AFTER_HEADER] = ids[len(parts) - 1]
     return Response(b"[" + b",".join(parts) + b"]", media_type="application/json", headers=headers)
+
+
+def cursor_page(items: Sequence[BaseModel], ids: Sequence[str], after: str | None, limit: int,
+                max_bytes: int) -> Response:
+    """The page of ``items`` (in their stable order) after the one whose id is ``after``: at most
+    ``limit`` and the byte cap, with ``X-Spotplane-Next-After`` while more follow."""
+    start = 0
+    if after is not None:
+        try:
+            start = list(ids).index(after) + 1
+        except ValueError:
+            raise InvalidInput("after", f"{after!r} is not an id of this list",
+                               fix="pass the X-Spotplane-Next-After of the previous page, or "
+                                   "leave after out for the first page") from None
+    end = start + limit
+    return bounded_list(items[start:end], max_bytes, ids=ids[start:end], full=end < len(items))
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,6 +521,10 @@ class SpotplaneAPI:
     def _list(self, items: Sequence[BaseModel], offset: int | None = None) -> Response:
         return bounded_list(items, self.limits.max_list_bytes, offset)
 
+    def _page(self, items: Sequence[BaseModel], ids: Sequence[str], after: str | None,
+              limit: int) -> Response:
+        return cursor_page(items, ids, after, limit, self.limits.max_list_bytes)
+
     # -- health and metrics --------------------------------------------------------------------
     @app.get("/healthz", tags=["ops"])
     def healthz(self) -> dict[str, Any]:
@@ -527,10 +553,12 @@ class SpotplaneAPI:
         tenant, token = self.service.create_tenant(self._who(creds), spec)
         return TenantCreated(tenant=tenant, token=token)
 
-    @app.get(f"{API}/tenants", tags=["tenants"], response_model=list[Tenant], responses=_ERRORS)
-    def list_tenants(self, creds: Auth = None) -> Response:
-        """Every tenant (admin) or just the caller."""
-        return self._list(self.service.list_tenants(self._who(creds)))
+    @app.get(f"{API}/tenants", tags=["tenants"], response_model=list[Tenant],
+             responses=_ERRORS | _CURSOR_PAGE)
+    def list_tenants(self, creds: Auth = None, after: After = None, limit: Limit = 1000) -> Response:
+        """Every tenant (admin) or just the caller, oldest first; paged by cursor."""
+        tenants = self.service.list_tenants(self._who(creds))
+        return self._page(tenants, [t.id for t in tenants], after, limit)
 
     @app.get(f"{API}/tenants/me", tags=["tenants"], response_model=Tenant, responses=_ERRORS)
     def me(self, creds: Auth = None) -> Tenant:
@@ -629,15 +657,22 @@ class SpotplaneAPI:
         created = await run_in_threadpool(self.service.put_package, who, package_name(name), data)
         return PackageView.of(name, len(data), created=created)
 
-    @app.get(f"{API}/jobs/{{job_id}}/events", tags=["jobs"], response_model=list[Event], responses=_ERRORS)
-    def job_events(self, job_id: str, creds: Auth = None) -> Response:
-        """Every transition of the job with its cause."""
-        return self._list(self.service.job_events(self._who(creds), job_id))
+    @app.get(f"{API}/jobs/{{job_id}}/events", tags=["jobs"], response_model=list[Event],
+             responses=_ERRORS | _CURSOR_PAGE)
+    def job_events(self, job_id: str, creds: Auth = None, after: After = None,
+                   limit: Limit = 1000) -> Response:
+        """Every transition of the job with its cause, oldest first; paged by cursor (event id)."""
+        events = self.service.job_events(self._who(creds), job_id)
+        return self._page(events, [str(e.id) for e in events], after, limit)
 
-    @app.get(f"{API}/jobs/{{job_id}}/decisions", tags=["jobs"], response_model=list[Decision], responses=_ERRORS)
-    def job_decisions(self, job_id: str, creds: Auth = None) -> Response:
-        """The decision trace: each policy decision with the observation it was made on."""
-        return self._list(self.service.job_decisions(self._who(creds), job_id))
+    @app.get(f"{API}/jobs/{{job_id}}/decisions", tags=["jobs"], response_model=list[Decision],
+             responses=_ERRORS | _CURSOR_PAGE)
+    def job_decisions(self, job_id: str, creds: Auth = None, after: After = None,
+                      limit: Limit = 1000) -> Response:
+        """The decision trace: each policy decision with the observation it was made on,
+        oldest first; paged by cursor (decision id)."""
+        decisions = self.service.job_decisions(self._who(creds), job_id)
+        return self._page(decisions, [str(d.id) for d in decisions], after, limit)
 
     # -- bags ----------------------------------------------------------------------------------
     @app.post(f"{API}/bags", tags=["bags"], status_code=201, response_model=BagCreated, responses=_ERRORS)
@@ -657,10 +692,11 @@ class SpotplaneAPI:
         answer = self.service.submit_bag_once(who, spec, idempotency_key, _render_bag, tenant_id)
         return _replayable(answer)
 
-    @app.get(f"{API}/bags", tags=["bags"], response_model=list[Bag], responses=_ERRORS)
-    def list_bags(self, creds: Auth = None) -> Response:
-        """The caller's bags (every tenant's for the admin)."""
-        return self._list(self.service.list_bags(self._who(creds)))
+    @app.get(f"{API}/bags", tags=["bags"], response_model=list[Bag], responses=_ERRORS | _CURSOR_PAGE)
+    def list_bags(self, creds: Auth = None, after: After = None, limit: Limit = 1000) -> Response:
+        """The caller's bags (every tenant's for the admin), oldest first; paged by cursor."""
+        bags = self.service.list_bags(self._who(creds))
+        return self._page(bags, [b.id for b in bags], after, limit)
 
     @app.get(f"{API}/bags/{{bag_id}}", tags=["bags"], response_model=Bag, responses=_ERRORS)
     def get_bag(self, bag_id: str, creds: Auth = None) -> Bag:
@@ -668,10 +704,14 @@ class SpotplaneAPI:
         return self.service.get_bag(self._who(creds), bag_id)
 
     # -- fleet ---------------------------------------------------------------------------------
-    @app.get(f"{API}/fleet/nodes", tags=["fleet"], response_model=list[Node], responses=_ERRORS)
-    def nodes(self, creds: Auth = None, live: bool = False) -> Response:
-        """Every node (admin) or the nodes running the caller's jobs; ``live`` drops gone ones."""
-        return self._list(self.service.nodes(self._who(creds), live_only=live))
+    @app.get(f"{API}/fleet/nodes", tags=["fleet"], response_model=list[Node],
+             responses=_ERRORS | _CURSOR_PAGE)
+    def nodes(self, creds: Auth = None, live: bool = False, after: After = None,
+              limit: Limit = 1000) -> Response:
+        """Every node (admin) or the nodes running the caller's jobs, oldest first; ``live``
+        drops gone ones; paged by cursor."""
+        nodes = self.service.nodes(self._who(creds), live_only=live)
+        return self._page(nodes, [n.id for n in nodes], after, limit)
 
     @app.get(f"{API}/fleet/zones", tags=["fleet"], response_model=list[ZoneInfo], responses=_ERRORS)
     def zones(self, creds: Auth = None) -> Response:

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from controlplane.client import SpotplaneClient
-from controlplane.core.models import JobSpec
+from controlplane.core.models import Event, JobSpec
 from controlplane.store import Store
 from serve.limits import ApiLimits
 from tests.pgfixtures import BACKENDS, fresh_database
@@ -165,3 +165,40 @@ def test_the_dashboards_jobs_table_pages_by_cursor_in_submission_order(paged: Pa
             assert seen == want
         r = acme.get("/v1/dashboard/jobs", params={"sort": "cost", "after": paged.jobs["acme"][0]})
         assert r.status_code == 422 and r.json()["errors"][0]["field"] == "after"
+
+
+def test_the_other_lists_page_by_cursor_too(paged: Paged) -> None:
+    """Tenants, bags, a job's events and decisions, fleet nodes: ``after`` + ``limit``, the next
+    cursor while more follow, each item once, a foreign cursor a 422 naming ``after``."""
+    acme_id = paged.store.get_tenant("acme").id
+    with paged.client("admin") as admin:
+        first = admin.get("/v1/tenants", params={"limit": 1})
+        assert first.status_code == 200, first.text
+        assert len(first.json()) == 1 and first.headers["x-spotplane-next-after"] == first.json()[0]["id"]
+        rest = admin.get("/v1/tenants", params={"after": first.json()[0]["id"]})
+        assert "x-spotplane-next-after" not in rest.headers
+        names = [t["name"] for t in first.json() + rest.json()]
+        assert sorted(names) == ["acme", "beta"]
+        for path in ("/v1/bags", "/v1/fleet/nodes"):  # empty lists: one page, no cursor
+            r = admin.get(path, params={"limit": 1})
+            assert r.status_code == 200 and r.json() == [] and "x-spotplane-next-after" not in r.headers
+    job = paged.jobs["acme"][0]
+    paged.store.commit(events=[Event(at=float(k), tenant_id=acme_id, job_id=job, kind="note",
+                                     cause=f"event {k}") for k in range(3)])
+    with SpotplaneClient(paged.url, ADMIN) as client:
+        assert sorted(t["name"] for t in client.tenants()) == ["acme", "beta"]
+    with paged.client("acme") as acme:
+        events = acme.get(f"/v1/jobs/{job}/events").json()
+        assert [e["cause"] for e in events] == ["event 0", "event 1", "event 2"]
+        seen, query = [], {"limit": 2}
+        while True:
+            page = acme.get(f"/v1/jobs/{job}/events", params=query)
+            seen += page.json()
+            if "x-spotplane-next-after" not in page.headers:
+                break
+            query = {"limit": 2, "after": page.headers["x-spotplane-next-after"]}
+        assert seen == events  # two pages: 2 + 1
+        bad = acme.get(f"/v1/jobs/{job}/events", params={"after": "999999999"})
+        assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "after"
+        assert acme.get(f"/v1/jobs/{job}/decisions", params={"limit": 5}).json() == []
+        assert acme.get("/v1/tenants", params={"after": paged.store.get_tenant("beta").id}).status_code == 422
