@@ -30,6 +30,7 @@ import numpy as np
 
 from actors.raylocal import init_local_ray
 from benchmarks import entry
+from benchmarks.stores import store_at
 from controlplane.core.errors import InvalidInput
 from controlplane.store import Store
 from serve.app import start_api, stop_api
@@ -168,8 +169,6 @@ def run(requests: int = 1600, clients: int = 16, warmup: int = 64, replicas: int
     """Start Ray + Serve over a fresh store (``db``: sqlite, pgserver or an empty
     PostgreSQL's URL), submit, verify; the result dict of ``--json`` (with ``bags``: the batch
     path's under ``"batch"``)."""
-    from benchmarks.store_reads import store_at
-
     with store_at(db) as target:
         return _run_on(target, requests, clients, warmup, replicas, bags, bag_jobs, bag_clients)
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from benchmarks import entry
 from benchmarks.controller import _jobs
-from benchmarks.store_reads import store_at
+from benchmarks.stores import store_at
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import InvalidInput

@@ -24,6 +24,7 @@ import numpy as np
 
 from actors.deadline import RemoteDeadlinePolicyActor
 from benchmarks import entry
+from benchmarks.stores import store_at
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.models import JobKind, JobSpec, JobState
@@ -96,8 +97,6 @@ def measure_ticks(ticks: int, seed: int = 0, scale: float = 1.0, *, jobs: int = 
 def growth(sizes: list[tuple[int, int]], ticks: int, db: str) -> dict[str, Any]:
     """Tick time at each size (nodes, jobs) and the growth exponent: the slope of
     log(tick p50) against log(nodes + jobs), fitted by least squares."""
-    from benchmarks.store_reads import store_at
-
     rows = []
     for nodes, jobs in sizes:
         with store_at(db) as target:

@@ -19,7 +19,7 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import numpy as np
 
 from benchmarks import entry
 from benchmarks.api import local_api
+from benchmarks.stores import store_at
 from controlplane.core.models import JobKind, JobSpec, JobState
 from controlplane.store import Store, is_postgres, redact
 from controlplane.store.backend import PostgresTx, Tx
@@ -41,25 +42,6 @@ JOB_INSERT = "id, tenant_id, kind, state, bag_id, submitted_at, body"
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def store_at(db: str) -> Iterator[str]:
-    """The store's target for ``--db``: a fresh SQLite file, a throwaway pgserver, or a URL."""
-    if db not in ("sqlite", "pgserver"):
-        yield db
-        return
-    with tempfile.TemporaryDirectory(prefix="spotplane-store-reads-") as tmp:
-        if db == "sqlite":
-            yield str(Path(tmp) / "spotplane.db")
-            return
-        import pgserver  # third-party: the test extras' server, only for --db pgserver
-
-        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-        try:
-            yield str(server.get_uri())
-        finally:
-            server.cleanup()
 
 
 def load_jobs(store: Store, tenants: list[str], rows: int) -> float:
