@@ -106,8 +106,11 @@ def growth(sizes: list[tuple[int, int]], ticks: int, db: str) -> dict[str, Any]:
         rows.append(out)
         print(f"  {jobs} jobs: {out}", file=sys.stderr, flush=True)
     x = np.log([r["nodes"] + r["jobs"] for r in rows])
-    exponent = float(np.polyfit(x, np.log([r["tick_ms_p50"] for r in rows]), 1)[0])
-    cpu_exponent = float(np.polyfit(x, np.log([r["cpu_ms_p50"] for r in rows]), 1)[0])
+
+    def slope(key: str) -> float | None:  # one size has no slope
+        return float(np.polyfit(x, np.log([r[key] for r in rows]), 1)[0]) if len(rows) > 1 else None
+
+    exponent, cpu_exponent = slope("tick_ms_p50"), slope("cpu_ms_p50")
     return {"db": db, "sizes": rows, "exponent": exponent, "cpu_exponent": cpu_exponent,
             "target_exponent": TARGET_EXPONENT, "target_tick_ms_at_4278_nodes": TARGET_GFS_MS}
 
@@ -205,8 +208,9 @@ def print_growth(out: dict[str, Any], as_json: bool) -> int:
     for r in out["sizes"]:
         print(f"{r['nodes']:>8}{r['jobs']:>8}{r['tick_ms_p50']:>14.1f}{r['tick_ms_p99']:>14.1f}"
               f"{r['cpu_ms_p50']:>12.1f}")
-    print(f"growth exponent (tick p50 ~ (nodes+jobs)^k): k = {out['exponent']:.2f} "
-          f"(CPU {out['cpu_exponent']:.2f}); target <= {TARGET_EXPONENT}")
+    if out["exponent"] is not None:
+        print(f"growth exponent (tick p50 ~ (nodes+jobs)^k): k = {out['exponent']:.2f} "
+              f"(CPU {out['cpu_exponent']:.2f}); target <= {TARGET_EXPONENT}")
     return 0
 
 
