@@ -15,6 +15,22 @@ from controlplane.core.errors import SpotplaneError
 from controlplane.store.backend import Tx
 from controlplane.store.dialect import Dialect
 
+INDEXES = """
+CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
+CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant_id, seq);
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (state, kind, submitted_at);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
+CREATE INDEX IF NOT EXISTS jobs_bag_state ON jobs (bag_id, state);
+CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
+CREATE INDEX IF NOT EXISTS nodes_state ON nodes (state);
+CREATE INDEX IF NOT EXISTS events_job ON events (job_id);
+CREATE INDEX IF NOT EXISTS decisions_job ON decisions (job_id);
+CREATE INDEX IF NOT EXISTS intents_status ON intents (status);
+CREATE INDEX IF NOT EXISTS capacity_history_at ON capacity_history (at);
+CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_at);
+"""  # the same on both backends, after their tables
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tenants (
@@ -29,32 +45,21 @@ CREATE TABLE IF NOT EXISTS jobs (
   cost REAL NOT NULL DEFAULT 0, on_demand_cost REAL NOT NULL DEFAULT 0,
   gpu_hours REAL NOT NULL DEFAULT 0,
   cancel_requested INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
-CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant_id, seq);
-CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (state, kind, submitted_at);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
-CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
-CREATE INDEX IF NOT EXISTS jobs_bag_state ON jobs (bag_id, state);
-CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
 CREATE TABLE IF NOT EXISTS bags (
   id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at REAL NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (
   id TEXT PRIMARY KEY, state TEXT NOT NULL, job_id TEXT, intent_id TEXT NOT NULL,
   body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS nodes_state ON nodes (state);
 CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, tenant_id TEXT, job_id TEXT,
   node_id TEXT, kind TEXT NOT NULL, src TEXT, dst TEXT, cause TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS events_job ON events (job_id);
 CREATE TABLE IF NOT EXISTS decisions (
   id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, job_id TEXT NOT NULL, tenant_id TEXT,
   policy TEXT NOT NULL, action TEXT NOT NULL, zone TEXT, reason TEXT NOT NULL,
   observation TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS decisions_job ON decisions (job_id);
 CREATE TABLE IF NOT EXISTS intents (
   id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL, created_at REAL NOT NULL,
   done_at REAL, payload TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS intents_status ON intents (status);
 CREATE TABLE IF NOT EXISTS zones (
   zone TEXT NOT NULL, instance_type TEXT NOT NULL, body TEXT NOT NULL,
   PRIMARY KEY (zone, instance_type));
@@ -64,18 +69,16 @@ CREATE TABLE IF NOT EXISTS quotas (
 CREATE TABLE IF NOT EXISTS capacity_history (
   id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, accelerator TEXT NOT NULL,
   body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS capacity_history_at ON capacity_history (at);
 CREATE TABLE IF NOT EXISTS forecasts (tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS idempotency (
   tenant_id TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
   response TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (tenant_id, key));
-CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_at);
 CREATE TABLE IF NOT EXISTS quarantine (
   tbl TEXT NOT NULL, id TEXT NOT NULL, at REAL NOT NULL, reason TEXT NOT NULL, body TEXT,
   PRIMARY KEY (tbl, id));
-""" + """
+""" + INDEXES + """
 CREATE TABLE IF NOT EXISTS job_totals (
   state TEXT NOT NULL, kind TEXT NOT NULL, n INTEGER NOT NULL DEFAULT 0,
   cost REAL NOT NULL DEFAULT 0, on_demand_cost REAL NOT NULL DEFAULT 0, PRIMARY KEY (state, kind));
@@ -129,34 +132,23 @@ CREATE TABLE IF NOT EXISTS jobs (
   on_demand_cost DOUBLE PRECISION NOT NULL DEFAULT 0,
   gpu_hours DOUBLE PRECISION NOT NULL DEFAULT 0,
   cancel_requested INTEGER NOT NULL DEFAULT 0, body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS jobs_tenant_state ON jobs (tenant_id, state);
-CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant_id, seq);
-CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (state, kind, submitted_at);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
-CREATE INDEX IF NOT EXISTS jobs_bag ON jobs (bag_id);
-CREATE INDEX IF NOT EXISTS jobs_bag_state ON jobs (bag_id, state);
-CREATE INDEX IF NOT EXISTS jobs_cancel ON jobs (cancel_requested) WHERE cancel_requested = 1;
 CREATE TABLE IF NOT EXISTS bags (
   id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
   body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nodes (
   id TEXT PRIMARY KEY, state TEXT NOT NULL, job_id TEXT, intent_id TEXT NOT NULL,
   body TEXT NOT NULL, rowid BIGINT GENERATED ALWAYS AS IDENTITY);
-CREATE INDEX IF NOT EXISTS nodes_state ON nodes (state);
 CREATE TABLE IF NOT EXISTS events (
   id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, at DOUBLE PRECISION NOT NULL,
   tenant_id TEXT, job_id TEXT, node_id TEXT, kind TEXT NOT NULL, src TEXT, dst TEXT,
   cause TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS events_job ON events (job_id);
 CREATE TABLE IF NOT EXISTS decisions (
   id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, at DOUBLE PRECISION NOT NULL,
   job_id TEXT NOT NULL, tenant_id TEXT, policy TEXT NOT NULL, action TEXT NOT NULL, zone TEXT,
   reason TEXT NOT NULL, observation TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS decisions_job ON decisions (job_id);
 CREATE TABLE IF NOT EXISTS intents (
   id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL,
   created_at DOUBLE PRECISION NOT NULL, done_at DOUBLE PRECISION, payload TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS intents_status ON intents (status);
 CREATE TABLE IF NOT EXISTS zones (
   zone TEXT NOT NULL, instance_type TEXT NOT NULL, body TEXT NOT NULL,
   PRIMARY KEY (zone, instance_type));
@@ -166,17 +158,16 @@ CREATE TABLE IF NOT EXISTS quotas (
 CREATE TABLE IF NOT EXISTS capacity_history (
   id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, at DOUBLE PRECISION NOT NULL,
   accelerator TEXT NOT NULL, body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS capacity_history_at ON capacity_history (at);
 CREATE TABLE IF NOT EXISTS forecasts (tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS policy_state (job_id TEXT PRIMARY KEY, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS idempotency (
   tenant_id TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
   response TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (tenant_id, key));
-CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_at);
 CREATE TABLE IF NOT EXISTS quarantine (
   tbl TEXT NOT NULL, id TEXT NOT NULL, at DOUBLE PRECISION NOT NULL, reason TEXT NOT NULL,
   body TEXT, PRIMARY KEY (tbl, id));
+""" + INDEXES + """
 CREATE TABLE IF NOT EXISTS job_totals (
   state TEXT NOT NULL, kind TEXT NOT NULL, n BIGINT NOT NULL DEFAULT 0,
   cost DOUBLE PRECISION NOT NULL DEFAULT 0, on_demand_cost DOUBLE PRECISION NOT NULL DEFAULT 0,
