@@ -47,11 +47,11 @@ from actors.checkpoint import actor_name, checkpoint_actor_options, plan_checkpo
 from clusters.artifacts import ArtifactStore, check_id, open_store
 from clusters.fleet import FleetProvider
 from clusters.packages import PackageStore, package_name
-from clusters.rayjobs import LogArchive, concatenated_logs, submission_client
+from clusters.rayjobs import LogArchive, concatenated_logs, submission_client, transient
 from controlplane import jobenv, sdk
 from controlplane.core.clock import Clock, ManualClock, WallClock
 from controlplane.core.config import REPO_ROOT, load_settings
-from controlplane.core.errors import InvalidInput, NotFound
+from controlplane.core.errors import InvalidInput, NotFound, Unavailable
 from controlplane.core.models import Job, Node, RuntimeEnv
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
@@ -63,6 +63,9 @@ SLOT_PREFIX = "spotplane_slot:"
 NODE_PREFIX = "spotplane_node:"
 PIN_AMOUNT = 0.001
 GPU_MODES = ("auto", "always", "never")
+
+
+CONTROLLER_SUBMIT_RETRY_S = 5.0  # a tick waits this long on a busy job agent, then moves on
 
 
 def slot_resources(n: int) -> dict[str, float]:
@@ -164,6 +167,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         detached_actors: bool = False,
         stop_timeout_s: float = 30.0,
         submit_timeout_s: float = 120.0,
+        submit_retry_s: float | None = None,
         env: dict[str, str] | None = None,
         gpus: str = "auto",
         workload_gcs: str | None = None,
@@ -201,7 +205,10 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         self.pin = pin
         self.detached_actors = detached_actors
         self.stop_timeout_s = stop_timeout_s
-        self.submit_timeout_s = submit_timeout_s
+        self.submit_timeout_s = submit_timeout_s  # a gang's placement group may take this long
+        # how long one submission retries a busy job agent (default: submit_timeout_s); the
+        # controller's own executor keeps it short and retries on its next tick instead
+        self.submit_retry_s = submit_timeout_s if submit_retry_s is None else submit_retry_s
         self.env = dict(env or {})
         self.gpus = gpus
         # the packages tenants uploaded through the API (clusters.packages), read per attempt
@@ -213,6 +220,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         self.replicas: dict[str, list[Replica]] = {}  # job id -> every attempt, oldest first
         self._slots: SlotMap | None = None
         self._attempts: dict[tuple[str, str], int] = {}
+        self._unstopped: set[str] = set()  # Ray jobs whose stop the job API did not take
         self._io: dict[str, tuple[tuple[int, ...], tuple[int, int]]] = {}  # see _artifact_io
 
     def artifact_uri_for(self, tenant_id: str | None) -> str:
@@ -228,7 +236,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
 
     # -- the controller's JobExecutor protocol ---------------------------------------------------
     def start(self, job: Job, nodes: Sequence[Node]) -> None:
-        """Start the job's replicas: replica ``r<i>`` on the i-th distinct node (``spec.replicas``)."""
+        """Start the job's replicas: replica ``r<i>`` on the i-th distinct node (``spec.replicas``);
+        those already live are kept, so a start that raised :class:`Unavailable` can be retried."""
         if job.spec.entrypoint is None:
             raise InvalidInput(
                 "entrypoint",
@@ -237,11 +246,15 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             )
         if not nodes:
             raise InvalidInput("nodes", f"job {job.id} has no node to run on")
+        started = {r.replica_id for r in self.live(job.id)}  # a retried start keeps those
         if job.spec.workers > 1:
-            self.start_gang(job, nodes)
+            if not started:
+                self.start_gang(job, nodes)
             return
         n = max(1, min(job.spec.replicas, len(nodes)))
         for i, node in enumerate(nodes[:n]):
+            if f"r{i}" in started:
+                continue
             age = (
                 0.0
                 if node.launched_at is None
@@ -292,6 +305,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
 
     def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
         out: dict[str, ExecutorReport] = {}
+        self._stop_again()
         for job in jobs:
             reps = [
                 r for r in self.replicas.get(job.id, []) if r.state not in (ReplicaState.STOPPED,)
@@ -404,63 +418,71 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         opts = checkpoint_actor_options(
             job_id, replica_id, self.namespace, resource, detached=self.detached_actors
         )
-        # placed and planned before the job asks it
-        self.actors.create(
-            opts,
-            {
-                "job_id": job_id,
-                "replica_id": replica_id,
-                "work_hours": work_hours,
-                "model": self.model_factory(node),
-                "node_age_hours": node_age_hours,
-                "checkpoint_hours": checkpoint_hours,
-                "hours_per_second": self.scale,
-                "node_id": nid,
-            },
-        )
-        submission_id = f"spotplane-{job_id}-{replica_id}-{attempt}"
-        num_gpus = self._num_gpus(gpus)
-        group = None
-        if gang:
-            group = f"spotplane-pg-{job_id}-{replica_id}-{attempt}"
-            self._place_gang(group, [nid, *(g.id for g in gang)], num_gpus, resource)
-            num_gpus = 0  # the workers' GPUs are the bundles'; the driver holds none
-        user_env = {**self.env, **(env or {}),
-                    **(runtime_env.env_vars if runtime_env is not None else {})}
-        env_vars = job_env(
-            user_env,
-            job_id=job_id,
-            replica_id=replica_id,
-            tenant_id=tenant_id,
-            artifact_uri=self.artifact_uri_for(tenant_id),
-            actor=name,
-            namespace=self.namespace,
-            node_id=nid,
-            # Ray expands ${VAR} from the node's environment: the job keeps the node's own path
-            # (where Ray itself may be installed) behind the repository's
-            pythonpath=f"{self.working_dir}{os.pathsep}${{PYTHONPATH}}",
-            s3_endpoint_url=self.s3_endpoint_url,
-            placement_group=group,
-        )
-        kwargs: dict[str, Any] = {}
-        if resource is not None:
-            kwargs["entrypoint_resources"] = {resource: PIN_AMOUNT}
-        if num_gpus:
-            kwargs["entrypoint_num_gpus"] = num_gpus
-        ray_env = self.ray_runtime_env(runtime_env, tenant_id)
-        self._submit(
-            entrypoint=self._command(entrypoint, jobenv.user_keys(user_env),
-                                     own_dir="working_dir" in ray_env),
-            submission_id=submission_id,
-            runtime_env={**ray_env, "env_vars": env_vars},
-            metadata={
-                "spotplane_job_id": job_id,
-                "spotplane_replica_id": replica_id,
-                "spotplane_node_id": nid,
-            },
-            entrypoint_num_cpus=0,
-            **kwargs,
-        )
+        group: str | None = None
+        try:
+            # placed and planned before the job asks it
+            self.actors.create(
+                opts,
+                {
+                    "job_id": job_id,
+                    "replica_id": replica_id,
+                    "work_hours": work_hours,
+                    "model": self.model_factory(node),
+                    "node_age_hours": node_age_hours,
+                    "checkpoint_hours": checkpoint_hours,
+                    "hours_per_second": self.scale,
+                    "node_id": nid,
+                },
+            )
+            submission_id = f"spotplane-{job_id}-{replica_id}-{attempt}"
+            num_gpus = self._num_gpus(gpus)
+            if gang:
+                group = f"spotplane-pg-{job_id}-{replica_id}-{attempt}"
+                self._place_gang(group, [nid, *(g.id for g in gang)], num_gpus, resource)
+                num_gpus = 0  # the workers' GPUs are the bundles'; the driver holds none
+            user_env = {**self.env, **(env or {}),
+                        **(runtime_env.env_vars if runtime_env is not None else {})}
+            env_vars = job_env(
+                user_env,
+                job_id=job_id,
+                replica_id=replica_id,
+                tenant_id=tenant_id,
+                artifact_uri=self.artifact_uri_for(tenant_id),
+                actor=name,
+                namespace=self.namespace,
+                node_id=nid,
+                # Ray expands ${VAR} from the node's environment: the job keeps the node's own path
+                # (where Ray itself may be installed) behind the repository's
+                pythonpath=f"{self.working_dir}{os.pathsep}${{PYTHONPATH}}",
+                s3_endpoint_url=self.s3_endpoint_url,
+                placement_group=group,
+            )
+            kwargs: dict[str, Any] = {}
+            if resource is not None:
+                kwargs["entrypoint_resources"] = {resource: PIN_AMOUNT}
+            if num_gpus:
+                kwargs["entrypoint_num_gpus"] = num_gpus
+            ray_env = self.ray_runtime_env(runtime_env, tenant_id)
+            self._submit(
+                entrypoint=self._command(entrypoint, jobenv.user_keys(user_env),
+                                         own_dir="working_dir" in ray_env),
+                submission_id=submission_id,
+                runtime_env={**ray_env, "env_vars": env_vars},
+                metadata={
+                    "spotplane_job_id": job_id,
+                    "spotplane_replica_id": replica_id,
+                    "spotplane_node_id": nid,
+                },
+                entrypoint_num_cpus=0,
+                **kwargs,
+            )
+        except Exception as exc:
+            self._abandon(name, group, [nid, *(g.id for g in gang)])
+            if transient(exc):
+                raise Unavailable(f"the workload cluster did not take job {job_id} replica "
+                                  f"{replica_id} ({exc})", fix="the controller retries it next "
+                                  "tick") from exc
+            raise
         rep = Replica(
             job_id,
             replica_id,
@@ -523,8 +545,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             rep.outcome = self._call(rep, "node_lost", timeout=10)
         except Exception as e:  # the actor died with its node
             log.warning("checkpoint actor %s unreachable at stop: %s", rep.actor_name, e)
-        self.client.stop_job(rep.submission_id)
-        self._wait_terminal(rep)
+        self._stop_ray_job(rep.submission_id)
         rep.state = ReplicaState.STOPPED
         rep.stopped_reason = reason
         self._kill_actor(rep.actor_name)
@@ -622,7 +643,10 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             sid = f"spotplane-{job_id}-{replica_id}-{attempt}"
             try:
                 status = str(self.client.get_job_status(sid).value)
-            except Exception:  # noqa: BLE001 - unknown to Ray: the id is free
+            except Exception as e:  # noqa: BLE001 - unknown to Ray: the id is free
+                if transient(e):
+                    raise Unavailable(f"the workload cluster's job API did not answer ({e})",
+                                      fix="the controller retries next tick") from e
                 break
             if status not in ("STOPPED", "SUCCEEDED", "FAILED"):
                 log.warning("stopping %s, left running by an earlier controller", sid)
@@ -633,18 +657,31 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         return attempt
 
     def _submit(self, **kwargs: Any) -> None:
-        """``submit_job``, retried while the dashboard's job agent is still starting."""
+        """``submit_job``, retried briefly (``submit_retry_s``) while the job agent answers "try
+        again later" or not at all; past that the error goes up (the tick goes on)."""
         wall = WallClock()
-        deadline = wall.now() + self.submit_timeout_s
+        deadline = wall.now() + self.submit_retry_s
         while True:
             try:
                 self.client.submit_job(**kwargs)
                 return
-            except RuntimeError as e:
-                if "No available agent" not in str(e) or wall.now() > deadline:
+            except Exception as e:
+                if not transient(e) or wall.now() > deadline:
                     raise
-                log.info("Ray job agent not ready yet: retrying the submission")
+                log.info("Ray job agent not ready (%s): retrying the submission", e)
                 wall.sleep(1.0)
+
+    def _abandon(self, actor: str, group: str | None, node_ids: Sequence[str]) -> None:
+        """Undo a replica start that failed before its Ray job was taken: its checkpoint actor,
+        its gang's placement group and its nodes' slots."""
+        with contextlib.suppress(Exception):
+            self._kill_actor(actor)
+        if group is not None:
+            with contextlib.suppress(Exception):
+                self.actors.remove_group(group)
+        if self._slots is not None:
+            for nid in node_ids:
+                self._slots.release(nid)
 
     def _num_gpus(self, wanted: int) -> int:
         """GPUs the entrypoint asks Ray for: ``always`` the job's, ``never`` none, ``auto`` the
@@ -690,15 +727,38 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
     def _kill_actor(self, name: str) -> None:
         self.actors.kill(name)
 
-    def _wait_terminal(self, rep: Replica) -> None:
+    def _stop_ray_job(self, submission_id: str) -> None:
+        """Stop a Ray job and wait (``stop_timeout_s``) until it ends; a job API that does not
+        answer leaves it on a list that every :meth:`poll` tries again, so none runs on."""
+        try:
+            self.client.stop_job(submission_id)
+            self._wait_terminal(submission_id)
+        except Exception as e:
+            if not transient(e):
+                raise
+            log.warning("stopping Ray job %s: %s; tried again at the next poll", submission_id, e)
+            self._unstopped.add(submission_id)
+            return
+        self._unstopped.discard(submission_id)
+
+    def _stop_again(self) -> None:
+        """Another try at the stops the job API did not take."""
+        for sid in sorted(self._unstopped):
+            try:
+                self._stop_ray_job(sid)
+            except Exception as e:  # noqa: BLE001 - unknown to Ray (gone with its cluster)
+                log.warning("Ray job %s cannot be stopped: %s", sid, e)
+                self._unstopped.discard(sid)
+
+    def _wait_terminal(self, submission_id: str) -> None:
         wall = WallClock()  # a real process stops in real time, whatever the control-plane clock
         deadline = wall.now() + self.stop_timeout_s
         while True:
-            status = str(self.client.get_job_status(rep.submission_id).value)
+            status = str(self.client.get_job_status(submission_id).value)
             if status in ("STOPPED", "SUCCEEDED", "FAILED"):
                 return
             if wall.now() > deadline:
-                log.warning("Ray job %s still %s after stop", rep.submission_id, status)
+                log.warning("Ray job %s still %s after stop", submission_id, status)
                 return
             wall.sleep(0.1)
 
@@ -1027,6 +1087,7 @@ def make_executor(config: dict[str, Any], *, clock: Clock) -> RayJobExecutor | S
         workload_token_path=config.get("workload_token_path"),
         package_dir=config.get("package_dir"),
         log_dir=config.get("log_dir"),
+        submit_retry_s=float(config.get("submit_retry_s", CONTROLLER_SUBMIT_RETRY_S)),
     )
 
 
@@ -1095,5 +1156,5 @@ def runtime_executor(
         hours_per_second=scale,
         model_factory=model_factory,
         workload_gcs=str(gcs),
-        **options,
+        **{"submit_retry_s": CONTROLLER_SUBMIT_RETRY_S, **options},
     )

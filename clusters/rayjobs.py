@@ -8,15 +8,30 @@ and ``spotplane_node_id`` metadata and names it ``spotplane-<job>-<replica>-<att
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from clusters.artifacts import check_id
 from controlplane.core.attemptlogs import MARKER_PREFIX
 from controlplane.core.errors import InvalidInput
 
 JOB_KEY = "spotplane_job_id"
+# Ray's job SDK raises RuntimeError("Request failed with status code 500: <text>") for every
+# non-2xx answer: a 5xx (a busy or restarting job agent) is worth retrying, a 4xx is not.
+_RETRYABLE_ANSWER = re.compile(r"status code 5\d\d|No available agent|try again later")
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a failed call to a workload cluster's job API is worth retrying: its server did
+    not answer (connection refused, reset, timed out) or answered 5xx / "try again later"."""
+    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout |
+                  ConnectionError | TimeoutError):
+        return True
+    return isinstance(exc, RuntimeError) and bool(_RETRYABLE_ANSWER.search(str(exc)))
 
 
 def submission_client(dashboard_address: str, token_path: str | None = None, *,

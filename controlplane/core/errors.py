@@ -111,6 +111,11 @@ class RateLimited(SpotplaneError):
         self.retry_after_s = retry_after_s
 
 
+class Unavailable(SpotplaneError):
+    """A service the control plane drives (the workload cluster's job API) did not answer or
+    answered "try again later": nothing was started, and the same step is retried next tick."""
+
+
 class CloudError(SpotplaneError):
     """A cloud provider refused or failed a call in a way the caller cannot fix by retrying."""
 

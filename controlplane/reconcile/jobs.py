@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from controlplane.core import counters
 from controlplane.core.clock import Clock
+from controlplane.core.errors import Unavailable
 from controlplane.core.models import Event, Job, JobKind, JobState, Market, Node, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile import workload
@@ -35,10 +36,13 @@ class AdvanceJobs:
                  executor: JobExecutor | None, clock: Clock) -> None:
         self.state, self.rec, self.ops = state, rec, ops
         self.executor, self.clock = executor, clock
+        self._retrying: dict[str, str] = {}  # job id -> the unavailability last told as an event
 
     def run(self, now: float) -> None:
         s = self.state
         reports: dict[str, ExecutorReport] = {}
+        if self._retrying:
+            self._retrying = {k: v for k, v in self._retrying.items() if k in s.jobs}
         if self.executor is not None:
             real = [j for j in s.jobs.values()
                     if j.spec.entrypoint is not None and j.state in WITH_NODES]
@@ -48,8 +52,20 @@ class AdvanceJobs:
             if job.state in WITH_NODES:
                 try:
                     self._advance(job, now, reports.get(job.id))
+                except Unavailable as exc:  # the workload cluster is busy: the step is retried
+                    self._unavailable(job, now, exc)
                 except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
                     self.ops.quarantine_job(job, now, f"advancing it raised {exc!r}")
+
+    def _unavailable(self, job: Job, now: float, exc: Unavailable) -> None:
+        """Count a step the workload cluster did not take; its event once per job and cause."""
+        w = self.state.work
+        w.count("executor_unavailable_total")
+        cause = f"the workload cluster is unavailable, retrying: {exc.message}"
+        if self._retrying.get(job.id) != exc.message:
+            self._retrying[job.id] = exc.message
+            w.events.append(Event(at=now, tenant_id=job.tenant_id, job_id=job.id,
+                                  kind="retry", cause=cause))
 
     def _advance(self, job: Job, now: float, report: ExecutorReport | None) -> None:
         rec, ops = self.rec, self.ops
@@ -59,13 +75,14 @@ class AdvanceJobs:
         missing = len(nodes) < len(job.node_ids)
         if job.state is JobState.STARTING and not lost and not missing and nodes and all(
                 n.state in UP_STATES for n in nodes):
+            if self.executor is not None and job.spec.entrypoint is not None:
+                self.executor.start(job, nodes)  # Unavailable: still STARTING, retried next tick
+                self._retrying.pop(job.id, None)
             up = max([n.ready_at or now for n in nodes] + [job.accounted_at or now])
             rec.move(job, JobState.RUNNING,
                      f"all {len(nodes)} workers ready in {job.zone} ({job.market})", up)
             workload.start(job, max(node_age_hours(n, up) for n in nodes))
             job.accounted_at = up
-            if self.executor is not None and job.spec.entrypoint is not None:
-                self.executor.start(job, nodes)
         if lost and not missing and self._replace_replicas(job, nodes, lost, now):
             lost = []
         if lost or missing:
