@@ -91,18 +91,23 @@ def test_the_workload_ray_refuses_a_client_without_its_token(workload_ray: Any, 
     assert httpx.get(jobs, headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code == 200
     home = str(tmp_path)  # no ~/.ray/auth_token there: the client has only what it is given
 
-    def join(extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", JOIN.format(gcs=workload_ray.gcs)],
-                              env={**scrubbed_env(home), **extra}, capture_output=True, text=True,
-                              timeout=180, cwd=REPO)
+    def join(extra: dict[str, str]) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", JOIN.format(gcs=workload_ray.gcs)],
+                                env={**scrubbed_env(home), **extra}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=REPO)
 
     wrong = tmp_path / "wrong_token"
     wrong.write_text("f" * 64)
-    for extra in ({"RAY_AUTH_MODE": "disabled"}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)}):
-        r = join(extra)
-        assert r.returncode != 0 and "JOINED" not in r.stdout, (extra, r.stdout[-500:], r.stderr[-2000:])
-    ok = join({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": workload_ray.token_path})
-    assert ok.returncode == 0 and "JOINED 1" in ok.stdout, ok.stderr[-2000:]
+    tries = {"no token": {"RAY_AUTH_MODE": "disabled"},
+             "wrong token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)},
+             "its token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": workload_ray.token_path}}
+    procs = {name: join(extra) for name, extra in tries.items()}  # the three clients at once
+    said = {name: (p.communicate(timeout=180), p.returncode) for name, p in procs.items()}
+    for name in ("no token", "wrong token"):
+        (out, err), rc = said[name]
+        assert rc != 0 and "JOINED" not in out, (name, out[-500:], err[-2000:])
+    (out, err), rc = said["its token"]
+    assert rc == 0 and "JOINED 1" in out, err[-2000:]
 
 
 def _wait_terminal(store: Store, job_id: str, timeout: float) -> Any:
