@@ -62,7 +62,7 @@ from controlplane.core.models import (
     TenantSpec,
     ZoneInfo,
 )
-from controlplane.store import StoredAnswer, is_postgres
+from controlplane.store import LOGS, PACKAGES, StoredAnswer, is_postgres, open_blobs
 from serve.auth import bearer_scheme, bearer_token, hash_token
 from serve.dashboard import router as dashboard_router
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
@@ -389,12 +389,14 @@ class Gate:
 class GateState:
     """What the gate checks against: the service (tokens), the limits, the rate buckets."""
 
-    def __init__(self, service: ControlPlaneService, limits: ApiLimits, replicas: int = 1) -> None:
+    def __init__(self, service: ControlPlaneService, limits: ApiLimits, shared: bool = False) -> None:
         self.service = service
         self.limits = limits
-        # each of the ``replicas`` keeps its own buckets (no write to the store per request):
-        # Serve spreads a tenant's requests over them, so each enforces 1/replicas of the budget
-        self.buckets = TokenBuckets(limits.rate_per_s / replicas, max(1, limits.burst // replicas))
+        # ``shared``: one bucket per tenant in the store, which every replica takes from (one
+        # upsert per request), so N replicas still allow ``rate``, not N x rate; the embedded
+        # single replica keeps its buckets in memory
+        self.shared = shared
+        self.buckets = TokenBuckets(limits.rate_per_s, limits.burst)
 
     async def admit(self, path: str, token: str | None) -> None:
         """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket; a
@@ -406,11 +408,18 @@ class GateState:
         if principal is None:
             principal = await run_in_threadpool(self.service.authenticate, token)
         if principal.tenant_id is not None:
-            wait = self.buckets.take(principal.tenant_id)
+            if self.shared:
+                wait = await run_in_threadpool(self._take_shared, principal.tenant_id)
+            else:
+                wait = self.buckets.take(principal.tenant_id)
             if wait > 0:
                 raise RateLimited(
                     f"more than {self.limits.rate_per_s:g} requests/s (burst {self.limits.burst})",
                     retry_after_s=wait, fix="slow down and retry after the Retry-After seconds")
+
+    def _take_shared(self, tenant_id: str) -> float:
+        return self.service.store.take_token(f"tenant:{tenant_id}", self.limits.rate_per_s,
+                                             float(self.limits.burst), time.time())
 
     def _metrics_token(self, token: str | None) -> None:
         expected = self.limits.metrics_token_hash
@@ -505,13 +514,17 @@ class SpotplaneAPI:
         self.limits = ApiLimits.model_validate(limits or {})
         caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs,
                     idempotency_ttl_s=self.limits.idempotency_ttl_s)
-        packages = PackageStore(package_dir or Path(db_path).parent / "packages",
-                                self.limits.max_package_bytes)
-        archive = LogArchive(log_dir or Path(db_path).parent / "logs")
-        workload = (Workload(workload_address, workload_token_path, archive)
-                    if workload_address else None)
-        self.service = ControlPlaneService.open(db_path, admin_token_hash, caps, packages, workload)
-        Gate.state = GateState(self.service, self.limits, replicas)
+        self.service = ControlPlaneService.open(db_path, admin_token_hash, caps)
+        # a PostgreSQL store holds the packages and archived logs too: every replica, on any
+        # node, reads what another stored (a SQLite store keeps directories beside its file)
+        base = self.service.base_store
+        self.service.packages = PackageStore(open_blobs(package_dir, base, PACKAGES),
+                                             self.limits.max_package_bytes)
+        archive = LogArchive(open_blobs(log_dir, base, LOGS))
+        self.service.workload = (Workload(workload_address, workload_token_path, archive)
+                                 if workload_address else None)
+        Gate.state = GateState(self.service, self.limits,
+                               shared=replicas > 1 or is_postgres(db_path))
         self._started = time.monotonic()
 
     def _who(self, creds: HTTPAuthorizationCredentials | None, header: str | None = None) -> Principal:
@@ -762,14 +775,13 @@ def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = 
               package_dir: str | Path | None = None, workload_address: str | None = None,
               workload_token_path: str | None = None, log_dir: str | Path | None = None,
               replicas: int = 1) -> Any:
-    """The deployment graph (``replicas`` Serve replicas sharing the rate budget), bound to the store at ``db_path``, the admin token's hash and the
-    API's limits (``SPOTPLANE_API_*`` settings when not given); uploaded packages live in
-    ``package_dir`` (default: ``packages/`` beside the store) and job logs are read from the
-    workload cluster's dashboard ``workload_address`` (the executor's copies in ``log_dir``,
-    default ``logs/`` beside the store, for attempts whose node is gone)."""
-    if is_postgres(db_path) and (package_dir is None or log_dir is None):
-        raise InvalidInput("package_dir", "a PostgreSQL store has no directory beside it for "
-                           "packages and logs", fix="pass package_dir and log_dir")
+    """The deployment graph (``replicas`` Serve replicas sharing the rate budget), bound to
+    the store at ``db_path``, the admin token's hash and the API's limits (``SPOTPLANE_API_*``
+    settings when not given); uploaded packages live in ``package_dir`` and job logs are read
+    from the workload cluster's dashboard ``workload_address`` (the executor's copies in
+    ``log_dir``, for attempts whose node is gone). Either may be ``"store"``: the store's blobs
+    table, the default of a PostgreSQL store; a SQLite store's default is ``packages/`` and
+    ``logs/`` beside its file."""
     if replicas < 1:
         raise InvalidInput("replicas", f"must be >= 1, got {replicas}", fix="e.g. --api-replicas 2")
     resolved = limits or ApiLimits.from_settings()

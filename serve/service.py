@@ -140,6 +140,11 @@ class ControlPlaneService:
                    per_thread=str(path) != ":memory:" and not is_postgres(path))
 
     @property
+    def base_store(self) -> Store:
+        """The store handle the service was opened with (shared by every thread)."""
+        return self._store
+
+    @property
     def store(self) -> Store:
         """The calling thread's connection (``per_thread``), else the one given.
 
