@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
+import ray
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -186,6 +187,8 @@ async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Re
     try:
         response = await call_next(request)
         status = response.status_code
+        if Gate.state is not None and Gate.state.replica:
+            response.headers[REPLICA_HEADER] = Gate.state.replica
         return response
     finally:
         route = getattr(request.scope.get("route"), "path", None) or "unmatched"
@@ -198,6 +201,7 @@ TRUNCATED_HEADER = "X-Spotplane-Truncated"
 NEXT_OFFSET_HEADER = "X-Spotplane-Next-Offset"
 NEXT_AFTER_HEADER = "X-Spotplane-Next-After"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLICA_HEADER = "X-Spotplane-Replica"  # the Serve replica that answered (every response)
 HEALTH_CHECK_PERIOD_S = 2.0  # the API replica's Serve health check (see the deployment)
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json",
                           "/"})  # "/" and /dashboard/* are the dashboard's page and assets
@@ -397,6 +401,7 @@ class GateState:
         # single replica keeps its buckets in memory
         self.shared = shared
         self.buckets = TokenBuckets(limits.rate_per_s, limits.burst)
+        self.replica, self.node_id = "", ""  # which replica answers (REPLICA_HEADER), on which Ray node
 
     async def admit(self, path: str, token: str | None) -> None:
         """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket; a
@@ -456,6 +461,16 @@ class GateState:
             return message
 
         return receive_capped
+
+
+def replica_identity() -> tuple[str, str]:
+    """This Serve replica's id and its Ray node's id ('' outside a replica)."""
+    try:
+        replica = str(serve.get_replica_context().replica_id.unique_id)
+    except Exception:  # noqa: BLE001 - not inside a Serve replica (tests build the app bare)
+        replica = ""
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    return replica, node
 
 
 def hmac_equal(a: str, b: str) -> bool:
@@ -526,6 +541,7 @@ class SpotplaneAPI:
         Gate.state = GateState(self.service, self.limits,
                                shared=replicas > 1 or is_postgres(db_path))
         self._started = time.monotonic()
+        Gate.state.replica, Gate.state.node_id = replica_identity()
 
     def _who(self, creds: HTTPAuthorizationCredentials | None, header: str | None = None) -> Principal:
         token = creds.credentials if creds is not None else bearer_token(header)
@@ -544,6 +560,8 @@ class SpotplaneAPI:
         """Liveness: the store answers; no token needed."""
         health = self.service.health()
         health["uptime_s"] = round(time.monotonic() - self._started, 3)
+        if Gate.state is not None:
+            health["replica"], health["node_id"] = Gate.state.replica, Gate.state.node_id
         return health
 
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
@@ -774,18 +792,19 @@ class SpotplaneAPI:
 def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = None,
               package_dir: str | Path | None = None, workload_address: str | None = None,
               workload_token_path: str | None = None, log_dir: str | Path | None = None,
-              replicas: int = 1) -> Any:
+              replicas: int = 1, max_replicas_per_node: int | None = None) -> Any:
     """The deployment graph (``replicas`` Serve replicas sharing the rate budget), bound to
     the store at ``db_path``, the admin token's hash and the API's limits (``SPOTPLANE_API_*``
     settings when not given); uploaded packages live in ``package_dir`` and job logs are read
     from the workload cluster's dashboard ``workload_address`` (the executor's copies in
     ``log_dir``, for attempts whose node is gone). Either may be ``"store"``: the store's blobs
     table, the default of a PostgreSQL store; a SQLite store's default is ``packages/`` and
-    ``logs/`` beside its file."""
+    ``logs/`` beside its file. ``max_replicas_per_node`` spreads the replicas over Ray nodes."""
     if replicas < 1:
         raise InvalidInput("replicas", f"must be >= 1, got {replicas}", fix="e.g. --api-replicas 2")
     resolved = limits or ApiLimits.from_settings()
-    return SpotplaneAPI.options(num_replicas=replicas).bind(  # type: ignore[attr-defined]
+    spread = {} if max_replicas_per_node is None else {"max_replicas_per_node": max_replicas_per_node}
+    return SpotplaneAPI.options(num_replicas=replicas, **spread).bind(  # type: ignore[attr-defined]
         str(db_path), hash_token(admin_token), resolved.model_dump(),
         str(package_dir) if package_dir is not None else None, workload_address,
         workload_token_path, str(log_dir) if log_dir is not None else None, replicas)
@@ -794,7 +813,8 @@ def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = 
 def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127.0.0.1",
               limits: ApiLimits | None = None, package_dir: str | Path | None = None,
               workload_address: str | None = None, workload_token_path: str | None = None,
-              log_dir: str | Path | None = None, replicas: int = 1) -> str:
+              log_dir: str | Path | None = None, replicas: int = 1,
+              max_replicas_per_node: int | None = None) -> str:
     """Start Serve's HTTP proxy on ``host:port`` and deploy the API; returns its base URL.
 
     Needs ``ray.init`` first. When Serve already runs in this Ray cluster its HTTP options stay
@@ -802,7 +822,7 @@ def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127
     """
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(db_path, admin_token, limits, package_dir, workload_address,
-                        workload_token_path, log_dir, replicas),
+                        workload_token_path, log_dir, replicas, max_replicas_per_node),
               name=APP_NAME, route_prefix="/", blocking=False)
     return f"http://{host}:{port}"
 
