@@ -328,22 +328,6 @@ def bounded_list(items: Sequence[BaseModel], max_bytes: int, offset: int | None 
     return Response(b"[" + b",".join(parts) + b"]", media_type="application/json", headers=headers)
 
 
-def cursor_page(items: Sequence[BaseModel], ids: Sequence[str], after: str | None, limit: int,
-                max_bytes: int) -> Response:
-    """The page of ``items`` (in their stable order) after the one whose id is ``after``: at most
-    ``limit`` and the byte cap, with ``X-Spotplane-Next-After`` while more follow."""
-    start = 0
-    if after is not None:
-        try:
-            start = list(ids).index(after) + 1
-        except ValueError:
-            raise InvalidInput("after", f"{after!r} is not an id of this list",
-                               fix="pass the X-Spotplane-Next-After of the previous page, or "
-                                   "leave after out for the first page") from None
-    end = start + limit
-    return bounded_list(items[start:end], max_bytes, ids=ids[start:end], full=end < len(items))
-
-
 # --------------------------------------------------------------------------------------------
 # The gate: token, rate and size, before any body is read
 # --------------------------------------------------------------------------------------------
@@ -550,9 +534,11 @@ class SpotplaneAPI:
     def _list(self, items: Sequence[BaseModel], offset: int | None = None) -> Response:
         return bounded_list(items, self.limits.max_list_bytes, offset)
 
-    def _page(self, items: Sequence[BaseModel], ids: Sequence[str], after: str | None,
-              limit: int) -> Response:
-        return cursor_page(items, ids, after, limit, self.limits.max_list_bytes)
+    def _page(self, items: Sequence[BaseModel], ids: Sequence[str], limit: int) -> Response:
+        """One cursor page from the store's ``limit + 1`` rows after the cursor (the extra row
+        says that another page follows)."""
+        more = len(items) > limit
+        return bounded_list(items[:limit], self.limits.max_list_bytes, ids=ids[:limit], full=more)
 
     # -- health and metrics --------------------------------------------------------------------
     @app.get("/healthz", tags=["ops"])
@@ -588,8 +574,8 @@ class SpotplaneAPI:
              responses=_ERRORS | _CURSOR_PAGE)
     def list_tenants(self, creds: Auth = None, after: After = None, limit: Limit = 1000) -> Response:
         """Every tenant (admin) or just the caller, oldest first; paged by cursor."""
-        tenants = self.service.list_tenants(self._who(creds))
-        return self._page(tenants, [t.id for t in tenants], after, limit)
+        tenants = self.service.list_tenants(self._who(creds), after=after, limit=limit + 1)
+        return self._page(tenants, [t.id for t in tenants], limit)
 
     @app.get(f"{API}/tenants/me", tags=["tenants"], response_model=Tenant, responses=_ERRORS)
     def me(self, creds: Auth = None) -> Tenant:
@@ -693,8 +679,8 @@ class SpotplaneAPI:
     def job_events(self, job_id: str, creds: Auth = None, after: After = None,
                    limit: Limit = 1000) -> Response:
         """Every transition of the job with its cause, oldest first; paged by cursor (event id)."""
-        events = self.service.job_events(self._who(creds), job_id)
-        return self._page(events, [str(e.id) for e in events], after, limit)
+        events = self.service.job_events(self._who(creds), job_id, after=after, limit=limit + 1)
+        return self._page(events, [str(e.id) for e in events], limit)
 
     @app.get(f"{API}/jobs/{{job_id}}/decisions", tags=["jobs"], response_model=list[Decision],
              responses=_ERRORS | _CURSOR_PAGE)
@@ -702,8 +688,9 @@ class SpotplaneAPI:
                       limit: Limit = 1000) -> Response:
         """The decision trace: each policy decision with the observation it was made on,
         oldest first; paged by cursor (decision id)."""
-        decisions = self.service.job_decisions(self._who(creds), job_id)
-        return self._page(decisions, [str(d.id) for d in decisions], after, limit)
+        decisions = self.service.job_decisions(self._who(creds), job_id, after=after,
+                                               limit=limit + 1)
+        return self._page(decisions, [str(d.id) for d in decisions], limit)
 
     # -- bags ----------------------------------------------------------------------------------
     @app.post(f"{API}/bags", tags=["bags"], status_code=201, response_model=BagCreated, responses=_ERRORS)
@@ -726,8 +713,8 @@ class SpotplaneAPI:
     @app.get(f"{API}/bags", tags=["bags"], response_model=list[Bag], responses=_ERRORS | _CURSOR_PAGE)
     def list_bags(self, creds: Auth = None, after: After = None, limit: Limit = 1000) -> Response:
         """The caller's bags (every tenant's for the admin), oldest first; paged by cursor."""
-        bags = self.service.list_bags(self._who(creds))
-        return self._page(bags, [b.id for b in bags], after, limit)
+        bags = self.service.list_bags(self._who(creds), after=after, limit=limit + 1)
+        return self._page(bags, [b.id for b in bags], limit)
 
     @app.get(f"{API}/bags/{{bag_id}}", tags=["bags"], response_model=Bag, responses=_ERRORS)
     def get_bag(self, bag_id: str, creds: Auth = None) -> Bag:
@@ -741,8 +728,8 @@ class SpotplaneAPI:
               limit: Limit = 1000) -> Response:
         """Every node (admin) or the nodes running the caller's jobs, oldest first; ``live``
         drops gone ones; paged by cursor."""
-        nodes = self.service.nodes(self._who(creds), live_only=live)
-        return self._page(nodes, [n.id for n in nodes], after, limit)
+        nodes = self.service.nodes(self._who(creds), live_only=live, after=after, limit=limit + 1)
+        return self._page(nodes, [n.id for n in nodes], limit)
 
     @app.get(f"{API}/fleet/zones", tags=["fleet"], response_model=list[ZoneInfo], responses=_ERRORS)
     def zones(self, creds: Auth = None) -> Response:
