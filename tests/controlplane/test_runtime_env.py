@@ -4,6 +4,7 @@ log archive and the client's upload-once packaging: the parts that need no Ray c
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,6 +177,37 @@ def test_package_store_is_per_tenant_and_capped(blobs: Blobs) -> None:
         store.key("..", name)
     with pytest.raises(InvalidInput, match="not a blob key"):
         blobs.put("../x", b"1")
+
+
+class FakeJobClient:
+    """What ``RayJobExecutor.ensure_package`` asks of a JobSubmissionClient."""
+
+    def __init__(self) -> None:
+        self.uploaded: dict[str, bytes] = {}
+
+    def _package_exists(self, uri: str) -> bool:
+        return uri in self.uploaded
+
+    def _upload_package(self, uri: str, path: str, include_gitignore: bool, is_file: bool) -> None:
+        assert is_file and not include_gitignore
+        self.uploaded[uri] = Path(path).read_bytes()
+
+
+def test_the_executor_uploads_the_stored_package_bytes(blobs: Blobs) -> None:
+    """The executor reads a package from the same home the API stored it in (a directory, or
+    the store's table that every API replica writes) and sends those bytes to the workload."""
+    from actors.executor import RayJobExecutor
+
+    data = zipped({"train.py": b"print(1)\n"})
+    PackageStore(blobs).put("t1", package_name(PKG), data)
+    executor = RayJobExecutor.__new__(RayJobExecutor)  # no workload cluster: its client faked
+    executor.client, executor.packages = FakeJobClient(), PackageStore(blobs)
+    assert executor.ensure_package(PKG, "t1") is True
+    assert executor.client.uploaded == {PKG: data}
+    assert executor.ensure_package(PKG, "t1") is False  # the workload holds it already
+    executor.client.uploaded.clear()  # Ray dropped it
+    with pytest.raises(NotFound, match=f"is not in {re.escape(blobs.where)}"):
+        executor.ensure_package(PKG, "t2")  # another tenant's package is not this tenant's
 
 
 class FakeRay:
