@@ -36,10 +36,12 @@ import logging
 import os
 import shlex
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from actors.actorbridge import ActorBridge, Actors, LocalActors
@@ -49,12 +51,14 @@ from clusters.fleet import FleetProvider
 from clusters.packages import PackageStore, package_name
 from clusters.rayjobs import LogArchive, concatenated_logs, submission_client, transient
 from controlplane import jobenv, sdk
+from controlplane.core.blobs import Blobs
 from controlplane.core.clock import Clock, ManualClock, WallClock
 from controlplane.core.config import REPO_ROOT, load_settings
 from controlplane.core.errors import InvalidInput, NotFound, Unavailable
 from controlplane.core.models import Job, Node, RuntimeEnv
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
+from controlplane.store import IN_STORE, LOGS, PACKAGES, Store, open_blobs
 from policies.preemption import PreemptionModel, default_gce_model
 
 log = logging.getLogger(__name__)
@@ -172,8 +176,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         gpus: str = "auto",
         workload_gcs: str | None = None,
         workload_token_path: str | None = None,
-        package_dir: str | None = None,
-        log_dir: str | None = None,
+        package_dir: str | Blobs | None = None,
+        log_dir: str | Blobs | None = None,
         log_copy_s: float = 5.0,
     ) -> None:
         if pin not in ("auto", "never"):
@@ -626,12 +630,15 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             raise InvalidInput("runtime_env", f"package {uri} is not on the workload cluster and "
                                "this executor has no package store",
                                fix="give the executor package_dir (spotplane up does)")
-        path = self.packages.path(tenant_id, package_name(uri))
-        if not path.is_file():
-            raise NotFound(f"package {uri} of tenant {tenant_id} is not in {self.packages.root}",
+        data = self.packages.blobs.get(self.packages.key(tenant_id, package_name(uri)))
+        if data is None:
+            raise NotFound(f"package {uri} of tenant {tenant_id} is not in {self.packages.blobs.where}",
                            fix="upload it again (spotplane submit --working-dir)")
-        self.client._upload_package(uri, str(path), include_gitignore=False, is_file=True)
-        log.info("uploaded %s (%d bytes) to the workload cluster", uri, path.stat().st_size)
+        with tempfile.TemporaryDirectory(prefix="spotplane-pkg-") as tmp:
+            path = Path(tmp) / package_name(uri)
+            path.write_bytes(data)
+            self.client._upload_package(uri, str(path), include_gitignore=False, is_file=True)
+        log.info("uploaded %s (%d bytes) to the workload cluster", uri, len(data))
         return True
 
     def _next_attempt(self, job_id: str, replica_id: str) -> int:
@@ -1108,7 +1115,7 @@ def _same_endpoint(a: str, b: str) -> bool:
 
 def runtime_executor(
     *, clock: Clock, fleet: FleetProvider | None = None, namespace: str = "spotplane",
-    **options: Any
+    store: Store | None = None, **options: Any
 ) -> RayJobExecutor | SimulatedExecutor:
     """``RuntimeSettings(executor_factory="actors.executor:runtime_executor", executor_options=...)``.
 
@@ -1119,7 +1126,9 @@ def runtime_executor(
     file), ``artifact_uri`` (default ``<state_dir>/artifacts``), ``hours_per_second``
     (default: the simulated clock's speed / 3600, else 1/3600), ``s3_endpoint_url``. The
     checkpoint actors plan with the fleet's lifetime model when it has one (the simulated
-    fleet's), else seed 001's GCE fit.
+    fleet's), else seed 001's GCE fit. ``package_dir`` / ``log_dir``: directories, or
+    ``"store"`` for the ``store``'s blobs table (the default of a PostgreSQL store, so the
+    executor reads the packages any API replica stored and its log copies reach every replica).
     """
     kind = options.pop("kind", "ray")
     model = fleet.lifetimes if fleet is not None else None
@@ -1139,6 +1148,10 @@ def runtime_executor(
             "reach the controller, the store and their secrets",
             fix=WORKLOAD_FIX,
         )
+    for name, ns in (("package_dir", PACKAGES), ("log_dir", LOGS)):
+        if store is not None and (options.get(name) == IN_STORE or (
+                options.get(name) is None and store.backend == "postgresql")):
+            options[name] = open_blobs(IN_STORE, store, ns)  # what every API replica reads
     options.setdefault("package_dir", str(load_settings().state_dir / "packages"))
     options.setdefault("log_dir", str(load_settings().state_dir / "logs"))
     uri = options.pop("artifact_uri", None)

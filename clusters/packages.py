@@ -1,5 +1,6 @@
-"""Uploaded code packages: Ray's content-addressed ``_ray_pkg_<hash>.zip`` files, one directory
-per tenant (``<root>/<tenant id>/<name>``).
+"""Uploaded code packages: Ray's content-addressed ``_ray_pkg_<hash>.zip`` files, kept as
+blobs (``controlplane.core.blobs``) under ``<tenant id>/<name>``: in a directory, or in the
+store's ``blobs`` table so every API replica and the executor share them from any node.
 
 The API writes them (``PUT /v1/packages/{name}``, Ray's ``PUT /api/packages/gcs/{name}``); the
 executor reads them to upload the same bytes to the workload cluster before every attempt. The
@@ -15,7 +16,8 @@ import zipfile
 from pathlib import Path
 
 from clusters.artifacts import check_id
-from clusters.fetch import write_atomic
+from clusters.blobs import DirBlobs
+from controlplane.core.blobs import Blobs
 from controlplane.core.errors import InvalidInput, NotFound
 from controlplane.core.models import PACKAGE_NAME
 
@@ -34,28 +36,34 @@ def package_name(uri_or_name: str) -> str:
 
 
 class PackageStore:
-    """Packages on a local directory, scoped by tenant."""
+    """Packages scoped by tenant, in ``blobs`` (a directory path means :class:`DirBlobs`)."""
 
-    def __init__(self, root: str | Path, max_bytes: int = DEFAULT_MAX_PACKAGE_BYTES) -> None:
-        self.root = Path(root)
+    def __init__(self, blobs: Blobs | str | Path, max_bytes: int = DEFAULT_MAX_PACKAGE_BYTES) -> None:
+        self.blobs: Blobs = DirBlobs(blobs) if isinstance(blobs, (str, Path)) else blobs
         self.max_bytes = max_bytes
 
-    def path(self, tenant_id: str, name: str) -> Path:
-        return self.root / check_id("tenant_id", tenant_id) / package_name(name)
+    def key(self, tenant_id: str, name: str) -> str:
+        return f"{check_id('tenant_id', tenant_id)}/{package_name(name)}"
 
     def exists(self, tenant_id: str, name: str) -> bool:
-        return self.path(tenant_id, name).is_file()
+        return self.blobs.size(self.key(tenant_id, name)) is not None
 
     def size(self, tenant_id: str, name: str) -> int:
-        p = self.path(tenant_id, name)
-        if not p.is_file():
-            raise NotFound(f"package {package_name(name)} was not uploaded by this tenant",
-                           fix="upload it first (PUT /v1/packages/{name})")
-        return p.stat().st_size
+        size = self.blobs.size(self.key(tenant_id, name))
+        if size is None:
+            raise _missing(name)
+        return size
+
+    def get(self, tenant_id: str, name: str) -> bytes:
+        """The package's zip; :class:`NotFound` when this tenant did not upload it."""
+        data = self.blobs.get(self.key(tenant_id, name))
+        if data is None:
+            raise _missing(name)
+        return data
 
     def put(self, tenant_id: str, name: str, data: bytes) -> bool:
         """Store one package (atomically); False when it was already there."""
-        path = self.path(tenant_id, name)
+        key = self.key(tenant_id, name)
         if len(data) > self.max_bytes:
             raise InvalidInput("package", f"{len(data)} bytes is more than the cap of "
                                f"{self.max_bytes}", fix="exclude data files (runtime_env.excludes, "
@@ -63,7 +71,9 @@ class PackageStore:
         if not zipfile.is_zipfile(io.BytesIO(data)):
             raise InvalidInput("package", "the body is not a zip file",
                                fix="send the zip ray._private.runtime_env.packaging.create_package writes")
-        if path.is_file():
-            return False
-        write_atomic(path, data)
-        return True
+        return self.blobs.put(key, data)
+
+
+def _missing(name: str) -> NotFound:
+    return NotFound(f"package {package_name(name)} was not uploaded by this tenant",
+                    fix="upload it first (PUT /v1/packages/{name})")

@@ -7,16 +7,16 @@ and ``spotplane_node_id`` metadata and names it ``spotplane-<job>-<replica>-<att
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import requests
 
 from clusters.artifacts import check_id
+from clusters.blobs import DirBlobs
 from controlplane.core.attemptlogs import MARKER_PREFIX
+from controlplane.core.blobs import Blobs
 from controlplane.core.errors import InvalidInput
 
 JOB_KEY = "spotplane_job_id"
@@ -76,30 +76,25 @@ def attempts_of(client: Any, job_id: str) -> list[Any]:
 
 
 class LogArchive:
-    """Copies of attempts' logs (``<root>/<job>/<submission id>.log``), kept by the executor
+    """Copies of attempts' logs (blob ``<job>/<submission id>.log``), kept by the executor
     while an attempt runs: Ray serves a job's logs from the node its driver ran on, so a lost
-    spot node takes its attempt's logs with it unless they were copied off it."""
+    spot node takes its attempt's logs with it unless they were copied off it. ``blobs`` is a
+    directory (:class:`DirBlobs`) or the store's table, which the API reads from any node."""
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+    def __init__(self, blobs: Blobs | str | Path) -> None:
+        self.blobs: Blobs = DirBlobs(blobs) if isinstance(blobs, (str, Path)) else blobs
 
-    def path(self, job_id: str, submission_id: str) -> Path:
-        return self.root / check_id("job_id", job_id) / f"{check_id('submission_id', submission_id)}.log"
+    @staticmethod
+    def key(job_id: str, submission_id: str) -> str:
+        return f"{check_id('job_id', job_id)}/{check_id('submission_id', submission_id)}.log"
 
     def save(self, job_id: str, submission_id: str, text: str) -> None:
         """Keep ``text`` as the attempt's logs (atomically; a shorter copy never replaces a longer)."""
-        path = self.path(job_id, submission_id)
-        if path.is_file() and path.stat().st_size > len(text.encode()):
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".log-")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        self.blobs.grow(self.key(job_id, submission_id), text.encode())
 
     def load(self, job_id: str, submission_id: str) -> str | None:
-        path = self.path(job_id, submission_id)
-        return path.read_text() if path.is_file() else None
+        data = self.blobs.get(self.key(job_id, submission_id))
+        return data.decode(errors="replace") if data is not None else None
 
 
 def attempt_logs(client: Any, job_id: str, archive: LogArchive | None = None) -> list[tuple[str, str]]:

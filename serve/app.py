@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
+import ray
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -62,7 +63,7 @@ from controlplane.core.models import (
     TenantSpec,
     ZoneInfo,
 )
-from controlplane.store import StoredAnswer, is_postgres
+from controlplane.store import LOGS, PACKAGES, StoredAnswer, is_postgres, open_blobs
 from serve.auth import bearer_scheme, bearer_token, hash_token
 from serve.dashboard import router as dashboard_router
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
@@ -186,6 +187,8 @@ async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Re
     try:
         response = await call_next(request)
         status = response.status_code
+        if Gate.state is not None and Gate.state.replica:
+            response.headers[REPLICA_HEADER] = Gate.state.replica
         return response
     finally:
         route = getattr(request.scope.get("route"), "path", None) or "unmatched"
@@ -198,6 +201,7 @@ TRUNCATED_HEADER = "X-Spotplane-Truncated"
 NEXT_OFFSET_HEADER = "X-Spotplane-Next-Offset"
 NEXT_AFTER_HEADER = "X-Spotplane-Next-After"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLICA_HEADER = "X-Spotplane-Replica"  # the Serve replica that answered (every response)
 HEALTH_CHECK_PERIOD_S = 2.0  # the API replica's Serve health check (see the deployment)
 PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json",
                           "/"})  # "/" and /dashboard/* are the dashboard's page and assets
@@ -324,22 +328,6 @@ def bounded_list(items: Sequence[BaseModel], max_bytes: int, offset: int | None 
     return Response(b"[" + b",".join(parts) + b"]", media_type="application/json", headers=headers)
 
 
-def cursor_page(items: Sequence[BaseModel], ids: Sequence[str], after: str | None, limit: int,
-                max_bytes: int) -> Response:
-    """The page of ``items`` (in their stable order) after the one whose id is ``after``: at most
-    ``limit`` and the byte cap, with ``X-Spotplane-Next-After`` while more follow."""
-    start = 0
-    if after is not None:
-        try:
-            start = list(ids).index(after) + 1
-        except ValueError:
-            raise InvalidInput("after", f"{after!r} is not an id of this list",
-                               fix="pass the X-Spotplane-Next-After of the previous page, or "
-                                   "leave after out for the first page") from None
-    end = start + limit
-    return bounded_list(items[start:end], max_bytes, ids=ids[start:end], full=end < len(items))
-
-
 # --------------------------------------------------------------------------------------------
 # The gate: token, rate and size, before any body is read
 # --------------------------------------------------------------------------------------------
@@ -389,12 +377,15 @@ class Gate:
 class GateState:
     """What the gate checks against: the service (tokens), the limits, the rate buckets."""
 
-    def __init__(self, service: ControlPlaneService, limits: ApiLimits, replicas: int = 1) -> None:
+    def __init__(self, service: ControlPlaneService, limits: ApiLimits, shared: bool = False) -> None:
         self.service = service
         self.limits = limits
-        # each of the ``replicas`` keeps its own buckets (no write to the store per request):
-        # Serve spreads a tenant's requests over them, so each enforces 1/replicas of the budget
-        self.buckets = TokenBuckets(limits.rate_per_s / replicas, max(1, limits.burst // replicas))
+        # ``shared``: one bucket per tenant in the store, which every replica takes from (one
+        # upsert per request), so N replicas still allow ``rate``, not N x rate; the embedded
+        # single replica keeps its buckets in memory
+        self.shared = shared
+        self.buckets = TokenBuckets(limits.rate_per_s, limits.burst)
+        self.replica, self.node_id = "", ""  # which replica answers (REPLICA_HEADER), on which Ray node
 
     async def admit(self, path: str, token: str | None) -> None:
         """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket; a
@@ -406,11 +397,18 @@ class GateState:
         if principal is None:
             principal = await run_in_threadpool(self.service.authenticate, token)
         if principal.tenant_id is not None:
-            wait = self.buckets.take(principal.tenant_id)
+            if self.shared:
+                wait = await run_in_threadpool(self._take_shared, principal.tenant_id)
+            else:
+                wait = self.buckets.take(principal.tenant_id)
             if wait > 0:
                 raise RateLimited(
                     f"more than {self.limits.rate_per_s:g} requests/s (burst {self.limits.burst})",
                     retry_after_s=wait, fix="slow down and retry after the Retry-After seconds")
+
+    def _take_shared(self, tenant_id: str) -> float:
+        return self.service.store.take_token(f"tenant:{tenant_id}", self.limits.rate_per_s,
+                                             float(self.limits.burst), time.time())
 
     def _metrics_token(self, token: str | None) -> None:
         expected = self.limits.metrics_token_hash
@@ -447,6 +445,16 @@ class GateState:
             return message
 
         return receive_capped
+
+
+def replica_identity() -> tuple[str, str]:
+    """This Serve replica's id and its Ray node's id ('' outside a replica)."""
+    try:
+        replica = str(serve.get_replica_context().replica_id.unique_id)
+    except Exception:  # noqa: BLE001 - not inside a Serve replica (tests build the app bare)
+        replica = ""
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    return replica, node
 
 
 def hmac_equal(a: str, b: str) -> bool:
@@ -505,14 +513,19 @@ class SpotplaneAPI:
         self.limits = ApiLimits.model_validate(limits or {})
         caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs,
                     idempotency_ttl_s=self.limits.idempotency_ttl_s)
-        packages = PackageStore(package_dir or Path(db_path).parent / "packages",
-                                self.limits.max_package_bytes)
-        archive = LogArchive(log_dir or Path(db_path).parent / "logs")
-        workload = (Workload(workload_address, workload_token_path, archive)
-                    if workload_address else None)
-        self.service = ControlPlaneService.open(db_path, admin_token_hash, caps, packages, workload)
-        Gate.state = GateState(self.service, self.limits, replicas)
+        self.service = ControlPlaneService.open(db_path, admin_token_hash, caps)
+        # a PostgreSQL store holds the packages and archived logs too: every replica, on any
+        # node, reads what another stored (a SQLite store keeps directories beside its file)
+        base = self.service.base_store
+        self.service.packages = PackageStore(open_blobs(package_dir, base, PACKAGES),
+                                             self.limits.max_package_bytes)
+        archive = LogArchive(open_blobs(log_dir, base, LOGS))
+        self.service.workload = (Workload(workload_address, workload_token_path, archive)
+                                 if workload_address else None)
+        Gate.state = GateState(self.service, self.limits,
+                               shared=replicas > 1 or is_postgres(db_path))
         self._started = time.monotonic()
+        Gate.state.replica, Gate.state.node_id = replica_identity()
 
     def _who(self, creds: HTTPAuthorizationCredentials | None, header: str | None = None) -> Principal:
         token = creds.credentials if creds is not None else bearer_token(header)
@@ -521,9 +534,11 @@ class SpotplaneAPI:
     def _list(self, items: Sequence[BaseModel], offset: int | None = None) -> Response:
         return bounded_list(items, self.limits.max_list_bytes, offset)
 
-    def _page(self, items: Sequence[BaseModel], ids: Sequence[str], after: str | None,
-              limit: int) -> Response:
-        return cursor_page(items, ids, after, limit, self.limits.max_list_bytes)
+    def _page(self, items: Sequence[BaseModel], ids: Sequence[str], limit: int) -> Response:
+        """One cursor page from the store's ``limit + 1`` rows after the cursor (the extra row
+        says that another page follows)."""
+        more = len(items) > limit
+        return bounded_list(items[:limit], self.limits.max_list_bytes, ids=ids[:limit], full=more)
 
     # -- health and metrics --------------------------------------------------------------------
     @app.get("/healthz", tags=["ops"])
@@ -531,6 +546,8 @@ class SpotplaneAPI:
         """Liveness: the store answers; no token needed."""
         health = self.service.health()
         health["uptime_s"] = round(time.monotonic() - self._started, 3)
+        if Gate.state is not None:
+            health["replica"], health["node_id"] = Gate.state.replica, Gate.state.node_id
         return health
 
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
@@ -557,8 +574,8 @@ class SpotplaneAPI:
              responses=_ERRORS | _CURSOR_PAGE)
     def list_tenants(self, creds: Auth = None, after: After = None, limit: Limit = 1000) -> Response:
         """Every tenant (admin) or just the caller, oldest first; paged by cursor."""
-        tenants = self.service.list_tenants(self._who(creds))
-        return self._page(tenants, [t.id for t in tenants], after, limit)
+        tenants = self.service.list_tenants(self._who(creds), after=after, limit=limit + 1)
+        return self._page(tenants, [t.id for t in tenants], limit)
 
     @app.get(f"{API}/tenants/me", tags=["tenants"], response_model=Tenant, responses=_ERRORS)
     def me(self, creds: Auth = None) -> Tenant:
@@ -662,8 +679,8 @@ class SpotplaneAPI:
     def job_events(self, job_id: str, creds: Auth = None, after: After = None,
                    limit: Limit = 1000) -> Response:
         """Every transition of the job with its cause, oldest first; paged by cursor (event id)."""
-        events = self.service.job_events(self._who(creds), job_id)
-        return self._page(events, [str(e.id) for e in events], after, limit)
+        events = self.service.job_events(self._who(creds), job_id, after=after, limit=limit + 1)
+        return self._page(events, [str(e.id) for e in events], limit)
 
     @app.get(f"{API}/jobs/{{job_id}}/decisions", tags=["jobs"], response_model=list[Decision],
              responses=_ERRORS | _CURSOR_PAGE)
@@ -671,8 +688,9 @@ class SpotplaneAPI:
                       limit: Limit = 1000) -> Response:
         """The decision trace: each policy decision with the observation it was made on,
         oldest first; paged by cursor (decision id)."""
-        decisions = self.service.job_decisions(self._who(creds), job_id)
-        return self._page(decisions, [str(d.id) for d in decisions], after, limit)
+        decisions = self.service.job_decisions(self._who(creds), job_id, after=after,
+                                               limit=limit + 1)
+        return self._page(decisions, [str(d.id) for d in decisions], limit)
 
     # -- bags ----------------------------------------------------------------------------------
     @app.post(f"{API}/bags", tags=["bags"], status_code=201, response_model=BagCreated, responses=_ERRORS)
@@ -695,8 +713,8 @@ class SpotplaneAPI:
     @app.get(f"{API}/bags", tags=["bags"], response_model=list[Bag], responses=_ERRORS | _CURSOR_PAGE)
     def list_bags(self, creds: Auth = None, after: After = None, limit: Limit = 1000) -> Response:
         """The caller's bags (every tenant's for the admin), oldest first; paged by cursor."""
-        bags = self.service.list_bags(self._who(creds))
-        return self._page(bags, [b.id for b in bags], after, limit)
+        bags = self.service.list_bags(self._who(creds), after=after, limit=limit + 1)
+        return self._page(bags, [b.id for b in bags], limit)
 
     @app.get(f"{API}/bags/{{bag_id}}", tags=["bags"], response_model=Bag, responses=_ERRORS)
     def get_bag(self, bag_id: str, creds: Auth = None) -> Bag:
@@ -710,8 +728,8 @@ class SpotplaneAPI:
               limit: Limit = 1000) -> Response:
         """Every node (admin) or the nodes running the caller's jobs, oldest first; ``live``
         drops gone ones; paged by cursor."""
-        nodes = self.service.nodes(self._who(creds), live_only=live)
-        return self._page(nodes, [n.id for n in nodes], after, limit)
+        nodes = self.service.nodes(self._who(creds), live_only=live, after=after, limit=limit + 1)
+        return self._page(nodes, [n.id for n in nodes], limit)
 
     @app.get(f"{API}/fleet/zones", tags=["fleet"], response_model=list[ZoneInfo], responses=_ERRORS)
     def zones(self, creds: Auth = None) -> Response:
@@ -761,19 +779,19 @@ class SpotplaneAPI:
 def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = None,
               package_dir: str | Path | None = None, workload_address: str | None = None,
               workload_token_path: str | None = None, log_dir: str | Path | None = None,
-              replicas: int = 1) -> Any:
-    """The deployment graph (``replicas`` Serve replicas sharing the rate budget), bound to the store at ``db_path``, the admin token's hash and the
-    API's limits (``SPOTPLANE_API_*`` settings when not given); uploaded packages live in
-    ``package_dir`` (default: ``packages/`` beside the store) and job logs are read from the
-    workload cluster's dashboard ``workload_address`` (the executor's copies in ``log_dir``,
-    default ``logs/`` beside the store, for attempts whose node is gone)."""
-    if is_postgres(db_path) and (package_dir is None or log_dir is None):
-        raise InvalidInput("package_dir", "a PostgreSQL store has no directory beside it for "
-                           "packages and logs", fix="pass package_dir and log_dir")
+              replicas: int = 1, max_replicas_per_node: int | None = None) -> Any:
+    """The deployment graph (``replicas`` Serve replicas sharing the rate budget), bound to
+    the store at ``db_path``, the admin token's hash and the API's limits (``SPOTPLANE_API_*``
+    settings when not given); uploaded packages live in ``package_dir`` and job logs are read
+    from the workload cluster's dashboard ``workload_address`` (the executor's copies in
+    ``log_dir``, for attempts whose node is gone). Either may be ``"store"``: the store's blobs
+    table, the default of a PostgreSQL store; a SQLite store's default is ``packages/`` and
+    ``logs/`` beside its file. ``max_replicas_per_node`` spreads the replicas over Ray nodes."""
     if replicas < 1:
         raise InvalidInput("replicas", f"must be >= 1, got {replicas}", fix="e.g. --api-replicas 2")
     resolved = limits or ApiLimits.from_settings()
-    return SpotplaneAPI.options(num_replicas=replicas).bind(  # type: ignore[attr-defined]
+    spread = {} if max_replicas_per_node is None else {"max_replicas_per_node": max_replicas_per_node}
+    return SpotplaneAPI.options(num_replicas=replicas, **spread).bind(  # type: ignore[attr-defined]
         str(db_path), hash_token(admin_token), resolved.model_dump(),
         str(package_dir) if package_dir is not None else None, workload_address,
         workload_token_path, str(log_dir) if log_dir is not None else None, replicas)
@@ -782,7 +800,8 @@ def build_app(db_path: str | Path, admin_token: str, limits: ApiLimits | None = 
 def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127.0.0.1",
               limits: ApiLimits | None = None, package_dir: str | Path | None = None,
               workload_address: str | None = None, workload_token_path: str | None = None,
-              log_dir: str | Path | None = None, replicas: int = 1) -> str:
+              log_dir: str | Path | None = None, replicas: int = 1,
+              max_replicas_per_node: int | None = None) -> str:
     """Start Serve's HTTP proxy on ``host:port`` and deploy the API; returns its base URL.
 
     Needs ``ray.init`` first. When Serve already runs in this Ray cluster its HTTP options stay
@@ -790,7 +809,7 @@ def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127
     """
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(db_path, admin_token, limits, package_dir, workload_address,
-                        workload_token_path, log_dir, replicas),
+                        workload_token_path, log_dir, replicas, max_replicas_per_node),
               name=APP_NAME, route_prefix="/", blocking=False)
     return f"http://{host}:{port}"
 

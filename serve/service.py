@@ -140,6 +140,11 @@ class ControlPlaneService:
                    per_thread=str(path) != ":memory:" and not is_postgres(path))
 
     @property
+    def base_store(self) -> Store:
+        """The store handle the service was opened with (shared by every thread)."""
+        return self._store
+
+    @property
     def store(self) -> Store:
         """The calling thread's connection (``per_thread``), else the one given.
 
@@ -197,10 +202,17 @@ class ControlPlaneService:
         self.require_admin(principal, "creating a tenant")
         return self.store.create_tenant(spec)
 
-    def list_tenants(self, principal: Principal) -> list[Tenant]:
+    def list_tenants(self, principal: Principal, *, after: str | None = None,
+                     limit: int | None = None) -> list[Tenant]:
+        """Every tenant (the admin) or just the caller; with ``after`` / ``limit`` one page."""
         if principal.is_admin:
-            return self.store.list_tenants()
-        return [self.me(principal)]
+            return self.store.list_tenants(after=after, limit=limit)
+        me = self.me(principal)
+        if after is not None and after != me.id:
+            raise InvalidInput("after", f"{after!r} is not an id of this list",
+                               fix="pass the X-Spotplane-Next-After of the previous page, or "
+                                   "leave after out for the first page")
+        return [] if after is not None or limit == 0 else [me]
 
     def me(self, principal: Principal) -> Tenant:
         if principal.tenant_id is None:
@@ -413,8 +425,9 @@ class ControlPlaneService:
     def cancel_job(self, principal: Principal, job_id: str) -> Job:
         return self.store.request_cancel(job_id, principal.scope)
 
-    def job_events(self, principal: Principal, job_id: str) -> list[Event]:
-        return self.store.job_events(job_id, principal.scope)
+    def job_events(self, principal: Principal, job_id: str, *, after: str | None = None,
+                   limit: int | None = None) -> list[Event]:
+        return self.store.job_events(job_id, principal.scope, after=after, limit=limit)
 
     def job_nodes(self, principal: Principal, job_id: str) -> list[Node]:
         """The nodes the caller's job held: those its events name, and those tagged with it."""
@@ -422,8 +435,9 @@ class ControlPlaneService:
         named = {e.node_id for e in self.job_events(principal, job_id) if e.node_id}
         return self.store.job_nodes(job_id, named | set(job.node_ids))
 
-    def job_decisions(self, principal: Principal, job_id: str) -> list[Decision]:
-        return self.store.job_decisions(job_id, principal.scope)
+    def job_decisions(self, principal: Principal, job_id: str, *, after: str | None = None,
+                      limit: int = 100_000) -> list[Decision]:
+        return self.store.job_decisions(job_id, principal.scope, after=after, limit=limit)
 
     # -- bags ----------------------------------------------------------------------------------
     def submit_bag(
@@ -448,19 +462,19 @@ class ControlPlaneService:
         self._check_spec(tenant, spec.template, "template.")
         self._check_in_flight(tenant, len(spec.params))
 
-    def list_bags(self, principal: Principal) -> list[Bag]:
-        return self.store.list_bags(principal.scope)
+    def list_bags(self, principal: Principal, *, after: str | None = None,
+                  limit: int | None = None) -> list[Bag]:
+        return self.store.list_bags(principal.scope, after=after, limit=limit)
 
     def get_bag(self, principal: Principal, bag_id: str) -> Bag:
         return self.store.get_bag(bag_id, principal.scope)
 
     # -- fleet ---------------------------------------------------------------------------------
-    def nodes(self, principal: Principal, *, live_only: bool = False) -> list[Node]:
+    def nodes(self, principal: Principal, *, live_only: bool = False, after: str | None = None,
+              limit: int | None = None) -> list[Node]:
         """Fleet-wide for the admin; a tenant sees only the nodes running its jobs."""
-        nodes = self.store.list_nodes(live_only=live_only)
-        if principal.is_admin:
-            return nodes
-        return [n for n in nodes if n.tenant_id == principal.tenant_id]
+        return self.store.node_page(tenant_id=principal.scope, live_only=live_only, after=after,
+                                    limit=limit)
 
     def zones(self) -> list[ZoneInfo]:
         return self.store.zones()

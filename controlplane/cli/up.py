@@ -32,7 +32,7 @@ from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, 
 from controlplane.core.config import load_settings
 from controlplane.core.errors import CloudError, ConfigError, InvalidInput
 from controlplane.core.units import DB_FILE, SIMFLEET_DB
-from controlplane.store import BadRow, Store, is_postgres, redact, sqlite_path
+from controlplane.store import IN_STORE, BadRow, Store, is_postgres, redact, sqlite_path
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +168,11 @@ def executor_options(args: argparse.Namespace, state_dir: Path) -> dict[str, str
                            fix="add --artifacts s3://bucket/prefix, or drop --s3-endpoint")
     out = {"artifact_uri": str(Path(uri).expanduser().resolve()) if uri and "://" not in uri
            else uri or str(state_dir / "artifacts")}
-    out["package_dir"] = str(state_dir / "packages")  # what the API stores uploads in
-    out["log_dir"] = str(state_dir / "logs")  # attempts' logs copied off their nodes
+    # what the API stores uploads in, and attempts' logs copied off their nodes: in a
+    # PostgreSQL store's blobs table, which the API's replicas reach from any node
+    shared = is_postgres(store_target(args, state_dir))
+    out["package_dir"] = IN_STORE if shared else str(state_dir / "packages")
+    out["log_dir"] = IN_STORE if shared else str(state_dir / "logs")
     if endpoint:
         out["s3_endpoint_url"] = endpoint
     return out
@@ -398,11 +401,12 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
         raise CloudError(f"fleet {args.fleet}: the control plane did not start ({lines[-1] if lines else exc!r})",
                          fix="check the provider's credentials and options, or use --fleet sim") from exc
     report_quarantine(quarantined_rows(db, since=set_aside))
+    homes = executor_options(args, state_dir)
     url = start_api(db, admin_token, port, args.host,
-                    package_dir=state_dir / "packages",
+                    package_dir=homes["package_dir"],
                     workload_address=workload["workload_address"],
                     workload_token_path=workload.get("workload_token_path"),
-                    log_dir=state_dir / "logs", replicas=int(getattr(args, "api_replicas", 1)))
+                    log_dir=homes["log_dir"], replicas=int(getattr(args, "api_replicas", 1)))
     started["api"] = True
     with SpotplaneClient(url, admin_token) as probe:
         probe.healthz()

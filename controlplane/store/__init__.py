@@ -5,6 +5,7 @@ PostgreSQL for a ``postgresql://`` URL; both keep one versioned schema
 (``controlplane.store.schema``) and the same transactions, lease, intents and events.
 """
 
+from controlplane.store.blobs import IN_STORE, LOGS, PACKAGES, StoreBlobs, open_blobs
 from controlplane.store.dialect import is_postgres, redact, sqlite_path
 from controlplane.store.schema import SCHEMA_VERSION, SchemaTooNew
 from controlplane.store.store import (
@@ -23,7 +24,8 @@ from controlplane.store.store import (
 )
 
 __all__ = [
-    "IDEMPOTENCY_TTL_S", "INTENT_DONE", "INTENT_FAILED", "INTENT_PENDING", "JOB_ORDER",
+    "IDEMPOTENCY_TTL_S", "INTENT_DONE", "IN_STORE", "LOGS", "PACKAGES", "StoreBlobs",
+    "open_blobs", "INTENT_FAILED", "INTENT_PENDING", "JOB_ORDER",
     "SCHEMA_VERSION", "BadRow", "IdempotentCall", "Intent", "SchemaTooNew", "Store",
     "StoredAnswer", "is_postgres", "load_error", "private_file", "redact", "sqlite_path",
 ]

@@ -82,6 +82,11 @@ class Backend(ABC):
         """Rows of one read up to and including the first for which ``stop`` is true."""
 
     @abstractmethod
+    def write_one(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        """One statement in a transaction of its own, outside the store's one-writer lock on
+        PostgreSQL (its row locks suffice); returns the rows it returns."""
+
+    @abstractmethod
     def tx(self) -> Any:
         """A context manager: one write transaction (a :class:`Tx`), committed on success."""
 
@@ -162,6 +167,10 @@ class SQLiteBackend(Backend):
                 if stop(row):
                     break
         return out
+
+    def write_one(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        with self.write, self.lock:
+            return self.db.execute(sql, args).fetchall()
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:
@@ -266,6 +275,11 @@ class PostgresBackend(Backend):
                     if stop(row):
                         return out
         return out
+
+    def write_one(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        with self.pool.connection() as conn:  # autocommit: the statement is its transaction
+            cur = conn.execute(pg_sql(sql), args)
+            return cur.fetchall() if cur.description is not None else []
 
     @contextmanager
     def tx(self) -> Iterator[Tx]:

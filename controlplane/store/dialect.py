@@ -24,6 +24,8 @@ class Dialect:
 
     name: str = "sqlite"
     like: str = "LIKE"  # SQLite's LIKE already ignores ASCII case
+    least: str = "MIN"  # the smaller of several values (SQLite's MIN takes many arguments)
+    greatest: str = "MAX"
 
     def json(self, column: str, path: str, *, number: bool = False) -> str:
         """The value at ``path`` (dotted, e.g. ``spec.compute_hours``) of a JSON text column."""
@@ -40,6 +42,8 @@ class PostgresDialect(Dialect):
 
     name: str = "postgresql"
     like: str = "ILIKE"
+    least: str = "LEAST"
+    greatest: str = "GREATEST"
 
     def json(self, column: str, path: str, *, number: bool = False) -> str:
         text = f"({column}::jsonb #>> '{{{','.join(path.split('.'))}}}')"

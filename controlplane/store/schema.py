@@ -219,6 +219,22 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "the newest events of a kind into a state (recent preemptions) without a scan",
               "CREATE INDEX IF NOT EXISTS events_kind_dst ON events (kind, dst, id)"),
+    Migration(3, "packages and archived logs in the store, and one request-rate bucket per "
+                 "tenant that every API replica shares",
+              """
+CREATE TABLE IF NOT EXISTS blobs (
+  ns TEXT NOT NULL, key TEXT NOT NULL, size INTEGER NOT NULL, data BLOB NOT NULL,
+  at REAL NOT NULL, PRIMARY KEY (ns, key));
+CREATE TABLE IF NOT EXISTS rate_buckets (
+  key TEXT PRIMARY KEY, tokens REAL NOT NULL, at REAL NOT NULL, ok INTEGER NOT NULL);
+""", postgres="""
+CREATE TABLE IF NOT EXISTS blobs (
+  ns TEXT NOT NULL, key TEXT NOT NULL, size BIGINT NOT NULL, data BYTEA NOT NULL,
+  at DOUBLE PRECISION NOT NULL, PRIMARY KEY (ns, key));
+CREATE TABLE IF NOT EXISTS rate_buckets (
+  key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, at DOUBLE PRECISION NOT NULL,
+  ok INTEGER NOT NULL);
+"""),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version if MIGRATIONS else BASELINE
 

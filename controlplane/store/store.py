@@ -67,6 +67,7 @@ CAPACITY_MAX_ROWS = 20_000
 
 JOB_COLUMNS = "id, tenant_id, kind, state, bag_id, submitted_at, body, cancel_requested"
 NODE_COLUMNS = "id, state, job_id, body"
+INT_IDS = frozenset({"events", "decisions"})  # tables whose ids are numbers
 JOB_BODY_AT = 6  # the body's place in JOB_COLUMNS
 JOB_UPDATE = ("state", "cost", "on_demand_cost", "gpu_hours", "body")  # what a commit writes
 
@@ -223,6 +224,15 @@ def load_error(exc: Exception) -> str:
     return f"does not load ({type(exc).__name__}: {exc})"
 
 
+LIVE_NODE_STATES = [s.value for s in NodeState
+                    if s not in (NodeState.TERMINATED, NodeState.PREEMPTED, NodeState.FAILED)]
+
+
+def _limit(limit: int | None) -> str:
+    """`` LIMIT n`` (a checked int, inlined) or nothing."""
+    return "" if limit is None else f" LIMIT {int(limit)}"
+
+
 def _states(state: JobState | str | Iterable[JobState | str] | None) -> list[str] | None:
     if state is None:
         return None
@@ -292,6 +302,26 @@ class Store:
 
     def _q(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
         return self._backend.query(sql, args)
+
+    def _after(self, table: str, order: str, after: str | None, scope: Sequence[str] = (),
+               scope_args: Sequence[Any] = ()) -> tuple[str, list[Any]]:
+        """The WHERE clause (and its arguments) of ``table``'s rows in ``scope`` that come after
+        the row whose id is ``after`` in the order ``(order, id)``: a cursor page read in SQL.
+        An ``after`` that is no id of the list is an :class:`InvalidInput` naming ``after``."""
+        conds, args = list(scope), list(scope_args)
+        if after is not None:
+            numeric = table in INT_IDS
+            key: Any = int(after) if numeric and after.isdigit() and len(after) < 19 else after
+            where = " AND ".join(["id = ?", *scope])
+            found = (self._q(f"SELECT {order} FROM {table} WHERE {where}", [key, *scope_args])
+                     if not numeric or isinstance(key, int) else [])
+            if not found:
+                raise InvalidInput("after", f"{after!r} is not an id of this list",
+                                   fix="pass the X-Spotplane-Next-After of the previous page, or "
+                                       "leave after out for the first page")
+            conds.append(f"({order}, id) > (?, ?)")
+            args += [found[0][0], key]
+        return (" WHERE " + " AND ".join(conds) if conds else ""), args
 
     # -- meta / clock --------------------------------------------------------------------------
     def get_meta(self, key: str, default: str | None = None) -> str | None:
@@ -414,9 +444,14 @@ class Store:
             raise NotFound(f"tenant {tenant_id} not found")
         return self._tenant(rows[0])
 
-    def list_tenants(self) -> list[Tenant]:
-        """Every tenant that loads (a row that does not is logged and left out)."""
-        return _loud(*self.load_tenants())
+    def list_tenants(self, *, after: str | None = None, limit: int | None = None) -> list[Tenant]:
+        """Every tenant that loads, oldest first (a row that does not is logged and left out);
+        with ``after`` / ``limit`` one cursor page of them."""
+        if after is None and limit is None:
+            return _loud(*self.load_tenants())
+        where, args = self._after("tenants", "created_at", after)
+        rows = self._q(f"SELECT * FROM tenants{where} ORDER BY created_at, id{_limit(limit)}", args)
+        return _loud(*_split(self._tenant_row(r) for r in rows))
 
     def add_demand(self, tenant_id: str, at: float, hp_gpu_hours: float,
                    spot_gpu_hours: float) -> None:
@@ -686,10 +721,13 @@ class Store:
         job.cancel_requested = True
         return job
 
-    def job_events(self, job_id: str, tenant_id: str | None = None) -> list[Event]:
+    def job_events(self, job_id: str, tenant_id: str | None = None, *, after: str | None = None,
+                   limit: int | None = None) -> list[Event]:
+        """The job's events, oldest first; with ``after`` / ``limit`` one cursor page."""
         self.get_job(job_id, tenant_id)
+        where, args = self._after("events", "id", after, ["job_id = ?"], [job_id])
         rows = self._q("SELECT id, at, tenant_id, job_id, node_id, kind, src, dst, cause "
-                       "FROM events WHERE job_id = ? ORDER BY id", (job_id,))
+                       f"FROM events{where} ORDER BY id{_limit(limit)}", args)
         return [self._event(r) for r in rows]
 
     @staticmethod
@@ -702,18 +740,18 @@ class Store:
                        "FROM events WHERE id > ? ORDER BY id LIMIT ?", (since_id, limit))
         return [self._event(r) for r in rows]
 
-    def job_decisions(self, job_id: str, tenant_id: str | None = None) -> list[Decision]:
+    def job_decisions(self, job_id: str, tenant_id: str | None = None, *,
+                      after: str | None = None, limit: int = 100_000) -> list[Decision]:
+        """The job's decisions, oldest first; with ``after`` the cursor page after that id."""
         self.get_job(job_id, tenant_id)
-        return self.decisions(job_id)
+        return self.decisions(job_id, limit, after=after)
 
-    def decisions(self, job_id: str | None = None, limit: int = 100_000) -> list[Decision]:
-        sql = ("SELECT id, at, job_id, tenant_id, policy, action, zone, reason, observation "
-               "FROM decisions")
-        args: list[Any] = []
-        if job_id is not None:
-            sql += " WHERE job_id = ?"
-            args.append(job_id)
-        rows = self._q(sql + " ORDER BY id LIMIT ?", [*args, limit])
+    def decisions(self, job_id: str | None = None, limit: int = 100_000, *,
+                  after: str | None = None) -> list[Decision]:
+        scope = ["job_id = ?"] if job_id is not None else []
+        where, args = self._after("decisions", "id", after, scope, [job_id] if scope else [])
+        rows = self._q("SELECT id, at, job_id, tenant_id, policy, action, zone, reason, "
+                       f"observation FROM decisions{where} ORDER BY id LIMIT ?", [*args, limit])
         return [Decision(id=r[0], at=r[1], job_id=r[2], tenant_id=r[3], policy=r[4], action=r[5],
                          zone=r[6], reason=r[7], observation=json.loads(r[8])) for r in rows]
 
@@ -757,12 +795,12 @@ class Store:
             raise NotFound(f"bag {bag_id} not found")
         return self._with_estimate(Bag.model_validate_json(rows[0][0]))
 
-    def list_bags(self, tenant_id: str | None = None) -> list[Bag]:
-        if tenant_id is None:
-            rows = self._q("SELECT body FROM bags ORDER BY created_at")
-        else:
-            rows = self._q("SELECT body FROM bags WHERE tenant_id = ? ORDER BY created_at",
-                           (tenant_id,))
+    def list_bags(self, tenant_id: str | None = None, *, after: str | None = None,
+                  limit: int | None = None) -> list[Bag]:
+        """The bags (of one tenant), oldest first; with ``after`` / ``limit`` one cursor page."""
+        scope = ["tenant_id = ?"] if tenant_id is not None else []
+        where, args = self._after("bags", "created_at", after, scope, [tenant_id] if scope else [])
+        rows = self._q(f"SELECT body FROM bags{where} ORDER BY created_at, id{_limit(limit)}", args)
         return [self._with_estimate(Bag.model_validate_json(r[0])) for r in rows]
 
     def _with_estimate(self, bag: Bag) -> Bag:
@@ -781,12 +819,28 @@ class Store:
         """Nodes that load (a row that does not is logged and left out)."""
         return _loud(*self.load_nodes(state, live_only=live_only))
 
+    def node_page(self, *, tenant_id: str | None = None, live_only: bool = False,
+                  after: str | None = None, limit: int | None = None) -> list[Node]:
+        """One cursor page of the nodes in launch order: those running ``tenant_id``'s jobs
+        (every node for None), ``live_only`` without gone ones."""
+        scope: list[str] = []
+        args: list[Any] = []
+        if live_only:
+            scope.append(f"state IN {in_list(len(LIVE_NODE_STATES))}")
+            args += LIVE_NODE_STATES
+        if tenant_id is not None:
+            scope.append(f"{self._sql.json('body', 'tenant_id')} = ?")
+            args.append(tenant_id)
+        where, args = self._after("nodes", "rowid", after, scope, args)
+        rows = self._q(f"SELECT {NODE_COLUMNS} FROM nodes{where} ORDER BY rowid, id{_limit(limit)}",
+                       args)
+        return _loud(*_split(self._node_row(r) for r in rows))
+
     def load_nodes(self, state: NodeState | Iterable[NodeState] | None = None, *,
                    live_only: bool = False) -> tuple[list[Node], list[BadRow]]:
         """Nodes that load, and the rows that do not."""
         if live_only:
-            state = [s for s in NodeState if s not in (NodeState.TERMINATED, NodeState.PREEMPTED,
-                                                       NodeState.FAILED)]
+            state = [NodeState(s) for s in LIVE_NODE_STATES]
         if state is None:
             rows = self._q(f"SELECT {NODE_COLUMNS} FROM nodes ORDER BY rowid")
         else:
@@ -1176,3 +1230,40 @@ class Store:
     def policy_state(self, job_id: str) -> dict[str, Any] | None:
         rows = self._q("SELECT body FROM policy_state WHERE job_id = ?", (job_id,))
         return json.loads(rows[0][0]) if rows else None
+
+    # -- blobs and rate buckets: one statement each, outside the one-writer lock ---------------
+    def put_blob(self, ns: str, key: str, data: bytes, *, grow: bool = False,
+                 now: float | None = None) -> bool:
+        """Keep ``data`` under (``ns``, ``key``) unless it holds something (``grow``: unless it
+        holds as many bytes or more); True when written."""
+        on_conflict = ("DO UPDATE SET size = excluded.size, data = excluded.data, at = excluded.at "
+                       "WHERE blobs.size < excluded.size") if grow else "DO NOTHING"
+        rows = self._backend.write_one(
+            f"INSERT INTO blobs (ns, key, size, data, at) VALUES (?, ?, ?, ?, ?) "
+            f"ON CONFLICT (ns, key) {on_conflict} RETURNING 1",
+            (ns, key, len(data), data, time.time() if now is None else now))
+        return bool(rows)
+
+    def get_blob(self, ns: str, key: str) -> bytes | None:
+        rows = self._q("SELECT data FROM blobs WHERE ns = ? AND key = ?", (ns, key))
+        return bytes(rows[0][0]) if rows else None
+
+    def blob_size(self, ns: str, key: str) -> int | None:
+        rows = self._q("SELECT size FROM blobs WHERE ns = ? AND key = ?", (ns, key))
+        return int(rows[0][0]) if rows else None
+
+    def take_token(self, key: str, rate: float, burst: float, now: float) -> float:
+        """Take one token from the shared bucket ``key`` (``rate`` a second up to ``burst``,
+        refilled by ``tokens' = min(burst, tokens + rate * (now - at))``): 0.0 when allowed,
+        else the seconds until one is there. One upsert: the row's lock orders the replicas."""
+        least, greatest = self._sql.least, self._sql.greatest
+        refill = f"{least}(?, b.tokens + {greatest}(0.0, ? - b.at) * ?)"
+        rows = self._backend.write_one(
+            f"INSERT INTO rate_buckets AS b (key, tokens, at, ok) VALUES (?, ?, ?, 1) "
+            f"ON CONFLICT (key) DO UPDATE SET "
+            f"tokens = CASE WHEN {refill} >= 1.0 THEN {refill} - 1.0 ELSE {refill} END, "
+            f"ok = CASE WHEN {refill} >= 1.0 THEN 1 ELSE 0 END, "
+            f"at = {greatest}(b.at, ?) RETURNING tokens, ok",
+            (key, burst - 1.0, now, *([burst, now, rate] * 4), now))
+        tokens, ok = rows[0]
+        return 0.0 if ok else (1.0 - float(tokens)) / rate

@@ -4,7 +4,9 @@ log archive and the client's upload-once packaging: the parts that need no Ray c
 from __future__ import annotations
 
 import io
+import re
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +14,12 @@ import pytest
 from pydantic import ValidationError
 
 from actors.executor import SlotMap
+from clusters.blobs import DirBlobs
 from clusters.packages import PackageStore, package_name
 from clusters.rayjobs import LogArchive, attempt_marker, concatenated_logs
 from controlplane.cli.control import load_submission, with_working_dir
 from controlplane.cli.packaging import package_uri, upload_working_dir
+from controlplane.core.blobs import Blobs
 from controlplane.core.errors import InvalidInput, NotFound
 from controlplane.core.models import (
     MAX_ENV_VARS,
@@ -25,6 +29,7 @@ from controlplane.core.models import (
     JobState,
     RuntimeEnv,
 )
+from controlplane.store import IN_STORE, Store, open_blobs
 from serve.rayjobs import RaySubmitRequest, job_details, spec_from_ray
 
 PKG = "gcs://_ray_pkg_0123456789abcdef.zip"
@@ -136,22 +141,73 @@ def zipped(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def test_package_store_is_per_tenant_and_capped(tmp_path: Path) -> None:
-    store = PackageStore(tmp_path, max_bytes=4096)
+@pytest.fixture(params=["directory", "sqlite-table", "postgresql-table"])
+def blobs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Blobs]:
+    """Each home of packages and logs: a directory, then the store's blobs table on each backend."""
+    if request.param == "directory":
+        yield DirBlobs(tmp_path / "blobs")
+        return
+    url = str(tmp_path / "state.db") if request.param == "sqlite-table" else request.getfixturevalue("pg_url")
+    store = Store(url)
+    try:
+        yield open_blobs(IN_STORE, store, "packages")
+    finally:
+        store.close()
+
+
+def test_package_store_is_per_tenant_and_capped(blobs: Blobs) -> None:
+    store = PackageStore(blobs, max_bytes=4096)
     name = package_name(PKG)
     assert store.put("t1", name, zipped({"a.py": b"1"})) is True
     assert store.put("t1", name, zipped({"a.py": b"1"})) is False
     assert store.exists("t1", name) and not store.exists("t2", name)
+    assert store.get("t1", name) == zipped({"a.py": b"1"})
+    assert store.size("t1", name) == len(zipped({"a.py": b"1"}))
     with pytest.raises(NotFound):
         store.size("t2", name)
+    with pytest.raises(NotFound, match="was not uploaded"):
+        store.get("t2", name)
     with pytest.raises(InvalidInput, match="not a zip"):
         store.put("t1", "_ray_pkg_ffffffffffffffff.zip", b"hello")
     with pytest.raises(InvalidInput, match="more than the cap of 4096"):
         store.put("t1", "_ray_pkg_eeeeeeeeeeeeeeee.zip", b"x" * 5000)
     with pytest.raises(InvalidInput, match="package"):
-        store.path("t1", "../../etc/passwd")
+        store.key("t1", "../../etc/passwd")
     with pytest.raises(InvalidInput, match="tenant_id"):
-        store.path("..", name)
+        store.key("..", name)
+    with pytest.raises(InvalidInput, match="not a blob key"):
+        blobs.put("../x", b"1")
+
+
+class FakeJobClient:
+    """What ``RayJobExecutor.ensure_package`` asks of a JobSubmissionClient."""
+
+    def __init__(self) -> None:
+        self.uploaded: dict[str, bytes] = {}
+
+    def _package_exists(self, uri: str) -> bool:
+        return uri in self.uploaded
+
+    def _upload_package(self, uri: str, path: str, include_gitignore: bool, is_file: bool) -> None:
+        assert is_file and not include_gitignore
+        self.uploaded[uri] = Path(path).read_bytes()
+
+
+def test_the_executor_uploads_the_stored_package_bytes(blobs: Blobs) -> None:
+    """The executor reads a package from the same home the API stored it in (a directory, or
+    the store's table that every API replica writes) and sends those bytes to the workload."""
+    from actors.executor import RayJobExecutor
+
+    data = zipped({"train.py": b"print(1)\n"})
+    PackageStore(blobs).put("t1", package_name(PKG), data)
+    executor = RayJobExecutor.__new__(RayJobExecutor)  # no workload cluster: its client faked
+    executor.client, executor.packages = FakeJobClient(), PackageStore(blobs)
+    assert executor.ensure_package(PKG, "t1") is True
+    assert executor.client.uploaded == {PKG: data}
+    assert executor.ensure_package(PKG, "t1") is False  # the workload holds it already
+    executor.client.uploaded.clear()  # Ray dropped it
+    with pytest.raises(NotFound, match=f"is not in {re.escape(blobs.where)}"):
+        executor.ensure_package(PKG, "t2")  # another tenant's package is not this tenant's
 
 
 class FakeRay:
@@ -172,8 +228,8 @@ class FakeRay:
         return "second\n"
 
 
-def test_logs_of_a_lost_node_come_from_the_archive(tmp_path: Path) -> None:
-    archive = LogArchive(tmp_path)
+def test_logs_of_a_lost_node_come_from_the_archive(blobs: Blobs) -> None:
+    archive = LogArchive(blobs)
     assert concatenated_logs(FakeRay(), "job-1") == (
         "=== attempt 1 of job-1 (replica r0 on node n1) ===\n"
         "(logs unavailable: Request failed with status code 500: node gone)\n"
@@ -183,8 +239,11 @@ def test_logs_of_a_lost_node_come_from_the_archive(tmp_path: Path) -> None:
     text = concatenated_logs(FakeRay(), "job-1", archive)
     assert text.startswith(attempt_marker("spotplane-job-1-r0-1", FakeRay.Info("x", 1).metadata)
                            + "\nfirst\nsaved\n===")
+    archive.save("job-1", "spotplane-job-1-r0-1", "first\nsaved\nand more\n")  # a longer does
+    assert archive.load("job-1", "spotplane-job-1-r0-1") == "first\nsaved\nand more\n"
+    assert archive.load("job-1", "spotplane-job-1-r0-9") is None
     with pytest.raises(InvalidInput):
-        archive.path("../x", "s")
+        archive.key("../x", "s")
 
 
 def test_a_slot_whose_raylet_is_gone_is_never_bound() -> None:

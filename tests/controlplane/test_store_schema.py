@@ -77,6 +77,19 @@ def test_a_store_of_the_previous_release_opens_upgraded_with_its_data(store_url:
     assert again.get_meta("schema_version") == str(SCHEMA_VERSION)
 
 
+def test_a_version_2_store_gains_the_shared_blobs_and_rate_buckets(store_url: str) -> None:
+    _previous_release(store_url)
+    v2 = next(m for m in MIGRATIONS if m.version == 2)
+    _run_raw(store_url, v2.sql + ";", [("INSERT INTO meta VALUES (?, ?)", ("schema_version", "2"))])
+    st = Store(store_url)
+    assert st.get_meta("schema_version") == str(SCHEMA_VERSION) and SCHEMA_VERSION >= 3
+    assert st.put_blob("packages", "ten-old/_ray_pkg_ab.zip", b"PK") and st.blob_size(
+        "packages", "ten-old/_ray_pkg_ab.zip") == 2
+    assert st.take_token("tenant:ten-old", 1.0, 1.0, 0.0) == 0.0
+    assert st.take_token("tenant:ten-old", 1.0, 1.0, 0.0) == pytest.approx(1.0)
+    assert st.list_jobs(None)[0].id == "job-old"
+
+
 def test_a_store_from_a_newer_release_is_refused_untouched(store_url: str) -> None:
     st = Store(store_url)
     t, _ = st.create_tenant("t")

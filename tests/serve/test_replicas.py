@@ -1,5 +1,5 @@
 """The API on two Serve replicas (real local Ray and HTTP): an Idempotency-Key creates one job
-whichever replica answers, the rate budget is split between the replicas, and a submit waiting on
+whichever replica answers, the replicas take a tenant's requests from one rate bucket in the store, and a submit waiting on
 the store does not hold up a cheap request (handlers run off the event loop, each thread on its own connection)."""
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def test_the_rate_budget_is_shared_by_the_replicas(api: Api) -> None:
         t0 = time.monotonic()
         codes = [c.get("/v1/tenants/me").status_code for _ in range(2 * BURST)]
         took = time.monotonic() - t0
-    # each replica holds BURST/2 and refills RATE/2 a second: the tenant gets about BURST + RATE
-    # x took in all, where a full budget per replica would let all 2 x BURST through
+    # the replicas share one bucket in the store: the tenant gets BURST + RATE x took in all,
+    # where a full budget per replica would let all 2 x BURST through
     allowed = BURST + RATE * took
     assert codes.count(200) <= allowed + 1, (codes.count(200), allowed)
     assert codes.count(429) > 0
