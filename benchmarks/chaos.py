@@ -310,7 +310,15 @@ class Killer:
         the workload cluster marks the node DEAD and start a replacement worker raylet.
         Recovered: the job is RUNNING again (HTTP API) in a later attempt."""
         w = self.workload
-        target = self._raylet_target() if w is not None else None
+        found: list[Any] = []  # a new attempt is RUNNING in the store before its Ray job is
+
+        def target_found() -> bool:
+            found[:] = [self._raylet_target()]
+            return found[0] is not None
+
+        if w is not None:
+            _until(target_found, 30.0, every_s=1.0)
+        target = found[0] if found else None
         if w is None or target is None:
             self.skipped["worker_raylet"] += 1
             return None
