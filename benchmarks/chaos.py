@@ -188,9 +188,9 @@ def submitter(url: str, token: str, tenant: int, per_s: float, stop: threading.E
             stop.wait(max(0.0, 1.0 / per_s - (time.monotonic() - t0)))
 
 
-def real_job(name: str, steps: int, speed: float) -> dict[str, Any]:
-
-    return demo_job(name, steps=steps, step_seconds=0.05, speed=speed)
+def real_job(name: str, steps: int, speed: float, kind: str = "spot") -> dict[str, Any]:
+    """``examples/train_numpy.py`` for ``steps`` steps of 0.05 s, as a ``kind`` job."""
+    return {**demo_job(name, steps=steps, step_seconds=0.05, speed=speed), "kind": kind}
 
 
 # -- recovery probes --------------------------------------------------------------------------
@@ -540,10 +540,14 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         load, stop = Load(), threading.Event()
         # 0.05 s steps: the real jobs run through the whole run (losses and restores included)
         steps = max(1200, int(minutes * 60 / 0.05))
+        # on spot, at this speed the simulated fleet and HP/deadline placement take a real job's
+        # node every few wall seconds, so its Ray job seldom runs long enough for a raylet to be
+        # killed under it: with worker_raylet kills the real jobs are HP (on-demand nodes)
+        real_kind = "hp" if nodes is not None else "spot"
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[0]}"},
                           timeout=30.0) as c:
             for i in range(real_jobs):
-                r = c.post("/v1/jobs", json=real_job(f"chaos-real-{i}", steps, speed))
+                r = c.post("/v1/jobs", json=real_job(f"chaos-real-{i}", steps, speed, real_kind))
                 r.raise_for_status()
                 load.accepted[r.json()["id"]] = f"chaos-real-{i}"
         threads = [threading.Thread(target=submitter, daemon=True,
