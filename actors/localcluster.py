@@ -110,12 +110,16 @@ def serve_cluster(workers: int, gpus: int) -> int:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything Ray prints goes to stderr
     port = free_port()
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     cluster = Cluster(initialize_head=True, connect=False, head_node_args={
         "num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
         "dashboard_host": "127.0.0.1",
         # the head's job agent on a free port: on Ray's fixed 52365 another Ray on the machine
         # may already listen, and every job submission then answers "No available agent"
         "dashboard_agent_listen_port": free_port(),
+        # its own temp dir, naming its own GCS: a job's driver resolves "auto" from it, and in
+        # the shared /tmp/ray it names whichever Ray started there last (another one's)
+        "_temp_dir": temp_dir,
         # a busy machine answers health checks late: only a raylet that is gone (its checks
         # refused at once) is marked dead, never a live one that lags
         "_system_config": {"health_check_timeout_ms": 60_000}})
@@ -145,6 +149,9 @@ def serve_cluster(workers: int, gpus: int) -> int:
                 out.flush()
     finally:
         cluster.shutdown()
+        import shutil
+
+        shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
 
 
