@@ -119,7 +119,7 @@ def serve_cluster(workers: int, gpus: int) -> int:
         "dashboard_agent_listen_port": free_port(),
         # its own temp dir, naming its own GCS: a job's driver resolves "auto" from it, and in
         # the shared /tmp/ray it names whichever Ray started there last (another one's)
-        "_temp_dir": temp_dir,
+        "temp_dir": temp_dir,
         # a busy machine answers health checks late: only a raylet that is gone (its checks
         # refused at once) is marked dead, never a live one that lags
         "_system_config": {"health_check_timeout_ms": 60_000}})
