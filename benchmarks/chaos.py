@@ -193,6 +193,14 @@ def real_job(name: str, steps: int, speed: float, kind: str = "spot") -> dict[st
     return {**demo_job(name, steps=steps, step_seconds=0.05, speed=speed), "kind": kind}
 
 
+def _real_kind(i: int, raylet_kills: bool) -> str:
+    """Spot, or with worker_raylet kills every other one (the first) HP: on spot, at this speed
+    the simulated fleet and HP/deadline placement take a real job's node every few wall seconds,
+    so its Ray job seldom runs long enough for a raylet to be killed under it (the spot ones keep
+    that churn, and a checkpoint actor's kill its quick way out: a new attempt)."""
+    return "hp" if raylet_kills and i % 2 == 0 else "spot"
+
+
 # -- recovery probes --------------------------------------------------------------------------
 def _until(cond: Callable[[], bool], limit_s: float, every_s: float = 0.1) -> float | None:
     t0 = time.monotonic()
@@ -540,14 +548,11 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         load, stop = Load(), threading.Event()
         # 0.05 s steps: the real jobs run through the whole run (losses and restores included)
         steps = max(1200, int(minutes * 60 / 0.05))
-        # on spot, at this speed the simulated fleet and HP/deadline placement take a real job's
-        # node every few wall seconds, so its Ray job seldom runs long enough for a raylet to be
-        # killed under it: with worker_raylet kills the real jobs are HP (on-demand nodes)
-        real_kind = "hp" if nodes is not None else "spot"
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[0]}"},
                           timeout=30.0) as c:
             for i in range(real_jobs):
-                r = c.post("/v1/jobs", json=real_job(f"chaos-real-{i}", steps, speed, real_kind))
+                r = c.post("/v1/jobs", json=real_job(f"chaos-real-{i}", steps, speed,
+                                                     _real_kind(i, nodes is not None)))
                 r.raise_for_status()
                 load.accepted[r.json()["id"]] = f"chaos-real-{i}"
         threads = [threading.Thread(target=submitter, daemon=True,
@@ -556,6 +561,9 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         for t in threads:
             t.start()
         killer = Killer(url, handles, store, rng, workload=nodes, token=tokens[0])
+        if real_jobs:  # the real-job kinds need one running with a checkpoint (minutes on a busy machine)
+            _until(lambda: any(j.spec.entrypoint and j.checkpoints > 0 for j in store.list_jobs(
+                None, state=["RUNNING"], limit=100_000)), 300.0, every_s=1.0)
         t_end = time.monotonic() + minutes * 60.0
         t_cap = t_end + 300.0
         order: list[str] = []
