@@ -310,7 +310,6 @@ class Killer:
 
         return moved
 
-
     # -- worker raylets ------------------------------------------------------------------------
     def kill_raylet(self) -> Kill | None:
         """SIGKILL the raylet of the worker node a running, checkpointed real job's Ray job runs
@@ -618,9 +617,10 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
 
 
 def ok(r: dict[str, Any]) -> bool:
-    """Every invariant held and every kill was survived."""
+    """Every invariant held, every kill was survived and no job was quarantined (FAILED)."""
     return (r["stored"] == r["accepted"] and r["lost"] == 0 and r["duplicated"] == 0
             and r["launched_twice"] == 0 and r["double_booked"] == 0 and r["stuck"] == 0
+            and r["quarantined"] == 0
             and r["survived_total"] == r["kills_total"]
             and r["raylet_jobs_resumed"] == r["raylet_jobs"])
 
@@ -642,6 +642,7 @@ def render(r: dict[str, Any]) -> str:
               f"{'launched twice (intents)':<24} {r['launched_twice']:>8}  of {r['launch_intents']}",
               f"{'double-booked nodes':<24} {r['double_booked']:>8}",
               f"{'unfinished / stuck':<24} {r['unfinished']:>4} / {r['stuck']:<3}",
+              f"{'quarantined (FAILED)':<24} {r['quarantined']:>8}",
               f"{'unanswered (stored)':<24} {r['unanswered']:>4} ({r['unanswered_but_stored']})",
               f"{'raylet-lost jobs resumed':<24} {r['raylet_jobs_resumed']:>4} / "
               f"{r['raylet_jobs']:<3} (later attempt, from a checkpoint)",
