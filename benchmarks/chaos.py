@@ -21,7 +21,7 @@ run) through the API for N minutes while a killer sends SIGKILL, one at a time, 
   node's simulated instance lost (``ControllerActor.node_lost``) and starts a replacement worker
   raylet. Recovered when the job is RUNNING again in a later attempt through the HTTP API; at
   the end its logs must show that attempt restored from a checkpoint (``starting at step K``,
-  K > 0) and its progress kept.
+  K > 0) and its progress above 0.
 
 Then it lets the jobs finish and checks: accepted = stored, no job lost or duplicated, no node
 launched twice per launch intent, no node (GPU) held by two jobs, every job finished or still
@@ -427,19 +427,32 @@ def resumed(logs: str, after_attempt: int) -> bool:
     return False
 
 
-def resumes(url: str, token: str, lost: list[LostJob], store: Any) -> dict[str, Any]:
-    """Of the jobs whose raylet was killed: how many came back in a later attempt with their
-    progress kept and restored from a checkpoint (their logs through the HTTP API)."""
-    ok = 0
+def resumes(url: str, token: str, lost: list[LostJob], store: Any,
+            wait_s: float = 90.0) -> dict[str, Any]:
+    """Of the jobs whose raylet was killed: how many came back in a later attempt, restored from
+    a checkpoint (their logs through the HTTP API) with progress above 0; each is given up to
+    ``wait_s`` for its new attempt to log its start. The others with what was seen."""
+    ok, missed = 0, []
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
                       timeout=60.0) as c:
         for job in lost:
-            stored = store.get_job(job.job_id)
-            logs = c.get(f"/v1/jobs/{job.job_id}/logs").text
-            if (stored.attempts > job.attempts and stored.progress_hours >= job.progress_hours
-                    and resumed(logs, job.ray_attempt)):
+            seen: dict[str, Any] = {}
+
+            def back(job: LostJob = job, seen: dict[str, Any] = seen) -> bool:
+                stored = store.get_job(job.job_id)
+                logs = c.get(f"/v1/jobs/{job.job_id}/logs").text
+                seen.update(attempts=(job.attempts, stored.attempts),
+                            progress_hours=(round(job.progress_hours, 4),
+                                            round(stored.progress_hours, 4)),
+                            starts=re.findall(r"=== attempt \d+|starting at step \d+", logs))
+                return (stored.attempts > job.attempts and stored.progress_hours > 0
+                        and resumed(logs, job.ray_attempt))
+
+            if _until(back, wait_s, every_s=2.0) is not None:
                 ok += 1
-    return {"raylet_jobs": len(lost), "raylet_jobs_resumed": ok}
+            else:
+                missed.append({"job": job.job_id, **seen})
+    return {"raylet_jobs": len(lost), "raylet_jobs_resumed": ok, "raylet_jobs_missed": missed}
 
 
 # -- invariants -------------------------------------------------------------------------------
