@@ -123,8 +123,14 @@ def serve_cluster(workers: int, gpus: int) -> int:
         # a busy machine answers health checks late: only a raylet that is gone (its checks
         # refused at once) is marked dead, never a live one that lags
         "_system_config": {"health_check_timeout_ms": 60_000}})
+    # ray.init does this, Cluster does not: a job's driver resolves "auto" from this file (else
+    # from any GCS process on the machine, maybe another Ray's)
+    from ray._private.utils import write_ray_address
+
+    write_ray_address(cluster.gcs_address, temp_dir)
+
     def worker(i: int) -> Any:
-        return cluster.add_node(num_cpus=2, num_gpus=gpus,
+        return cluster.add_node(num_cpus=2, num_gpus=gpus, temp_dir=temp_dir,  # "auto" there too
                                 resources={f"spotplane_slot:{i}": 1.0, "spot": 1.0})
 
     nodes = [worker(i) for i in range(workers)]
