@@ -269,6 +269,16 @@ class ControllerActor:
                     return inst.instance_id
         return agent_id
 
+    def node_lost(self, instance_id: str, detail: str = "Ray node lost") -> None:
+        """The provider reports ``instance_id`` gone now (a simulated fleet's stand-in for a
+        cloud's termination event, when the Ray node that instance maps to died)."""
+        self._active()
+        preempt = getattr(self.fleet, "preempt_now", None)
+        if preempt is None:
+            raise Conflict(f"fleet {self.config['fleet']!r} reports its own losses",
+                           fix="lose a node through the provider")
+        preempt(instance_id, detail)
+
     def launches_per_intent(self) -> dict[str, int]:
         self._active()
         return self.fleet.instances_per_intent()

@@ -4,22 +4,33 @@
 [--kinds controller,http_proxy,...] [--min-kills K]``
 starts a private local Ray, the control plane (simulated fleet, deadline policies in their own
 actors, quota and forecaster actors, the Ray job executor for real jobs) and the Serve API over a
-fresh store, and for real jobs a second local Ray, the workload cluster (``WorkloadRay``, with
-its own Ray token, as under ``spotplane up``). Several tenants submit spot, HP and deadline jobs
-(and a few real ``examples/train_numpy.py`` jobs, whose checkpoint actors on the workload Ray are
-targets too) through the API for N
-minutes while a killer sends SIGKILL, one at a time, to the controller actor's worker process,
-the API replica, the HTTP proxy, a deadline-policy actor, the quota and forecaster actors and a
-checkpoint actor, and measures each one's time to recover. Then it lets the jobs finish and checks:
-accepted = stored, no job lost or duplicated, no node launched twice per launch intent, no node
-(GPU) held by two jobs, every job finished or still progressing.
+fresh store, and for real jobs a second local Ray, the workload cluster, with its own Ray token
+(as under ``spotplane up``): with the ``worker_raylet`` kind a multi-node one
+(:class:`actors.localcluster.MultiNodeWorkload`: a head and one GPU worker raylet per real job
+plus a spare), else one head raylet (``WorkloadRay``). Several tenants submit spot, HP and
+deadline jobs (and a few real ``examples/train_numpy.py`` jobs, checkpointing, that run the whole
+run) through the API for N minutes while a killer sends SIGKILL, one at a time, to:
+
+- the controller actor's worker process, the API replica, the HTTP proxy, a deadline-policy
+  actor, the quota and forecaster actors (Ray or Serve restarts them): recovered when each
+  answers again (the controller also ticks again);
+- a checkpoint actor of a real job (not restarted): recovered when its job moves on;
+- the raylet of the worker node a running, checkpointed real job's Ray job runs on (its node
+  found through Ray's job and state APIs): the node's processes die with it. Once the workload
+  cluster marks the node DEAD, the killer plays the cloud and the autoscaler: it reports the
+  node's simulated instance lost (``ControllerActor.node_lost``) and starts a replacement worker
+  raylet. Recovered when the job is RUNNING again in a later attempt through the HTTP API; at
+  the end its logs must show that attempt restored from a checkpoint (``starting at step K``,
+  K > 0) and its progress above 0.
+
+Then it lets the jobs finish and checks: accepted = stored, no job lost or duplicated, no node
+launched twice per launch intent, no node (GPU) held by two jobs, every job finished or still
+progressing, every raylet-lost job resumed.
 
 The HTTP proxy is restarted by the Serve controller's health check (Ray 2.60: every
 ``RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S`` = 10 s, unhealthy after 3 failures in a row, so ~20-30 s
 of refused connections); :func:`actors.raylocal.init_local_ray` sets the period to 1 s.
-Worker raylets are not killed: the control plane and the workload each run on one local head
-raylet (the simulated fleet's nodes are not Ray nodes, so no spotplane process lives on a worker
-raylet here), and killing a head raylet ends that whole cluster by design.
+The control plane's own head raylet is not killed: that ends its whole cluster by design.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -43,8 +55,10 @@ from typing import Any
 import httpx
 import numpy as np
 
-from actors.raylocal import WorkloadRay, free_port, init_local_ray
+from actors.localcluster import MultiNodeWorkload
+from actors.raylocal import WorkloadAddress, WorkloadRay, free_port, init_local_ray
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
+from clusters.rayjobs import submission_client
 from controlplane.cli.demo import real_job as demo_job
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
@@ -52,7 +66,7 @@ from serve.app import start_api, stop_api
 from serve.auth import new_admin_token
 
 KINDS = ("controller", "api_replica", "http_proxy", "deadline_policy", "quota", "forecaster",
-         "checkpoint")
+         "checkpoint", "worker_raylet")
 TITLES = {"api_replica": "ray::ServeReplica:", "http_proxy": "ray::ProxyActor",
           "quota": "ray::QuotaAllocatorActor", "forecaster": "ray::ForecasterActor",
           "checkpoint": "ray::CheckpointCoordinator", "deadline_policy": "ray::DeadlinePolicyActor",
@@ -174,9 +188,17 @@ def submitter(url: str, token: str, tenant: int, per_s: float, stop: threading.E
             stop.wait(max(0.0, 1.0 / per_s - (time.monotonic() - t0)))
 
 
-def real_job(name: str, steps: int, speed: float) -> dict[str, Any]:
+def real_job(name: str, steps: int, speed: float, kind: str = "spot") -> dict[str, Any]:
+    """``examples/train_numpy.py`` for ``steps`` steps of 0.05 s, as a ``kind`` job."""
+    return {**demo_job(name, steps=steps, step_seconds=0.05, speed=speed), "kind": kind}
 
-    return demo_job(name, steps=steps, step_seconds=0.05, speed=speed)
+
+def _real_kind(i: int, raylet_kills: bool) -> str:
+    """Spot, or with worker_raylet kills every other one (the first) HP: on spot, at this speed
+    the simulated fleet and HP/deadline placement take a real job's node every few wall seconds,
+    so its Ray job seldom runs long enough for a raylet to be killed under it (the spot ones keep
+    that churn, and a checkpoint actor's kill its quick way out: a new attempt)."""
+    return "hp" if raylet_kills and i % 2 == 0 else "spot"
 
 
 # -- recovery probes --------------------------------------------------------------------------
@@ -200,13 +222,18 @@ class Killer:
     """Sends SIGKILL to one control-plane process at a time and measures its recovery."""
 
     def __init__(self, url: str, handles: Any, store: Any, rng: random.Random,
-                 limit_s: float = 90.0) -> None:
+                 limit_s: float = 90.0, workload: MultiNodeWorkload | None = None,
+                 token: str = "") -> None:
         self.url, self.handles, self.store, self.rng = url, handles, store, rng
         self.limit_s = limit_s
+        self.workload, self.token = workload, token  # the multi-node workload; a tenant's token
         self.kills: list[Kill] = []
         self.skipped: Counter[str] = Counter()
+        self.lost_jobs: list[LostJob] = []  # real jobs whose raylet was killed
 
     def kill(self, kind: str) -> Kill | None:
+        if kind == "worker_raylet":
+            return self.kill_raylet()
         pids = pids_of(kind)
         if not pids:
             self.skipped[kind] += 1
@@ -283,6 +310,150 @@ class Killer:
 
         return moved
 
+    # -- worker raylets ------------------------------------------------------------------------
+    def kill_raylet(self) -> Kill | None:
+        """SIGKILL the raylet of the worker node a running, checkpointed real job's Ray job runs
+        on; then, as the cloud and an autoscaler would, report that node's instance lost once
+        the workload cluster marks the node DEAD and start a replacement worker raylet.
+        Recovered: the job is RUNNING again (HTTP API) in a later attempt."""
+        w = self.workload
+        found: list[Any] = []  # a new attempt is RUNNING in the store before its Ray job is
+
+        def target_found() -> bool:
+            found[:] = [self._raylet_target()]
+            return found[0] is not None
+
+        if w is not None:
+            _until(target_found, 30.0, every_s=1.0)
+        target = found[0] if found else None
+        if w is None or target is None:
+            self.skipped["worker_raylet"] += 1
+            return None
+        job, ray_attempt, node_id, (index, pid) = target
+        lost = LostJob(job.id, job.attempts, ray_attempt, job.progress_hours)
+        k = Kill("worker_raylet", pid, time.monotonic())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        self.kills.append(k)
+        self.lost_jobs.append(lost)
+        if _until(lambda: self._node_state(node_id) == "DEAD", self.limit_s, every_s=0.5) is None:
+            return k  # never marked dead: not recovered
+        w.remove(index)  # reaps what the raylet left (its agents); the node is already gone
+        instances = {n.id: n.instance_id for n in self.store.list_nodes()}
+        import ray
+
+        for node in job.node_ids:
+            if instances.get(node):
+                with contextlib.suppress(Exception):  # already reclaimed by the fleet itself
+                    ray.get(self.handles.controller.node_lost.remote(
+                        instances[node], "its Ray worker raylet was killed"), timeout=30)
+        adder = threading.Thread(target=w.add, daemon=True)  # the autoscaler's replacement
+        adder.start()
+        k.recover_s = _until(lambda: self._running_again(lost), self.limit_s, every_s=0.25)
+        adder.join(timeout=300)
+        return k
+
+    def _raylet_target(self) -> tuple[Any, int, str, tuple[int, int]] | None:
+        """A RUNNING real job with a checkpoint, its Ray job's attempt, driver node and the
+        worker (index, raylet pid) of that node; None when there is none."""
+        assert self.workload is not None
+        jobs = [j for j in self.store.list_jobs(None, state=["RUNNING"], limit=100_000)
+                if j.spec.entrypoint and j.checkpoints > 0 and j.progress_hours > 0]
+        if not jobs:
+            return None
+        job = self.rng.choice(jobs)
+        client = submission_client(self.workload.dashboard, self.workload.token_path)
+        running = [d for d in client.list_jobs()
+                   if (d.submission_id or "").startswith(f"spotplane-{job.id}-")
+                   and str(d.status.value) == "RUNNING" and d.driver_node_id]
+        if not running:
+            return None
+        ray_job = max(running, key=lambda d: int(str(d.submission_id).rsplit("-", 1)[1]))
+        raylet = self.workload.raylet(str(ray_job.driver_node_id))
+        if raylet is None:  # its driver is on the head: not a worker to lose
+            return None
+        attempt = int(str(ray_job.submission_id).rsplit("-", 1)[1])
+        return job, attempt, str(ray_job.driver_node_id), raylet
+
+    def _node_state(self, node_id: str) -> str:
+        """The workload cluster's view of one node (Ray's state API): ALIVE or DEAD."""
+        assert self.workload is not None
+        for n in _workload_nodes(self.workload):
+            if n["node_id"] == node_id:
+                return str(n["state"])
+        return "UNKNOWN"
+
+    def _running_again(self, lost: LostJob) -> bool:
+        """The job is RUNNING in a later attempt, as its tenant sees it through the HTTP API."""
+        r = httpx.get(f"{self.url}/v1/jobs/{lost.job_id}", timeout=5.0,
+                      headers={"Authorization": f"Bearer {self.token}"})
+        view = r.json()
+        return bool(r.status_code == 200 and view["state"] == "RUNNING"
+                    and view["attempts"] > lost.attempts)
+
+
+@dataclass
+class LostJob:
+    """A real job whose worker raylet was killed, as it stood just before."""
+
+    job_id: str
+    attempts: int  # the job's attempts (store)
+    ray_attempt: int  # the attempt number of its Ray job that died with the raylet
+    progress_hours: float
+
+
+def _workload_nodes(w: MultiNodeWorkload) -> list[dict[str, Any]]:
+    """Every node of the workload cluster (``/api/v0/nodes``, with its own token)."""
+    headers = {}
+    if w.token_path is not None:
+        headers["Authorization"] = f"Bearer {Path(w.token_path).read_text().strip()}"
+    r = httpx.get(f"{w.dashboard}/api/v0/nodes", headers=headers, timeout=10.0)
+    r.raise_for_status()
+    return list(r.json()["data"]["result"]["result"])
+
+
+_STARTED_AT = re.compile(r"^=== attempt (\d+) of .*?===$|starting at step (\d+)", re.M)
+
+
+def resumed(logs: str, after_attempt: int) -> bool:
+    """Whether an attempt after ``after_attempt`` started from a checkpoint: its own logs say
+    ``starting at step K`` with K > 0 (``examples/train_numpy.py`` restores, then prints it)."""
+    attempt = 0
+    for m in _STARTED_AT.finditer(logs):
+        if m.group(1) is not None:
+            attempt = int(m.group(1))
+        elif attempt > after_attempt and int(m.group(2)) > 0:
+            return True
+    return False
+
+
+def resumes(url: str, token: str, lost: list[LostJob], store: Any,
+            wait_s: float = 90.0) -> dict[str, Any]:
+    """Of the jobs whose raylet was killed: how many came back in a later attempt, restored from
+    a checkpoint (their logs through the HTTP API) with progress above 0; each is given up to
+    ``wait_s`` for its new attempt to log its start. The others with what was seen."""
+    ok, missed = 0, []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
+                      timeout=60.0) as c:
+        for job in lost:
+            seen: dict[str, Any] = {}
+
+            def back(job: LostJob = job, seen: dict[str, Any] = seen) -> bool:
+                stored = store.get_job(job.job_id)
+                logs = c.get(f"/v1/jobs/{job.job_id}/logs").text
+                seen.update(attempts=(job.attempts, stored.attempts),
+                            progress_hours=(round(job.progress_hours, 4),
+                                            round(stored.progress_hours, 4)),
+                            starts=re.findall(r"=== attempt \d+|starting at step \d+", logs))
+                return (stored.attempts > job.attempts and stored.progress_hours > 0
+                        and resumed(logs, job.ray_attempt))
+
+            if _until(back, wait_s, every_s=2.0) is not None:
+                ok += 1
+            else:
+                missed.append({"job": job.job_id, **seen})
+    return {"raylet_jobs": len(lost), "raylet_jobs_resumed": ok, "raylet_jobs_missed": missed}
+
 
 # -- invariants -------------------------------------------------------------------------------
 def invariants(store: Any, load: Load, launches_per_intent: dict[str, int]) -> dict[str, Any]:
@@ -351,15 +522,24 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
     handles = None
     api = False
     workload: WorkloadRay | None = None
+    nodes: MultiNodeWorkload | None = None
+    address: WorkloadAddress | None = None
     try:
         options: dict[str, Any] = {}
-        if real_jobs:  # tenants' jobs run on a Ray of their own, as under `spotplane up`
+        if real_jobs and "worker_raylet" in kinds:
+            # worker raylets to lose: a head and one GPU worker per real job, plus a spare
+            nodes = MultiNodeWorkload(workers=real_jobs + 1, gpus_per_node=1, token=True)
+            WORKLOAD_ROOTS.add(nodes.proc.pid)
+            address = WorkloadAddress(nodes.dashboard, nodes.gcs, nodes.token_path)
+        elif real_jobs:  # tenants' jobs run on a Ray of their own, as under `spotplane up`
             workload = WorkloadRay(8, num_cpus=2, home=tempfile.mkdtemp(prefix="spotplane-chaos-home-"))
             WORKLOAD_ROOTS.add(workload.proc.pid)
-            options = {"artifact_uri": str(state / "artifacts"),
-                       "workload_address": workload.address.dashboard,
-                       "workload_gcs": workload.address.gcs,
-                       "workload_token_path": workload.address.token_path}
+            address = workload.address
+        if address is not None:
+            options = {"artifact_uri": str(state / "artifacts"), "log_dir": str(state / "logs"),
+                       "package_dir": str(state / "packages"),
+                       "workload_address": address.dashboard, "workload_gcs": address.gcs,
+                       "workload_token_path": address.token_path}
         settings = RuntimeSettings(
             state_dir=state, fleet="sim", speed=speed, clock="sim", namespace=NAMESPACE,
             policy_actor_shards=2, controller=ControllerSettings(),
@@ -368,17 +548,23 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         handles = start_control_plane(settings)
         store = Store(settings.db_path)
         tokens = [store.create_tenant(f"chaos-{i}", max_gpus=64)[1] for i in range(tenants)]
-        url = start_api(settings.db_path, new_admin_token(), free_port())
+        url = start_api(settings.db_path, new_admin_token(), free_port(),
+                        workload_address=address.dashboard if address else None,
+                        workload_token_path=address.token_path if address else None,
+                        log_dir=state / "logs")
         api = True
         if _until(lambda: _healthy(url), 120) is None:
             raise RuntimeError("the API did not come up in 120 s")
         print("chaos: processes under our raylet:",
               sorted({t.split(".")[0] for t in our_workers().values()}), file=sys.stderr)
         load, stop = Load(), threading.Event()
+        # 0.05 s steps: the real jobs run through the whole run (losses and restores included)
+        steps = max(1200, int(minutes * 60 / 0.05))
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[0]}"},
                           timeout=30.0) as c:
             for i in range(real_jobs):
-                r = c.post("/v1/jobs", json=real_job(f"chaos-real-{i}", 1200, speed))
+                r = c.post("/v1/jobs", json=real_job(f"chaos-real-{i}", steps, speed,
+                                                     _real_kind(i, nodes is not None)))
                 r.raise_for_status()
                 load.accepted[r.json()["id"]] = f"chaos-real-{i}"
         threads = [threading.Thread(target=submitter, daemon=True,
@@ -386,7 +572,10 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
                    for i, tok in enumerate(tokens)]
         for t in threads:
             t.start()
-        killer = Killer(url, handles, store, rng)
+        killer = Killer(url, handles, store, rng, workload=nodes, token=tokens[0])
+        if real_jobs:  # the real-job kinds need one running with a checkpoint (minutes on a busy machine)
+            _until(lambda: any(j.spec.entrypoint and j.checkpoints > 0 for j in store.list_jobs(
+                None, state=["RUNNING"], limit=100_000)), 300.0, every_s=1.0)
         t_end = time.monotonic() + minutes * 60.0
         t_cap = t_end + 300.0
         order: list[str] = []
@@ -395,7 +584,11 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
             if not order:
                 order = list(kinds)
                 rng.shuffle(order)
-            killer.kill(order.pop())
+            k = killer.kill(order.pop())
+            if k is not None:
+                print(f"chaos: killed {k.kind} (pid {k.pid}): "
+                      f"{'not recovered' if k.recover_s is None else f'back in {k.recover_s:.1f} s'}",
+                      file=sys.stderr)
             time.sleep(max(0.0, min(kill_every_s * rng.uniform(0.5, 1.5),
                                     t_end - time.monotonic())))
         stop.set()
@@ -407,6 +600,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         stuck = [i for i, s in after.items() if before.get(i) == s]
         launches = ray.get(handles.controller.launches_per_intent.remote(), timeout=60)
         result = invariants(store, load, launches)
+        result.update(resumes(url, tokens[0], killer.lost_jobs, store))
         result.update({
             "minutes": minutes, "tenants": tenants, "sent": load.sent, "refused": load.refused,
             "errors": dict(load.errors), "unfinished": len(after), "stuck": len(stuck),
@@ -429,14 +623,19 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         if workload is not None:
             workload.stop()
             WORKLOAD_ROOTS.discard(workload.proc.pid)
+        if nodes is not None:
+            nodes.stop()
+            WORKLOAD_ROOTS.discard(nodes.proc.pid)
         ray.shutdown()
 
 
 def ok(r: dict[str, Any]) -> bool:
-    """Every invariant held and every kill was survived."""
+    """Every invariant held, every kill was survived and no job was quarantined (FAILED)."""
     return (r["stored"] == r["accepted"] and r["lost"] == 0 and r["duplicated"] == 0
             and r["launched_twice"] == 0 and r["double_booked"] == 0 and r["stuck"] == 0
-            and r["survived_total"] == r["kills_total"])
+            and r["quarantined"] == 0
+            and r["survived_total"] == r["kills_total"]
+            and r["raylet_jobs_resumed"] == r["raylet_jobs"])
 
 
 def render(r: dict[str, Any]) -> str:
@@ -456,7 +655,10 @@ def render(r: dict[str, Any]) -> str:
               f"{'launched twice (intents)':<24} {r['launched_twice']:>8}  of {r['launch_intents']}",
               f"{'double-booked nodes':<24} {r['double_booked']:>8}",
               f"{'unfinished / stuck':<24} {r['unfinished']:>4} / {r['stuck']:<3}",
+              f"{'quarantined (FAILED)':<24} {r['quarantined']:>8}",
               f"{'unanswered (stored)':<24} {r['unanswered']:>4} ({r['unanswered_but_stored']})",
+              f"{'raylet-lost jobs resumed':<24} {r['raylet_jobs_resumed']:>4} / "
+              f"{r['raylet_jobs']:<3} (later attempt, from a checkpoint)",
               f"{'proxy recovery p99 s':<24} {proxy if proxy is not None else '-':>8}  "
               f"< {TARGET_PROXY_S:.0f}",
               f"{'all invariants':<24} {'ok' if r['ok'] else 'MISSED':>8}"]
