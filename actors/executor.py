@@ -482,7 +482,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             )
         except Exception as exc:
             self._abandon(name, group, [nid, *(g.id for g in gang)])
-            if transient(exc):
+            if transient(exc) or died_with_its_node(exc):
                 raise Unavailable(f"the workload cluster did not take job {job_id} replica "
                                   f"{replica_id} ({exc})", fix="the controller retries it next "
                                   "tick") from exc
@@ -888,6 +888,17 @@ def job_env(
         env[sdk.ENV_PLACEMENT_GROUP] = placement_group
     assert all(k in jobenv.SPOTPLANE_KEYS for k in env if k.startswith(jobenv.RESERVED_PREFIX))
     return env
+
+
+NODE_DEATHS = ("ActorDiedError", "ActorUnavailableError", "NodeDiedError")
+
+
+def died_with_its_node(exc: BaseException) -> bool:
+    """Whether a replica's start failed because its Ray node is going (a SIGKILLed raylet that
+    Ray has not yet marked DEAD): its checkpoint actor died, or was not placed in time. Through
+    the actor bridge Ray's error arrives as ``RuntimeError("ActorDiedError: ...")``."""
+    return isinstance(exc, TimeoutError) or any(
+        type(exc).__name__ == d or str(exc).startswith(f"{d}:") for d in NODE_DEATHS)
 
 
 def is_slot(resource: str) -> bool:

@@ -20,7 +20,7 @@ import pytest
 import ray
 from ray.job_submission import JobSubmissionClient
 
-from actors.executor import SimulatedExecutor
+from actors.executor import SimulatedExecutor, died_with_its_node
 from clusters.rayjobs import transient
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
@@ -163,3 +163,13 @@ def test_a_start_that_is_never_taken_keeps_the_job_waiting(tmp_path: Path,
     j = ctl.jobs[job.id]
     assert j.state is JobState.STARTING and j.node_ids and j.progress_hours == 0.0
     assert len(ex.starts) >= 25 and not store.quarantined()
+
+
+def test_a_start_on_a_dying_node_is_told_from_a_broken_job() -> None:
+    """A checkpoint actor that died with its raylet (directly, or through the actor bridge as
+    ``RuntimeError("ActorDiedError: ...")``) or was not placed in time: the node is going."""
+    assert died_with_its_node(ray.exceptions.ActorDiedError())
+    assert died_with_its_node(RuntimeError("ActorDiedError: The actor died because its node died"))
+    assert died_with_its_node(TimeoutError("checkpoint actor x was not placed within 120 s"))
+    assert not died_with_its_node(RuntimeError("ValueError: bad runtime_env"))
+    assert not died_with_its_node(RuntimeError("the ActorDiedError was someone else's"))
