@@ -8,9 +8,11 @@ that a mutation run (``make mutation``) can reach them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from actors import quota
 from actors.quota import QuotaAllocatorActor
 from controlplane.core.models import Event, JobSpec, JobState, Market, Node, NodeState
 from controlplane.store import Store
@@ -142,3 +144,32 @@ def test_each_update_writes_one_capacity_point_per_pool(tmp_path: Path) -> None:
     # Eq. 10: min(f * eta, S0 + Sa) with f = 10 - 6.28 = 3.72: 3 at eta 1, int(0.74) = 0 at 0.2
     assert [(p.eta, p.spot_quota_gpus) for p in points] == [(1.0, 3), (pytest.approx(0.2), 0)]
     assert [q.spot_quota_gpus for q in store.quotas()] == [points[-1].spot_quota_gpus]
+
+
+class _FakeRemote:
+    """Stands in for the Ray actor class: records the options and the constructor's arguments."""
+
+    def __init__(self) -> None:
+        self.opts: dict[str, Any] = {}
+        self.args: tuple[Any, ...] = ()
+
+    def options(self, **opts: Any) -> _FakeRemote:
+        self.opts = opts
+        return self
+
+    def remote(self, *args: Any) -> str:
+        self.args = args
+        return "handle"
+
+
+@pytest.mark.parametrize("detached", [True, False])
+def test_quota_actor_is_one_named_actor_per_namespace_built_from_its_arguments(
+        monkeypatch: pytest.MonkeyPatch, detached: bool) -> None:
+    fake = _FakeRemote()
+    monkeypatch.setattr(quota, "RemoteQuotaAllocatorActor", fake)
+    assert quota.quota_actor("/db", {"V100": 2}, {"V100": 8}, "ns", detached=detached) == "handle"
+    assert fake.args == ("/db", {"V100": 2}, {"V100": 8})
+    expected: dict[str, Any] = {"name": "spotplane-quota", "namespace": "ns", "get_if_exists": True}
+    if detached:
+        expected["lifetime"] = "detached"
+    assert fake.opts == expected

@@ -283,3 +283,25 @@ def test_a_store_from_before_job_totals_is_counted_when_opened(store_url: str) -
     reopened = Store(db)
     assert _totals_kept(reopened) == {("PENDING", "spot"): (5, 0.0, 0.0)}
     assert reopened.metrics()['jobs{state="PENDING"}'] == 5.0
+
+
+def test_job_page_filters_by_kind_and_by_name_and_sorts_by_state(store_url: str) -> None:
+    """The dashboard's kind filter, name search (a name the id does not contain) and state
+    sort, read from the store itself."""
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    spot, dl, hp = st.submit_jobs(t.id, [
+        JobSpec(name="train", kind="spot", compute_hours=1),
+        JobSpec(name="fine-tune", kind="deadline", compute_hours=1, deadline_hours=4),
+        JobSpec(name="eval", kind="hp", compute_hours=1)])
+    spot.state, dl.state, hp.state = JobState.SUCCEEDED, JobState.RUNNING, JobState.QUEUED
+    st.commit(jobs=[spot, dl, hp])
+    total, page = st.job_page(t.id, kind="deadline")
+    assert total == 1 and [j.id for j in page] == [dl.id]
+    total, page = st.job_page(t.id, text="tune")
+    assert total == 1 and [j.id for j in page] == [dl.id]
+    # QUEUED < RUNNING < SUCCEEDED as text; descending reverses it
+    assert [j.name for j in st.job_page(t.id, order_by="state")[1]] == ["eval", "fine-tune",
+                                                                         "train"]
+    assert [j.name for j in st.job_page(t.id, order_by="state", descending=True)[1]] == [
+        "train", "fine-tune", "eval"]

@@ -1,0 +1,68 @@
+"""Draw a seeded, stratified random sample of mutmut's mutants (docs/mutation.md, "Sampled run").
+
+Reads the mutant names mutmut wrote into `mutants/**/*.py.meta` (run `mutmut run` once, or the
+generation step, first), groups them by stratum (the policies, the reconcile phases, the store,
+the quota actor) and prints a uniform random sample of each stratum, one name a line. The same
+seed and sizes on the same tree give the same sample.
+
+    python tools/mutation_sample.py --seed 2026 > sample.txt
+    nice -n 15 mutmut run --max-children 2 $(cat sample.txt)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+# stratum -> (path prefix of the mutated files, default sample size)
+STRATA: dict[str, tuple[str, int]] = {
+    "policies": ("policies/", 80),
+    "reconcile": ("controlplane/reconcile/", 80),
+    "store": ("controlplane/store/", 60),
+    "quota actor": ("actors/quota.py", 40),
+}
+
+
+def mutant_names(root: Path) -> dict[str, list[str]]:
+    """Every mutant name under `root` (mutmut's `mutants/`), sorted, per stratum."""
+    out: dict[str, list[str]] = {s: [] for s in STRATA}
+    for meta in sorted(root.rglob("*.py.meta")):
+        rel = meta.relative_to(root).as_posix()[: -len(".meta")]
+        for stratum, (prefix, _) in STRATA.items():
+            if rel.startswith(prefix):
+                out[stratum].extend(json.loads(meta.read_text())["exit_code_by_key"])
+    return {s: sorted(names) for s, names in out.items()}
+
+
+def draw(names: dict[str, list[str]], sizes: dict[str, int], seed: int) -> dict[str, list[str]]:
+    """A uniform sample without replacement of each stratum, one `random.Random(seed)` in order."""
+    rng = random.Random(seed)
+    return {s: sorted(rng.sample(names[s], min(sizes[s], len(names[s])))) for s in STRATA}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the sample (stdout) and the population and sample sizes (stderr)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--mutants", type=Path, default=Path("mutants"))
+    for stratum, (_, n) in STRATA.items():
+        ap.add_argument(f"--{stratum.replace(' ', '-')}", type=int, default=n,
+                        help=f"sample size of the {stratum} stratum (default {n})")
+    args = ap.parse_args(argv)
+    if not args.mutants.is_dir():
+        ap.error(f"--mutants: {args.mutants} is not a directory; run `mutmut run` once first")
+    sizes = {s: getattr(args, s.replace(" ", "_")) for s in STRATA}
+    names = mutant_names(args.mutants)
+    sample = draw(names, sizes, args.seed)
+    for stratum, picked in sample.items():
+        print(f"{stratum}: {len(picked)} of {len(names[stratum])}", file=sys.stderr)
+        for name in picked:
+            print(name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
