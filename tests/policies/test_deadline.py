@@ -293,3 +293,10 @@ def test_real_windows_never_miss(catalog) -> None:
         for s in rng.integers(0, tr.n_ticks - 360, size=6):
             for name in ("greedy", "uniform_progress", "on_demand"):
                 assert simulate(make_policy(name, TASK, tick_hours=g), up[s : s + 360], g).met_deadline
+
+
+def test_up_loose_at_exactly_the_switch_fraction_is_plain_up_from_the_start() -> None:
+    """C/R = 7 / 10 = 0.7 = switch: anchored at t0 = 0 (the greedy phase is for C/R < switch);
+    just below (6.99 / 10) it has no anchor yet."""
+    assert UniformProgressLoose(DeadlineTask(7.0, 10.0, 0.2), tick_hours=G).state_dict()["t0"] == 0.0
+    assert UniformProgressLoose(DeadlineTask(6.99, 10.0, 0.2), tick_hours=G).state_dict()["t0"] is None
