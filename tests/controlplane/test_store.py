@@ -11,8 +11,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from controlplane.core.errors import Conflict, NotFound, SpotplaneError
-from controlplane.core.models import BagSpec, CapacityPoint, Job, JobSpec, JobState, hash_token
+from controlplane.core.errors import Conflict, InvalidInput, NotFound, SpotplaneError
+from controlplane.core.models import (
+    BagSpec,
+    CapacityPoint,
+    Decision,
+    Job,
+    JobSpec,
+    JobState,
+    hash_token,
+)
 from controlplane.store import IdempotentCall, Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -305,3 +313,26 @@ def test_job_page_filters_by_kind_and_by_name_and_sorts_by_state(store_url: str)
                                                                          "train"]
     assert [j.name for j in st.job_page(t.id, order_by="state", descending=True)[1]] == [
         "train", "fine-tune", "eval"]
+
+
+def test_decisions_are_read_back_field_by_field(store_url: str) -> None:
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    job = st.submit_job(t.id, JobSpec(name="dl", kind="deadline", compute_hours=1,
+                                      deadline_hours=4), now=0.0)
+    st.commit(decisions=[Decision(at=60.0, job_id=job.id, tenant_id=t.id, policy="greedy",
+                                  action="spot", zone="us-east-1a", reason="spot is up",
+                                  observation={"progress_hours": 0.5})])
+    (d,) = st.decisions(job.id)
+    assert (d.at, d.job_id, d.tenant_id, d.policy, d.action, d.zone, d.reason, d.observation) == (
+        60.0, job.id, t.id, "greedy", "spot", "us-east-1a", "spot is up", {"progress_hours": 0.5})
+
+
+def test_a_page_cursor_of_another_tenants_job_names_after(store_url: str) -> None:
+    st = Store(store_url)
+    a, _ = st.create_tenant("a")
+    b, _ = st.create_tenant("b")
+    theirs = st.submit_job(b.id, JobSpec(name="x", compute_hours=1), now=0.0)
+    with pytest.raises(InvalidInput, match="is not a job of this list") as err:
+        st.list_jobs(a.id, after=theirs.id)
+    assert err.value.field == "after"

@@ -36,6 +36,9 @@ def obs(t: float, cp: float, state: Kind, up: bool) -> Observation:
         ({"compute_hours": 10, "deadline_hours": 20, "overhead_hours": -0.1}, "overhead_hours", "d must be >= 0"),
         ({"compute_hours": 0, "deadline_hours": 20, "overhead_hours": 0.1}, "compute_hours", "must be > 0"),
         ({"compute_hours": 1, "deadline_hours": 2, "overhead_hours": 0.1, "nodes": 0}, "nodes", "must be >= 1"),
+        ({"compute_hours": 1, "deadline_hours": float("inf"), "overhead_hours": 0.1}, "deadline_hours", "finite"),
+        ({"compute_hours": 1, "deadline_hours": 2, "overhead_hours": 0.1, "on_demand_price": 0.0}, "spot_price", "prices must be > 0"),
+        ({"compute_hours": 1, "deadline_hours": 2, "overhead_hours": 0.1, "spot_price": 0.0}, "spot_price", "prices must be > 0"),
     ],
 )
 def test_bad_task_rejected_with_field_and_fix(kwargs: dict, field: str, text: str) -> None:
@@ -48,6 +51,9 @@ def test_bad_task_rejected_with_field_and_fix(kwargs: dict, field: str, text: st
 def test_empty_trace_and_unknown_policy_rejected() -> None:
     with pytest.raises(InvalidInput, match="empty"):
         simulate(Greedy(TASK), [], G)
+    with pytest.raises(InvalidInput, match="must be > 0, got 0.0") as err:
+        simulate(Greedy(TASK), [True], 0.0)
+    assert err.value.field == "tick_hours"
     with pytest.raises(InvalidInput, match="unknown policy 'nope'"):
         make_policy("nope", TASK)
     assert {"greedy", "uniform_progress", "time_sliced", "up_oracle", "partial_lookahead", "omniscient", "on_demand", "spotplane"} <= set(policy_names())

@@ -102,6 +102,15 @@ def test_eq19_node_cost() -> None:
     assert gfs_node_cost(s, []) == pytest.approx(2 / 10)
 
 
+def test_eq19_node_cost_of_a_first_eviction() -> None:
+    """No spot run has ended yet (G = F = 0): evicting one task is an eviction rate of 1 / 1."""
+    s = snapshot([8, 8], now=5000.0, g=0, f=0)
+    v = RunningTask("v", "spot", 1.0, 1, ((0, 0, 1.0),), 0.0, 3600.0)  # waste 1400 GPU-s
+    assert gfs_node_cost(s, [v], usage_window_s=3600.0) == pytest.approx(
+        1.0 + 0.5 * 1400.0 / (16 * 3600.0), rel=1e-12)
+    assert gfs_node_cost(s, []) == 0.0
+
+
 # ---- each plugin alone -----------------------------------------------------------------------
 def test_capacity_filter_whole_and_fractional() -> None:
     s = snapshot([8, 4], [rt("a", "hp", 0, [0, 1, 2, 3, 4]), rt("b", "spot", 1, [0, 1, 2, 3], share=0.75)])
