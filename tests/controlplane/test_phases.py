@@ -30,13 +30,13 @@ from controlplane.reconcile.fleet import SyncFleet
 from controlplane.reconcile.ingest import Ingest
 from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
 from controlplane.reconcile.nodeops import NodeOps
-from controlplane.reconcile.persist import Act, Persist
+from controlplane.reconcile.persist import Act, Persist, resume_intent
 from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, account_demand
 from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import PolicyFailed, PolicyRequest
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickWork
-from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Store
+from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
 from policies.deadline import Action, Kind
 from policies.schedulers import make_scheduler
 
@@ -338,6 +338,7 @@ def test_policies_switch_a_job_and_quarantine_a_failed_policy(world: World) -> N
     bad = world.job("b", kind="deadline", deadline_hours=10.0)
     job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
     job.accounted_at = job.billed_at = 600.0
+    job.progress_hours, job.changeover_left_hours = 0.5, 0.25  # mid-changeover when it switches
     bad.state = JobState.QUEUED
     n = world.node(job, NodeState.READY)
     world.state.availability = {"us-a": True, "us-b": False}
@@ -351,6 +352,8 @@ def test_policies_switch_a_job_and_quarantine_a_failed_policy(world: World) -> N
         (job.id, "spotplane", "on_demand")]
     assert job.policy_action == "on_demand"
     assert job.state is JobState.QUEUED and job.message == "policy: switch spot -> on_demand"
+    # a voluntary switch keeps the progress as checkpointed and owes no changeover yet
+    assert (job.checkpointed_hours, job.changeover_left_hours) == (job.progress_hours, 0.0)
     assert (n.state, n.job_id, n.idle_since) == (NodeState.READY, None, 600.0)
     assert bad.state is JobState.FAILED and bad.message == "quarantined: boom"
 
@@ -451,3 +454,32 @@ def test_a_refused_spot_launch_fails_its_nodes_and_requeues_the_job(world: World
     assert w.counters["launches_refused_total"] == 1.0
     assert [i.status for i in w.intents] == [INTENT_FAILED]
     assert world.fleet.instances == {}
+
+
+def test_a_resumed_launch_intent_names_its_job_so_a_refusal_requeues_it(world: World) -> None:
+    """After a crash between the intent's write and the launch, recovery rebuilds the launch
+    from the stored intent alone; the job id it carries is what lets a refusal requeue the job."""
+    spot = world.job("sp", kind="spot", workers=1)
+    spot.state = JobState.QUEUED
+    world.state.availability = {"us-a": True, "us-b": True}
+    _place(world).run(60.0)
+    Persist(world.store, world.settings, world.state, None).intents(60.0, {})
+    (stored,) = world.store.pending_intents()
+    world.state.work = w = TickWork()  # the crashed tick's work is gone
+    resume_intent(w, stored, 120.0)
+    ((intent, req, node_ids),) = w.launches
+    assert intent.id == stored.id and node_ids == spot.node_ids
+    assert (req.intent_id, req.zone, req.market, req.count, req.tags) == (
+        stored.id, "us-b", Market.SPOT, 1, {"job_id": spot.id})
+    world.fleet.spot_up["us-b"] = False
+    Act(world.fleet, world.store, world.state, world.rec, world.ops).run(120.0)
+    assert spot.state is JobState.QUEUED and spot.preemptions == 0 and spot.node_ids == []
+    assert [i.status for i in w.intents] == [INTENT_FAILED]
+
+
+def test_a_stored_intent_that_does_not_load_is_failed_not_applied() -> None:
+    w = TickWork()
+    bad = Intent(id="launch-1", kind="launch", created_at=0.0, payload={"zone": "us-a"})
+    resume_intent(w, bad, 30.0)
+    assert w.launches == [] and w.intents == [bad]
+    assert (bad.status, bad.done_at) == (INTENT_FAILED, 30.0)
