@@ -37,7 +37,9 @@ from controlplane.reconcile.policyhost import PolicyFailed, PolicyRequest
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
+from policies.checkpoint import CheckpointIntervals
 from policies.deadline import Action, Kind
+from policies.preemption import default_gce_model
 from policies.schedulers import make_scheduler
 
 OFFERS = [
@@ -197,6 +199,20 @@ def test_recorder_bills_each_node_for_the_time_it_served_the_job(world: World) -
     assert job.billed_at == 2400.0
     assert job.on_demand_cost == 0.0  # no progress yet
     assert world.state.work.progress == {job.id: job}
+
+
+def test_recorder_plans_each_checkpoint_cost_with_its_own_planner(world: World) -> None:
+    """Two spot jobs whose checkpoints cost 0.1 h and 0.4 h: each one's first checkpoint is due
+    after the interval of its own DP planner (Eq. 9-13; the fleet has no lifetime model, so the
+    default GCE one), not after the other's."""
+    jobs = [world.job(f"c{i}", checkpoint_hours=ck) for i, ck in enumerate((0.1, 0.4))]
+    for job in jobs:
+        job.state, job.market, job.accounted_at = JobState.RUNNING, Market.SPOT, 0.0
+        world.rec.progress(job, 60.0)
+    due = [CheckpointIntervals(default_gce_model(), ck).interval_hours(0.0) for ck in (0.1, 0.4)]
+    assert due[0] != due[1]
+    assert [j.next_checkpoint_hours for j in jobs] == pytest.approx(due, rel=1e-12)
+    assert [j.progress_hours for j in jobs] == pytest.approx([60.0 / HOUR] * 2, rel=1e-12)
 
 
 def test_recorder_move_records_the_transition_and_counts_the_end(world: World) -> None:
