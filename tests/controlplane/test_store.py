@@ -336,3 +336,25 @@ def test_a_page_cursor_of_another_tenants_job_names_after(store_url: str) -> Non
     with pytest.raises(InvalidInput, match="is not a job of this list") as err:
         st.list_jobs(a.id, after=theirs.id)
     assert err.value.field == "after"
+
+
+def test_demand_history_is_the_mean_gpus_per_whole_hour_before_until(store_url: str) -> None:
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    st.add_demand(t.id, 3600.0 + 10, 2.0, 0.5)  # hour 1
+    st.add_demand(t.id, 3600.0 + 20, 1.0, 0.0)  # hour 1 again: accumulates
+    st.add_demand(t.id, 3 * 3600.0, 4.0, 1.5)  # hour 3
+    # until 4.5 h: the 3 whole hours before hour 4 are 1, 2, 3
+    assert st.demand_history(t.id, 3, 4.5 * 3600) == [3.0, 0.0, 4.0]
+    assert st.demand_history(t.id, 3, 4.5 * 3600, kind="spot") == [0.5, 0.0, 1.5]
+    assert st.demand_history("nobody", 2, 4.5 * 3600) == [0.0, 0.0]
+
+
+def test_new_jobs_are_the_pending_ones_not_yet_known(store_url: str) -> None:
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    a, b, c = st.submit_jobs(t.id, [JobSpec(name=n, compute_hours=1) for n in "abc"])
+    c.state = JobState.QUEUED
+    st.commit(jobs=[c])
+    assert [j.id for j in st.new_jobs()] == [a.id, b.id]
+    assert [j.id for j in st.new_jobs({a.id})] == [b.id]

@@ -89,6 +89,17 @@ def test_zone_switch_bills_every_hour_held_including_the_last_partial_one() -> N
     assert (r.spot_hours, r.progress_hours, r.finish_hours) == (3.0, 3.0, 4.0)
 
 
+def test_multizone_plan_policy_state_names_it_and_lists_its_modes() -> None:
+    """Both zones up for 3 h, C = 1 h, d = 0: the plan is 1 h of spot in a (mode 1, $1/h), then
+    idle; its state names the policy and lists the modes per tick."""
+    task = DeadlineTask(1.0, 3.0, 0.0)
+    plan = multizone_plan(task, np.ones((2, 3), dtype=bool), 1.0, SPOT, OD)
+    pol = MultiZonePlanPolicy(task, plan, NAMES, 1.0)
+    assert plan.cost == 1.0
+    assert pol.state_dict() == {"name": "multizone_omniscient", "modes": plan.modes.tolist()}
+    assert [pol.plan.mode_list[m].kind for m in plan.modes.tolist()][0] is Kind.SPOT
+
+
 def test_bad_multizone_actions_rejected() -> None:
     task = DeadlineTask(1.0, 3.0, 0.1)
 
