@@ -5,7 +5,7 @@ generation step, first), groups them by stratum (the policies, the reconcile pha
 the quota actor) and prints a uniform random sample of each stratum, one name a line. The same
 seed and sizes on the same tree give the same sample.
 
-    python tools/mutation_sample.py --seed 2026 > sample.txt
+    python -m tools.mutation_sample --seed 2026 > sample.txt
     nice -n 15 mutmut run --max-children 2 $(cat sample.txt)
 """
 

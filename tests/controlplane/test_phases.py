@@ -35,7 +35,7 @@ from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, accoun
 from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import PolicyFailed, PolicyRequest
 from controlplane.reconcile.recorder import Recorder
-from controlplane.reconcile.state import LoopState, TickWork
+from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
 from policies.checkpoint import CheckpointIntervals
 from policies.deadline import Action, Kind
@@ -318,6 +318,21 @@ def test_advance_starts_a_gang_when_every_worker_is_ready(world: World) -> None:
     assert _transitions(world.state.work, job) == [("STARTING", "RUNNING")]
 
 
+def test_advance_finishes_a_bag_job_and_counts_it_for_its_bag(world: World) -> None:
+    """0.1 h of work left at 1 $/h spot: done 360 s into a 600 s tick, then released."""
+    job = world.job("a", compute_hours=1.0)
+    job.bag_id = "bag-1"
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.accounted_at = job.billed_at = 0.0
+    job.progress_hours = job.checkpointed_hours = 0.9
+    job.next_checkpoint_hours = 2.0  # no checkpoint due before the end
+    n = world.node(job, NodeState.READY)
+    _advance(world).run(600.0)
+    assert job.state is JobState.SUCCEEDED and job.finished_at == pytest.approx(360.0)
+    assert world.state.work.counters["bag_jobs_succeeded_total"] == 1.0
+    assert (n.job_id, n.idle_since) == (None, 600.0)
+
+
 def test_advance_requeues_a_job_that_lost_a_worker(world: World) -> None:
     job = world.job("a", workers=2)
     job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
@@ -439,7 +454,9 @@ def test_intents_are_durable_before_the_fleet_is_called_then_done(world: World) 
     (stored,) = world.store.pending_intents()
     assert stored.kind == "launch" and stored.payload["node_ids"] == hp.node_ids
     assert world.fleet.instances == {} and world.store.get_job(hp.id).state is JobState.STARTING
+    world.state.work.report = report = TickReport(at=60.0, ms=0.0, jobs=1, nodes=0)
     Act(world.fleet, world.store, world.state, world.rec, world.ops).run(60.0)
+    assert report.launched == 2
     nodes = [world.state.nodes[i] for i in hp.node_ids]
     assert [n.state for n in nodes] == [NodeState.PROVISIONING] * 2
     assert sorted(world.fleet.instances) == sorted(n.instance_id for n in nodes)
