@@ -1,11 +1,11 @@
 """Draw a seeded, stratified random sample of mutmut's mutants (docs/mutation.md, "Sampled run").
 
-Reads the mutant names mutmut wrote into `mutants/**/*.py.meta` (run `mutmut run` once, or the
-generation step, first), groups them by stratum (the policies, the reconcile phases, the store,
+Reads the mutant names mutmut wrote into `mutants/**/*.py.meta` (``--generate`` runs mutmut's
+generation step first, without running any test), groups them by stratum (the policies, the reconcile phases, the store,
 the quota actor) and prints a uniform random sample of each stratum, one name a line. The same
 seed and sizes on the same tree give the same sample.
 
-    python -m tools.mutation_sample --seed 2026 > sample.txt
+    python -m tools.mutation_sample --generate --seed 2026 > sample.txt
     nice -n 15 mutmut run --max-children 2 $(cat sample.txt)
 """
 
@@ -37,6 +37,22 @@ def mutant_names(root: Path) -> dict[str, list[str]]:
     return {s: sorted(names) for s, names in out.items()}
 
 
+def generate() -> None:
+    """mutmut's own first step of ``mutmut run``: copy the tree into ``mutants/`` and mutate it."""
+    from mutmut.__main__ import (  # mutmut only where mutants are generated
+        copy_also_copy_files,
+        copy_src_dir,
+        create_mutants,
+        setup_source_paths,
+    )
+
+    Path("mutants").mkdir(exist_ok=True)
+    copy_src_dir()
+    copy_also_copy_files()
+    setup_source_paths()
+    create_mutants(2)
+
+
 def draw(names: dict[str, list[str]], sizes: dict[str, int], seed: int) -> dict[str, list[str]]:
     """A uniform sample without replacement of each stratum, one `random.Random(seed)` in order."""
     rng = random.Random(seed)
@@ -48,12 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--mutants", type=Path, default=Path("mutants"))
+    ap.add_argument("--generate", action="store_true",
+                    help="generate the mutants first (mutmut's config in pyproject.toml)")
     for stratum, (_, n) in STRATA.items():
         ap.add_argument(f"--{stratum.replace(' ', '-')}", type=int, default=n,
                         help=f"sample size of the {stratum} stratum (default {n})")
     args = ap.parse_args(argv)
+    if args.generate:
+        generate()
     if not args.mutants.is_dir():
-        ap.error(f"--mutants: {args.mutants} is not a directory; run `mutmut run` once first")
+        ap.error(f"--mutants: {args.mutants} is not a directory; pass --generate")
     sizes = {s: getattr(args, s.replace(" ", "_")) for s in STRATA}
     names = mutant_names(args.mutants)
     sample = draw(names, sizes, args.seed)
