@@ -12,6 +12,7 @@ seed and sizes on the same tree give the same sample.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -47,10 +48,11 @@ def generate() -> None:
     )
 
     Path("mutants").mkdir(exist_ok=True)
-    copy_src_dir()
-    copy_also_copy_files()
-    setup_source_paths()
-    create_mutants(2)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the sample
+        copy_src_dir()
+        copy_also_copy_files()
+        setup_source_paths()
+        create_mutants(2)
 
 
 def draw(names: dict[str, list[str]], sizes: dict[str, int], seed: int) -> dict[str, list[str]]:
