@@ -439,9 +439,10 @@ def test_account_demand_splits_hp_and_spot_gpu_hours_per_tenant(world: World) ->
     world.job("sp", kind="spot", workers=3).state = JobState.QUEUED
     world.job("old", kind="spot").state = JobState.SUCCEEDED
     world.job("gang", kind="hp", workers=4).state = JobState.QUEUED  # holds no GPU: not demand
+    world.job("late", kind="spot").state = JobState.QUEUED  # after the skipped ones: counted
     tick_h = world.settings.tick_seconds / HOUR
     assert account_demand(world.state, world.settings) == {
-        world.tenant.id: (pytest.approx(2 * tick_h), pytest.approx(3 * tick_h))}
+        world.tenant.id: (pytest.approx(2 * tick_h), pytest.approx(4 * tick_h))}
 
 
 # -- 6. persist intents, act, persist -----------------------------------------------------------
