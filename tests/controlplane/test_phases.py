@@ -226,6 +226,18 @@ def test_recorder_move_records_the_transition_and_counts_the_end(world: World) -
     assert w.jobs == {job.id: job}
 
 
+def test_recorder_observes_deadline_slack_only_when_a_deadline_job_succeeds(
+        world: World) -> None:
+    dl = world.job("d", kind="deadline", deadline_hours=10.0)  # due at 36,000 s
+    world.rec.move(dl, JobState.QUEUED, "accepted", 10.0)
+    assert world.state.work.counters == {}
+    dl.state, dl.finished_at = JobState.RUNNING, 30_000.0
+    world.rec.move(dl, JobState.SUCCEEDED, "done", 30_000.0)
+    assert world.state.work.counters["deadline_slack_at_finish_seconds:sum"] == 6_000.0
+    assert world.state.work.counters["deadline_slack_at_finish_seconds:count"] == 1.0
+    assert "deadline_misses_total" not in world.state.work.counters
+
+
 def test_quarantine_job_fails_it_and_terminates_its_nodes(world: World) -> None:
     job = world.job("a")
     job.state = JobState.RUNNING
@@ -367,6 +379,8 @@ def test_forget_finished_drops_terminal_jobs_and_gone_nodes(world: World) -> Non
 def test_policies_switch_a_job_and_quarantine_a_failed_policy(world: World) -> None:
     job = world.job("a", kind="deadline", deadline_hours=10.0)
     bad = world.job("b", kind="deadline", deadline_hours=10.0)
+    done = world.job("c", kind="deadline", deadline_hours=10.0)
+    done.state = JobState.SUCCEEDED  # finished earlier in the tick: no policy is asked
     job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
     job.accounted_at = job.billed_at = 600.0
     job.progress_hours, job.changeover_left_hours = 0.5, 0.25  # mid-changeover when it switches
@@ -387,6 +401,7 @@ def test_policies_switch_a_job_and_quarantine_a_failed_policy(world: World) -> N
     assert (job.checkpointed_hours, job.changeover_left_hours) == (job.progress_hours, 0.0)
     assert (n.state, n.job_id, n.idle_since) == (NodeState.READY, None, 600.0)
     assert bad.state is JobState.FAILED and bad.message == "quarantined: boom"
+    assert done.state is JobState.SUCCEEDED and done.id not in {r.job_id for r in host.asked}
 
 
 # -- 5. placement -------------------------------------------------------------------------------
