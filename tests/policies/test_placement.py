@@ -19,6 +19,7 @@ from policies.placement import (
     FragmentationScore,
     GpuModelFilter,
     PackingScore,
+    QuotaRule,
     RunningTask,
     TaskRequest,
     WorkState,
@@ -263,3 +264,10 @@ def test_alg2_costs_every_node_not_only_the_smallest_deficits() -> None:
     s = snapshot([8] * 71, running, now=1800.0, g=100, f=1)
     p = make_scheduler("gfs").schedule(s, TaskRequest("h", "hp", 8))
     assert p is not None and p.nodes == ("n70",) and p.victims == ("big",)
+
+
+def test_gfs_ablations_configure_the_quota_they_are_named_for() -> None:
+    """GFS-E forecasts with last week's peak, GFS-D keeps eta fixed; GFS itself does neither."""
+    assert make_scheduler("gfs").quota == QuotaRule("orglinear", adapt_eta=True)
+    assert make_scheduler("gfs_e").quota == QuotaRule("last_week_peak", adapt_eta=True)
+    assert make_scheduler("gfs_d").quota == QuotaRule("orglinear", adapt_eta=False)
