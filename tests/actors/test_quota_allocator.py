@@ -146,6 +146,20 @@ def test_each_update_writes_one_capacity_point_per_pool(tmp_path: Path) -> None:
     assert [q.spot_quota_gpus for q in store.quotas()] == [points[-1].spot_quota_gpus]
 
 
+def test_a_capacity_point_sums_the_tenants_as_one_gaussian_in_the_default_pool(
+        tmp_path: Path) -> None:
+    """Two HP tenants, each mean 2 GPUs and sigma 1 over H = 1 h: the allocator's aggregation
+    (summed Gaussian) bounds the demand by 4 + z(0.9) sqrt(2), not 4 + 2 z(0.9)."""
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    actor = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
+    actor.update({"V100": ([[2.0], [2.0]], [[1.0], [1.0]])}, 300.0)
+    (point,) = store.capacity_history()
+    assert point.pool == "default"
+    z = 1.2815515655446004  # the standard normal's 0.9 quantile
+    assert point.hp_demand_upper_gpus == pytest.approx(4.0 + z * 2 ** 0.5, rel=1e-9)
+
+
 class _FakeRemote:
     """Stands in for the Ray actor class: records the options and the constructor's arguments."""
 
