@@ -89,6 +89,18 @@ def test_eta_falls_after_evictions_rises_after_a_quiet_spell_and_is_saved(tmp_pa
     assert again.allocators["V100"].updates == 4
 
 
+def test_one_spot_placement_with_one_eviction_is_a_rate_of_1(tmp_path: Path) -> None:
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    actor = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
+    actor.update(NO_HP, 300.0)  # the counters' baseline
+    store.incr("spot_placements_total", 1)
+    store.incr("hp_evictions_total", 1)
+    actor.update(NO_HP, 600.0)
+    # e = 1 / 1 > 1.5 eps: eta = 1.0 * 0.1 / 1.0 = 0.1 (Eq. 11)
+    assert actor.eta()["V100"] == pytest.approx(0.1, rel=1e-12)
+
+
 def test_a_short_queue_leaves_eta_alone(tmp_path: Path) -> None:
     db = str(tmp_path / "spotplane.db")
     store = Store(db)
