@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PACKAGES := controlplane actors policies serve clusters benchmarks
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck unit venv data clean browser mutation
+.PHONY: run test lint typecheck unit venv data clean browser mutation mutation-sample
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,16 @@ mutation: $(STAMP)
 	SPOTPLANE_DATA_DIR=$${SPOTPLANE_DATA_DIR:-$$($(BIN)/python -c 'from controlplane.core.config import data_dir; print(data_dir())')} \
 	  nice -n 10 $(BIN)/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS)
 	$(BIN)/mutmut results
+
+# The sampled run (docs/mutation.md, "Sampled run"): a seeded random sample of mutants per
+# stratum, run, then tabled with the hand classification in docs/mutation-survivors.tsv.
+MUTATION_SEED ?= 2026
+mutation-sample: $(STAMP)
+	mkdir -p mutants
+	$(BIN)/python -m tools.mutation_sample --generate --seed $(MUTATION_SEED) > mutants/sample.txt
+	SPOTPLANE_DATA_DIR=$${SPOTPLANE_DATA_DIR:-$$($(BIN)/python -c 'from controlplane.core.config import data_dir; print(data_dir())')} \
+	  nice -n 15 $(BIN)/mutmut run --max-children $(MUTATION_JOBS) $$(cat mutants/sample.txt)
+	$(BIN)/python -m tools.mutation_report mutants/sample.txt docs/mutation-survivors.tsv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache mutants

@@ -8,9 +8,11 @@ that a mutation run (``make mutation``) can reach them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from actors import quota
 from actors.quota import QuotaAllocatorActor
 from controlplane.core.models import Event, JobSpec, JobState, Market, Node, NodeState
 from controlplane.store import Store
@@ -87,6 +89,18 @@ def test_eta_falls_after_evictions_rises_after_a_quiet_spell_and_is_saved(tmp_pa
     assert again.allocators["V100"].updates == 4
 
 
+def test_one_spot_placement_with_one_eviction_is_a_rate_of_1(tmp_path: Path) -> None:
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    actor = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
+    actor.update(NO_HP, 300.0)  # the counters' baseline
+    store.incr("spot_placements_total", 1)
+    store.incr("hp_evictions_total", 1)
+    actor.update(NO_HP, 600.0)
+    # e = 1 / 1 > 1.5 eps: eta = 1.0 * 0.1 / 1.0 = 0.1 (Eq. 11)
+    assert actor.eta()["V100"] == pytest.approx(0.1, rel=1e-12)
+
+
 def test_a_short_queue_leaves_eta_alone(tmp_path: Path) -> None:
     db = str(tmp_path / "spotplane.db")
     store = Store(db)
@@ -142,3 +156,46 @@ def test_each_update_writes_one_capacity_point_per_pool(tmp_path: Path) -> None:
     # Eq. 10: min(f * eta, S0 + Sa) with f = 10 - 6.28 = 3.72: 3 at eta 1, int(0.74) = 0 at 0.2
     assert [(p.eta, p.spot_quota_gpus) for p in points] == [(1.0, 3), (pytest.approx(0.2), 0)]
     assert [q.spot_quota_gpus for q in store.quotas()] == [points[-1].spot_quota_gpus]
+
+
+def test_a_capacity_point_sums_the_tenants_as_one_gaussian_in_the_default_pool(
+        tmp_path: Path) -> None:
+    """Two HP tenants, each mean 2 GPUs and sigma 1 over H = 1 h: the allocator's aggregation
+    (summed Gaussian) bounds the demand by 4 + z(0.9) sqrt(2), not 4 + 2 z(0.9)."""
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    actor = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
+    actor.update({"V100": ([[2.0], [2.0]], [[1.0], [1.0]])}, 300.0)
+    (point,) = store.capacity_history()
+    assert point.pool == "default"
+    z = 1.2815515655446004  # the standard normal's 0.9 quantile
+    assert point.hp_demand_upper_gpus == pytest.approx(4.0 + z * 2 ** 0.5, rel=1e-9)
+
+
+class _FakeRemote:
+    """Stands in for the Ray actor class: records the options and the constructor's arguments."""
+
+    def __init__(self) -> None:
+        self.opts: dict[str, Any] = {}
+        self.args: tuple[Any, ...] = ()
+
+    def options(self, **opts: Any) -> _FakeRemote:
+        self.opts = opts
+        return self
+
+    def remote(self, *args: Any) -> str:
+        self.args = args
+        return "handle"
+
+
+@pytest.mark.parametrize("detached", [True, False])
+def test_quota_actor_is_one_named_actor_per_namespace_built_from_its_arguments(
+        monkeypatch: pytest.MonkeyPatch, detached: bool) -> None:
+    fake = _FakeRemote()
+    monkeypatch.setattr(quota, "RemoteQuotaAllocatorActor", fake)
+    assert quota.quota_actor("/db", {"V100": 2}, {"V100": 8}, "ns", detached=detached) == "handle"
+    assert fake.args == ("/db", {"V100": 2}, {"V100": 8})
+    expected: dict[str, Any] = {"name": "spotplane-quota", "namespace": "ns", "get_if_exists": True}
+    if detached:
+        expected["lifetime"] = "detached"
+    assert fake.opts == expected

@@ -32,3 +32,9 @@ def test_force_takes_a_live_lease_and_the_legacy_take_fences_the_holder(store_ur
     assert store.take_controller_lease() == 3
     with pytest.raises(Conflict):
         store.renew_controller_lease("b", 2, 10.0, now=2.0)
+
+
+def test_the_first_fencing_epoch_of_a_new_store_is_1(store_url: str) -> None:
+    store = Store(store_url)
+    assert store.take_controller_lease() == 1
+    assert store.take_controller_lease() == 2

@@ -30,14 +30,16 @@ from controlplane.reconcile.fleet import SyncFleet
 from controlplane.reconcile.ingest import Ingest
 from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
 from controlplane.reconcile.nodeops import NodeOps
-from controlplane.reconcile.persist import Act, Persist
+from controlplane.reconcile.persist import Act, Persist, resume_intent
 from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, account_demand
 from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import PolicyFailed, PolicyRequest
 from controlplane.reconcile.recorder import Recorder
-from controlplane.reconcile.state import LoopState, TickWork
-from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Store
+from controlplane.reconcile.state import LoopState, TickReport, TickWork
+from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
+from policies.checkpoint import CheckpointIntervals
 from policies.deadline import Action, Kind
+from policies.preemption import default_gce_model
 from policies.schedulers import make_scheduler
 
 OFFERS = [
@@ -199,6 +201,20 @@ def test_recorder_bills_each_node_for_the_time_it_served_the_job(world: World) -
     assert world.state.work.progress == {job.id: job}
 
 
+def test_recorder_plans_each_checkpoint_cost_with_its_own_planner(world: World) -> None:
+    """Two spot jobs whose checkpoints cost 0.1 h and 0.4 h: each one's first checkpoint is due
+    after the interval of its own DP planner (Eq. 9-13; the fleet has no lifetime model, so the
+    default GCE one), not after the other's."""
+    jobs = [world.job(f"c{i}", checkpoint_hours=ck) for i, ck in enumerate((0.1, 0.4))]
+    for job in jobs:
+        job.state, job.market, job.accounted_at = JobState.RUNNING, Market.SPOT, 0.0
+        world.rec.progress(job, 60.0)
+    due = [CheckpointIntervals(default_gce_model(), ck).interval_hours(0.0) for ck in (0.1, 0.4)]
+    assert due[0] != due[1]
+    assert [j.next_checkpoint_hours for j in jobs] == pytest.approx(due, rel=1e-12)
+    assert [j.progress_hours for j in jobs] == pytest.approx([60.0 / HOUR] * 2, rel=1e-12)
+
+
 def test_recorder_move_records_the_transition_and_counts_the_end(world: World) -> None:
     job = world.job("a")
     world.rec.move(job, JobState.QUEUED, "accepted", 10.0)
@@ -208,6 +224,18 @@ def test_recorder_move_records_the_transition_and_counts_the_end(world: World) -
     assert _transitions(w, job) == [("PENDING", "QUEUED"), ("QUEUED", "CANCELLED")]
     assert w.counters == {"jobs_cancelled_total": 1.0}
     assert w.jobs == {job.id: job}
+
+
+def test_recorder_observes_deadline_slack_only_when_a_deadline_job_succeeds(
+        world: World) -> None:
+    dl = world.job("d", kind="deadline", deadline_hours=10.0)  # due at 36,000 s
+    world.rec.move(dl, JobState.QUEUED, "accepted", 10.0)
+    assert world.state.work.counters == {}
+    dl.state, dl.finished_at = JobState.RUNNING, 30_000.0
+    world.rec.move(dl, JobState.SUCCEEDED, "done", 30_000.0)
+    assert world.state.work.counters["deadline_slack_at_finish_seconds:sum"] == 6_000.0
+    assert world.state.work.counters["deadline_slack_at_finish_seconds:count"] == 1.0
+    assert "deadline_misses_total" not in world.state.work.counters
 
 
 def test_quarantine_job_fails_it_and_terminates_its_nodes(world: World) -> None:
@@ -302,6 +330,21 @@ def test_advance_starts_a_gang_when_every_worker_is_ready(world: World) -> None:
     assert _transitions(world.state.work, job) == [("STARTING", "RUNNING")]
 
 
+def test_advance_finishes_a_bag_job_and_counts_it_for_its_bag(world: World) -> None:
+    """0.1 h of work left at 1 $/h spot: done 360 s into a 600 s tick, then released."""
+    job = world.job("a", compute_hours=1.0)
+    job.bag_id = "bag-1"
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.accounted_at = job.billed_at = 0.0
+    job.progress_hours = job.checkpointed_hours = 0.9
+    job.next_checkpoint_hours = 2.0  # no checkpoint due before the end
+    n = world.node(job, NodeState.READY)
+    _advance(world).run(600.0)
+    assert job.state is JobState.SUCCEEDED and job.finished_at == pytest.approx(360.0)
+    assert world.state.work.counters["bag_jobs_succeeded_total"] == 1.0
+    assert (n.job_id, n.idle_since) == (None, 600.0)
+
+
 def test_advance_requeues_a_job_that_lost_a_worker(world: World) -> None:
     job = world.job("a", workers=2)
     job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
@@ -336,8 +379,11 @@ def test_forget_finished_drops_terminal_jobs_and_gone_nodes(world: World) -> Non
 def test_policies_switch_a_job_and_quarantine_a_failed_policy(world: World) -> None:
     job = world.job("a", kind="deadline", deadline_hours=10.0)
     bad = world.job("b", kind="deadline", deadline_hours=10.0)
+    done = world.job("c", kind="deadline", deadline_hours=10.0)
+    done.state = JobState.SUCCEEDED  # finished earlier in the tick: no policy is asked
     job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
     job.accounted_at = job.billed_at = 600.0
+    job.progress_hours, job.changeover_left_hours = 0.5, 0.25  # mid-changeover when it switches
     bad.state = JobState.QUEUED
     n = world.node(job, NodeState.READY)
     world.state.availability = {"us-a": True, "us-b": False}
@@ -351,8 +397,11 @@ def test_policies_switch_a_job_and_quarantine_a_failed_policy(world: World) -> N
         (job.id, "spotplane", "on_demand")]
     assert job.policy_action == "on_demand"
     assert job.state is JobState.QUEUED and job.message == "policy: switch spot -> on_demand"
+    # a voluntary switch keeps the progress as checkpointed and owes no changeover yet
+    assert (job.checkpointed_hours, job.changeover_left_hours) == (job.progress_hours, 0.0)
     assert (n.state, n.job_id, n.idle_since) == (NodeState.READY, None, 600.0)
     assert bad.state is JobState.FAILED and bad.message == "quarantined: boom"
+    assert done.state is JobState.SUCCEEDED and done.id not in {r.job_id for r in host.asked}
 
 
 # -- 5. placement -------------------------------------------------------------------------------
@@ -405,9 +454,10 @@ def test_account_demand_splits_hp_and_spot_gpu_hours_per_tenant(world: World) ->
     world.job("sp", kind="spot", workers=3).state = JobState.QUEUED
     world.job("old", kind="spot").state = JobState.SUCCEEDED
     world.job("gang", kind="hp", workers=4).state = JobState.QUEUED  # holds no GPU: not demand
+    world.job("late", kind="spot").state = JobState.QUEUED  # after the skipped ones: counted
     tick_h = world.settings.tick_seconds / HOUR
     assert account_demand(world.state, world.settings) == {
-        world.tenant.id: (pytest.approx(2 * tick_h), pytest.approx(3 * tick_h))}
+        world.tenant.id: (pytest.approx(2 * tick_h), pytest.approx(4 * tick_h))}
 
 
 # -- 6. persist intents, act, persist -----------------------------------------------------------
@@ -420,7 +470,9 @@ def test_intents_are_durable_before_the_fleet_is_called_then_done(world: World) 
     (stored,) = world.store.pending_intents()
     assert stored.kind == "launch" and stored.payload["node_ids"] == hp.node_ids
     assert world.fleet.instances == {} and world.store.get_job(hp.id).state is JobState.STARTING
+    world.state.work.report = report = TickReport(at=60.0, ms=0.0, jobs=1, nodes=0)
     Act(world.fleet, world.store, world.state, world.rec, world.ops).run(60.0)
+    assert report.launched == 2
     nodes = [world.state.nodes[i] for i in hp.node_ids]
     assert [n.state for n in nodes] == [NodeState.PROVISIONING] * 2
     assert sorted(world.fleet.instances) == sorted(n.instance_id for n in nodes)
@@ -451,3 +503,32 @@ def test_a_refused_spot_launch_fails_its_nodes_and_requeues_the_job(world: World
     assert w.counters["launches_refused_total"] == 1.0
     assert [i.status for i in w.intents] == [INTENT_FAILED]
     assert world.fleet.instances == {}
+
+
+def test_a_resumed_launch_intent_names_its_job_so_a_refusal_requeues_it(world: World) -> None:
+    """After a crash between the intent's write and the launch, recovery rebuilds the launch
+    from the stored intent alone; the job id it carries is what lets a refusal requeue the job."""
+    spot = world.job("sp", kind="spot", workers=1)
+    spot.state = JobState.QUEUED
+    world.state.availability = {"us-a": True, "us-b": True}
+    _place(world).run(60.0)
+    Persist(world.store, world.settings, world.state, None).intents(60.0, {})
+    (stored,) = world.store.pending_intents()
+    world.state.work = w = TickWork()  # the crashed tick's work is gone
+    resume_intent(w, stored, 120.0)
+    ((intent, req, node_ids),) = w.launches
+    assert intent.id == stored.id and node_ids == spot.node_ids
+    assert (req.intent_id, req.zone, req.market, req.count, req.tags) == (
+        stored.id, "us-b", Market.SPOT, 1, {"job_id": spot.id})
+    world.fleet.spot_up["us-b"] = False
+    Act(world.fleet, world.store, world.state, world.rec, world.ops).run(120.0)
+    assert spot.state is JobState.QUEUED and spot.preemptions == 0 and spot.node_ids == []
+    assert [i.status for i in w.intents] == [INTENT_FAILED]
+
+
+def test_a_stored_intent_that_does_not_load_is_failed_not_applied() -> None:
+    w = TickWork()
+    bad = Intent(id="launch-1", kind="launch", created_at=0.0, payload={"zone": "us-a"})
+    resume_intent(w, bad, 30.0)
+    assert w.launches == [] and w.intents == [bad]
+    assert (bad.status, bad.done_at) == (INTENT_FAILED, 30.0)

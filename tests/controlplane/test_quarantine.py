@@ -87,7 +87,8 @@ def test_a_poison_job_row_fails_alone_and_the_clock_goes_on(tmp_path: Path, data
     assert (ev.src, ev.dst) == ("PENDING", "FAILED")
     assert ev.cause == f"quarantined: the stored job does not validate ({DEADLINE_NEEDS})"
     (row,) = store.quarantined()
-    assert (row.table, row.id) == ("jobs", poison)
+    assert (row.table, row.id, row.reason) == (
+        "jobs", poison, f"does not validate ({DEADLINE_NEEDS})")
     assert json.loads(row.body or "")["spec"]["deadline"] is None  # the evidence is kept
     assert store.metrics()["rows_quarantined_total"] == 1.0
     assert [j.id for j in store.list_jobs(t.id, state="FAILED")] == [poison]

@@ -154,6 +154,22 @@ def test_hot_spares_are_the_vms_worth_their_wait_and_their_idle_cost_is_apart(
     assert w.events[-1].cause == "hot spare idle 1.00 h"
 
 
+def test_hot_spares_are_at_most_one_plus_rate_times_the_spare_time(
+        tmp_path: Path, store: Store) -> None:
+    """2 arrivals an hour and 15 min of spare time: at most 1 + 2 x 0.25 = 1.5 spares, so the
+    best VM (the 10-h one, 0.91 h saved) is kept and the 0.5-h one (0.13 h) is not."""
+    tenant = store.create_tenant("t")[0].id
+    state, _, spares = _reaper(tmp_path, store, hot_spare_seconds=900.0)
+    now = 100 * HOUR
+    for k in range(8):
+        job = _job(store, tenant, 5.0)
+        job.submitted_at = now - k * 0.5 * HOUR
+        state.jobs[job.id] = job
+    young, stable = (_node(i, a, now, idle_since=now - 150) for i, a in enumerate([0.5, 10.0]))
+    assert spares.arrival_rate(now) == 2.0
+    assert spares.select([young, stable], now) == {stable.id}
+
+
 def test_always_keeps_every_idle_vm_an_hour_and_never_keeps_none(
         tmp_path: Path, store: Store) -> None:
     now = 100 * HOUR

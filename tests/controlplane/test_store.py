@@ -11,8 +11,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from controlplane.core.errors import Conflict, NotFound, SpotplaneError
-from controlplane.core.models import BagSpec, CapacityPoint, Job, JobSpec, JobState, hash_token
+from controlplane.core.errors import Conflict, InvalidInput, NotFound, SpotplaneError
+from controlplane.core.models import (
+    BagSpec,
+    CapacityPoint,
+    Decision,
+    Job,
+    JobSpec,
+    JobState,
+    hash_token,
+)
 from controlplane.store import IdempotentCall, Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -283,3 +291,70 @@ def test_a_store_from_before_job_totals_is_counted_when_opened(store_url: str) -
     reopened = Store(db)
     assert _totals_kept(reopened) == {("PENDING", "spot"): (5, 0.0, 0.0)}
     assert reopened.metrics()['jobs{state="PENDING"}'] == 5.0
+
+
+def test_job_page_filters_by_kind_and_by_name_and_sorts_by_state(store_url: str) -> None:
+    """The dashboard's kind filter, name search (a name the id does not contain) and state
+    sort, read from the store itself."""
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    spot, dl, hp = st.submit_jobs(t.id, [
+        JobSpec(name="train", kind="spot", compute_hours=1),
+        JobSpec(name="fine-tune", kind="deadline", compute_hours=1, deadline_hours=4),
+        JobSpec(name="eval", kind="hp", compute_hours=1)])
+    spot.state, dl.state, hp.state = JobState.SUCCEEDED, JobState.RUNNING, JobState.QUEUED
+    st.commit(jobs=[spot, dl, hp])
+    total, page = st.job_page(t.id, kind="deadline")
+    assert total == 1 and [j.id for j in page] == [dl.id]
+    total, page = st.job_page(t.id, text="tune")
+    assert total == 1 and [j.id for j in page] == [dl.id]
+    # QUEUED < RUNNING < SUCCEEDED as text; descending reverses it
+    assert [j.name for j in st.job_page(t.id, order_by="state")[1]] == ["eval", "fine-tune",
+                                                                         "train"]
+    assert [j.name for j in st.job_page(t.id, order_by="state", descending=True)[1]] == [
+        "train", "fine-tune", "eval"]
+
+
+def test_decisions_are_read_back_field_by_field(store_url: str) -> None:
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    job = st.submit_job(t.id, JobSpec(name="dl", kind="deadline", compute_hours=1,
+                                      deadline_hours=4), now=0.0)
+    st.commit(decisions=[Decision(at=60.0, job_id=job.id, tenant_id=t.id, policy="greedy",
+                                  action="spot", zone="us-east-1a", reason="spot is up",
+                                  observation={"progress_hours": 0.5})])
+    (d,) = st.decisions(job.id)
+    assert (d.at, d.job_id, d.tenant_id, d.policy, d.action, d.zone, d.reason, d.observation) == (
+        60.0, job.id, t.id, "greedy", "spot", "us-east-1a", "spot is up", {"progress_hours": 0.5})
+
+
+def test_a_page_cursor_of_another_tenants_job_names_after(store_url: str) -> None:
+    st = Store(store_url)
+    a, _ = st.create_tenant("a")
+    b, _ = st.create_tenant("b")
+    theirs = st.submit_job(b.id, JobSpec(name="x", compute_hours=1), now=0.0)
+    with pytest.raises(InvalidInput, match="is not a job of this list") as err:
+        st.list_jobs(a.id, after=theirs.id)
+    assert err.value.field == "after"
+
+
+def test_demand_history_is_the_mean_gpus_per_whole_hour_before_until(store_url: str) -> None:
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    st.add_demand(t.id, 3600.0 + 10, 2.0, 0.5)  # hour 1
+    st.add_demand(t.id, 3600.0 + 20, 1.0, 0.0)  # hour 1 again: accumulates
+    st.add_demand(t.id, 3 * 3600.0, 4.0, 1.5)  # hour 3
+    # until 4.5 h: the 3 whole hours before hour 4 are 1, 2, 3
+    assert st.demand_history(t.id, 3, 4.5 * 3600) == [3.0, 0.0, 4.0]
+    assert st.demand_history(t.id, 3, 4.5 * 3600, kind="spot") == [0.5, 0.0, 1.5]
+    assert st.demand_history("nobody", 2, 4.5 * 3600) == [0.0, 0.0]
+
+
+def test_new_jobs_are_the_pending_ones_not_yet_known(store_url: str) -> None:
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    a, b, c = st.submit_jobs(t.id, [JobSpec(name=n, compute_hours=1) for n in "abc"])
+    c.state = JobState.QUEUED
+    st.commit(jobs=[c])
+    assert [j.id for j in st.new_jobs()] == [a.id, b.id]
+    assert [j.id for j in st.new_jobs({a.id})] == [b.id]

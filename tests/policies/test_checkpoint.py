@@ -166,3 +166,18 @@ def test_bad_checkpoints_and_delta() -> None:
         expected_makespan(m, (2.0, 1.0), 3.0, 1 / 60)
     with pytest.raises(InvalidInput, match="delta_hours"):
         OptimalCheckpointPlanner(m, delta_hours=-0.1)
+
+
+def test_checkpoints_on_the_first_and_last_inner_step_are_accepted_and_the_ends_are_not() -> None:
+    """Positions live strictly inside (0, work) on the step grid: steps 1 and J - 1 are valid."""
+    m = default_gce_model()
+    step = 1 / 60
+    first = expected_makespan(m, (step,), 3 * step, step)
+    last = expected_makespan(m, (2 * step,), 3 * step, step)
+    assert math.isfinite(first) and first >= 4 * step  # 3 steps of work + 1 of checkpoint
+    assert math.isfinite(last) and last >= 4 * step
+    for bad in ((0.0,), (3 * step,)):
+        with pytest.raises(InvalidInput, match="checkpoints"):
+            expected_makespan(m, bad, 3 * step, step)
+    with pytest.raises(InvalidInput, match="work_hours"):
+        expected_makespan(m, (), -1.0, step)

@@ -36,6 +36,9 @@ def obs(t: float, cp: float, state: Kind, up: bool) -> Observation:
         ({"compute_hours": 10, "deadline_hours": 20, "overhead_hours": -0.1}, "overhead_hours", "d must be >= 0"),
         ({"compute_hours": 0, "deadline_hours": 20, "overhead_hours": 0.1}, "compute_hours", "must be > 0"),
         ({"compute_hours": 1, "deadline_hours": 2, "overhead_hours": 0.1, "nodes": 0}, "nodes", "must be >= 1"),
+        ({"compute_hours": 1, "deadline_hours": float("inf"), "overhead_hours": 0.1}, "deadline_hours", "finite"),
+        ({"compute_hours": 1, "deadline_hours": 2, "overhead_hours": 0.1, "on_demand_price": 0.0}, "spot_price", "prices must be > 0"),
+        ({"compute_hours": 1, "deadline_hours": 2, "overhead_hours": 0.1, "spot_price": 0.0}, "spot_price", "prices must be > 0"),
     ],
 )
 def test_bad_task_rejected_with_field_and_fix(kwargs: dict, field: str, text: str) -> None:
@@ -48,6 +51,9 @@ def test_bad_task_rejected_with_field_and_fix(kwargs: dict, field: str, text: st
 def test_empty_trace_and_unknown_policy_rejected() -> None:
     with pytest.raises(InvalidInput, match="empty"):
         simulate(Greedy(TASK), [], G)
+    with pytest.raises(InvalidInput, match="must be > 0, got 0.0") as err:
+        simulate(Greedy(TASK), [True], 0.0)
+    assert err.value.field == "tick_hours"
     with pytest.raises(InvalidInput, match="unknown policy 'nope'"):
         make_policy("nope", TASK)
     assert {"greedy", "uniform_progress", "time_sliced", "up_oracle", "partial_lookahead", "omniscient", "on_demand", "spotplane"} <= set(policy_names())
@@ -293,3 +299,10 @@ def test_real_windows_never_miss(catalog) -> None:
         for s in rng.integers(0, tr.n_ticks - 360, size=6):
             for name in ("greedy", "uniform_progress", "on_demand"):
                 assert simulate(make_policy(name, TASK, tick_hours=g), up[s : s + 360], g).met_deadline
+
+
+def test_up_loose_at_exactly_the_switch_fraction_is_plain_up_from_the_start() -> None:
+    """C/R = 7 / 10 = 0.7 = switch: anchored at t0 = 0 (the greedy phase is for C/R < switch);
+    just below (6.99 / 10) it has no anchor yet."""
+    assert UniformProgressLoose(DeadlineTask(7.0, 10.0, 0.2), tick_hours=G).state_dict()["t0"] == 0.0
+    assert UniformProgressLoose(DeadlineTask(6.99, 10.0, 0.2), tick_hours=G).state_dict()["t0"] is None

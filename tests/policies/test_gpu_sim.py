@@ -175,3 +175,17 @@ def test_queued_shapes_that_differ_only_by_gpu_model_none_are_ordered(scheduler:
     assert r.hp.finished == 3
     assert r.records["any"].finish_s == pytest.approx(3 * H)  # None sorts first: runs 2 h-3 h
     assert r.records["a100"].finish_s == pytest.approx(4 * H)
+
+
+def test_quota_loop_fits_orglinear_once_it_has_lookback_plus_horizon_hours() -> None:
+    """OrgLinear needs lookback 168 h + horizon 4 h of history: at hour 172 the loop fits it with
+    the configured iteration budget (5) and forecasts from it."""
+    loop = QuotaLoop(2, 8.0, "orglinear", True, SimConfig(first_fit_h=172, forecaster_maxiter=5),
+                     start_hour=0)
+    for h in range(172):
+        assert loop.model is None
+        loop.sample(np.array([2.0 + np.sin(h / 24 * 2 * np.pi), 1.0]))
+        loop.close_hour()
+    assert loop.model is not None and loop.fitted_at == 172
+    assert (loop.model.maxiter, loop.model.train_info_["iterations"]) == (5, 5.0)
+    assert loop.forecast is not None

@@ -79,6 +79,27 @@ def test_zone_switch_is_a_changeover() -> None:
     assert r.zones is not None and r.zones.tolist()[:3] == [0, 0, 1]
 
 
+def test_zone_switch_bills_every_hour_held_including_the_last_partial_one() -> None:
+    """Same replay as above: a for 2 h (0.5 h changeover, 1.5 h work), b from hour 2 (0.5 h
+    changeover, 0.5 h work), then 1 h of b finishes the 3 h job at hour 4."""
+    task = DeadlineTask(3.0, 6.0, 0.5)
+    seq: list[tuple[Kind, str | None]] = [(Kind.SPOT, "a")] * 2 + [(Kind.SPOT, "b")] * 4
+    r = simulate_zones(_Fixed(task, seq, 1.0), np.ones((2, 6), dtype=bool), 1.0, NAMES, SPOT, OD)
+    assert (r.spot_billed_hours, r.od_billed_hours) == (4.0, 0.0)
+    assert (r.spot_hours, r.progress_hours, r.finish_hours) == (3.0, 3.0, 4.0)
+
+
+def test_multizone_plan_policy_state_names_it_and_lists_its_modes() -> None:
+    """Both zones up for 3 h, C = 1 h, d = 0: the plan is 1 h of spot in a (mode 1, $1/h), then
+    idle; its state names the policy and lists the modes per tick."""
+    task = DeadlineTask(1.0, 3.0, 0.0)
+    plan = multizone_plan(task, np.ones((2, 3), dtype=bool), 1.0, SPOT, OD)
+    pol = MultiZonePlanPolicy(task, plan, NAMES, 1.0)
+    assert plan.cost == 1.0
+    assert pol.state_dict() == {"name": "multizone_omniscient", "modes": plan.modes.tolist()}
+    assert [pol.plan.mode_list[m].kind for m in plan.modes.tolist()][0] is Kind.SPOT
+
+
 def test_bad_multizone_actions_rejected() -> None:
     task = DeadlineTask(1.0, 3.0, 0.1)
 

@@ -16,6 +16,8 @@ from policies.omniscient import (
     brute_force_cost,
     heterogeneous_plan,
     omniscient_plan,
+    plan_modes,
+    single_zone_modes,
 )
 
 G = 1 / 6
@@ -179,3 +181,14 @@ def test_partial_lookahead_last_slice_keeps_room_for_a_changeover(catalog) -> No
     w = tr.spot_up()[2209 : 2209 + n]
     r = simulate(PartialLookahead(task, w, n=8, tick_hours=G), w, G)
     assert r.met_deadline and r.finish_hours <= task.deadline_hours
+
+
+def test_partial_lookahead_plan_finishes_when_finishing_is_the_cheapest_rate() -> None:
+    """Eq. 11 with the finish inside the horizon: 1 h of spot at $1/h finishes C = 1 h at $1 per
+    hour of progress, no partial plan does better, so the plan is the finishing one."""
+    task = DeadlineTask(1.0, 4.0, 0.0)
+    up = np.ones(4, dtype=bool)
+    plan = plan_modes(single_zone_modes(task), np.vstack([up, up, up]), 1.0, 1.0, 4.0, 0.0,
+                      min_progress=0.5)
+    assert (plan.feasible, plan.cost, plan.progress_hours, plan.changeovers) == (True, 1.0, 1.0, 1)
+    assert plan.kinds() == [Kind.SPOT, Kind.IDLE, Kind.IDLE, Kind.IDLE]

@@ -19,6 +19,7 @@ from policies.placement import (
     FragmentationScore,
     GpuModelFilter,
     PackingScore,
+    QuotaRule,
     RunningTask,
     TaskRequest,
     WorkState,
@@ -100,6 +101,15 @@ def test_eq19_node_cost() -> None:
     assert gfs_node_cost(s, [v], usage_window_s=3600.0) == pytest.approx(expect)
     assert gfs_node_cost(s, [v]) == pytest.approx(3 / 11 + 0.5 * 1400.0 / (16 * 7 * 86400.0))
     assert gfs_node_cost(s, []) == pytest.approx(2 / 10)
+
+
+def test_eq19_node_cost_of_a_first_eviction() -> None:
+    """No spot run has ended yet (G = F = 0): evicting one task is an eviction rate of 1 / 1."""
+    s = snapshot([8, 8], now=5000.0, g=0, f=0)
+    v = RunningTask("v", "spot", 1.0, 1, ((0, 0, 1.0),), 0.0, 3600.0)  # waste 1400 GPU-s
+    assert gfs_node_cost(s, [v], usage_window_s=3600.0) == pytest.approx(
+        1.0 + 0.5 * 1400.0 / (16 * 3600.0), rel=1e-12)
+    assert gfs_node_cost(s, []) == 0.0
 
 
 # ---- each plugin alone -----------------------------------------------------------------------
@@ -254,3 +264,10 @@ def test_alg2_costs_every_node_not_only_the_smallest_deficits() -> None:
     s = snapshot([8] * 71, running, now=1800.0, g=100, f=1)
     p = make_scheduler("gfs").schedule(s, TaskRequest("h", "hp", 8))
     assert p is not None and p.nodes == ("n70",) and p.victims == ("big",)
+
+
+def test_gfs_ablations_configure_the_quota_they_are_named_for() -> None:
+    """GFS-E forecasts with last week's peak, GFS-D keeps eta fixed; GFS itself does neither."""
+    assert make_scheduler("gfs").quota == QuotaRule("orglinear", adapt_eta=True)
+    assert make_scheduler("gfs_e").quota == QuotaRule("last_week_peak", adapt_eta=True)
+    assert make_scheduler("gfs_d").quota == QuotaRule("orglinear", adapt_eta=False)

@@ -132,3 +132,5 @@ def test_openb_node_count_keeps_the_largest_nodes_in_list_order() -> None:
     assert list(w.nodes.names) == ["b", "c", "d"] and w.nodes.gpus.sum() == 20
     with pytest.raises(InvalidInput, match="node_count"):
         openb(nodes, pods, node_count=5)
+    every = openb(nodes, pods, node_count=4)  # all four nodes is a valid count
+    assert sorted(every.nodes.names) == ["a", "b", "c", "d"] and every.nodes.gpus.sum() == 22

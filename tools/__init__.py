@@ -1,0 +1,1 @@
+"""Maintenance scripts that are not part of the control plane (docs/mutation.md)."""
