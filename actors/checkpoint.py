@@ -92,6 +92,7 @@ class CheckpointCoordinator:
         self.planned_cost_hours = self.prior_cost_hours
         self.progress = 0.0
         self.checkpointed = 0.0
+        self.started = False  # the replica restored (or began afresh): its progress means something
         self.base = 0.0  # progress at the start of the current plan
         self.plan: tuple[float, ...] = ()  # cumulative work hours from ``base``
         self.plans = 0
@@ -108,6 +109,7 @@ class CheckpointCoordinator:
     def directive(self, progress: float) -> dict[str, Any]:
         """Checkpoint now (a notice is pending) and/or at which progress next."""
         self.progress = max(self.progress, float(progress))
+        self.started = True
         urgent = self.notice_at is not None and self.emergency_done_at is None
         return {
             "checkpoint_now": urgent or self.requested is not None,
@@ -153,6 +155,7 @@ class CheckpointCoordinator:
         self.restored_from = ref
         p = float(ref.get("progress", 0.0)) if ref else 0.0
         self.progress = self.checkpointed = p
+        self.started = True
         self._replan()
 
     def record_finished(self) -> None:
@@ -194,6 +197,7 @@ class CheckpointCoordinator:
             "node_id": self.node_id,
             "progress": self.progress,
             "checkpointed": self.checkpointed,
+            "started": self.started,
             "checkpoints": len(self.artifacts),
             "checkpoint_cost_hours": self.checkpoint_cost_hours,
             "node_age_hours": self.node_age_hours(),

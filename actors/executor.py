@@ -319,8 +319,13 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             statuses = [self.replica_status(r) for r in reps]
             for r in reps:
                 self.copy_logs(r)
-            progress = max((s.get("progress", 0.0) for s in statuses), default=0.0)
-            checkpointed = max((s.get("checkpointed", 0.0) for s in statuses), default=0.0)
+            told = [s for s in statuses if s.get("started")]
+            if told:
+                progress = max(float(s.get("progress", 0.0)) for s in told)
+                checkpointed = max(float(s.get("checkpointed", 0.0)) for s in told)
+            else:  # no attempt has restored or begun yet (a new one): no news is no change
+                progress = job.progress_hours / job.spec.compute_hours
+                checkpointed = job.checkpointed_hours / job.spec.compute_hours
             ckpts = sum(int(s.get("checkpoints", 0)) for s in statuses)
             finished = any(r.state is ReplicaState.SUCCEEDED for r in reps)
             failed = None

@@ -195,6 +195,7 @@ class AdvanceJobs:
             workload.begin_checkpoint(job, self.rec.move, cause, at)
 
     def _apply_report(self, job: Job, r: ExecutorReport, now: float) -> None:
+        before = job.progress_hours
         job.progress_hours = r.progress_hours
         job.checkpointed_hours = r.checkpointed_hours
         self._count_checkpoint_io(job, r)
@@ -204,7 +205,8 @@ class AdvanceJobs:
         if r.failed is not None:
             self.ops.release(job, now, "job failed", keep=False)
             self.rec.move(job, JobState.FAILED, f"executor: {r.failed}", now)
-        elif r.finished:
+        elif r.finished:  # done: its progress does not fall back at the end
+            job.progress_hours = max(before, r.progress_hours)
             job.finished_at = now
             self.rec.move(job, JobState.SUCCEEDED, "executor: finished", now)
 
