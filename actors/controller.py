@@ -273,11 +273,7 @@ class ControllerActor:
         """The provider reports ``instance_id`` gone now (a simulated fleet's stand-in for a
         cloud's termination event, when the Ray node that instance maps to died)."""
         self._active()
-        preempt = getattr(self.fleet, "preempt_now", None)
-        if preempt is None:
-            raise Conflict(f"fleet {self.config['fleet']!r} reports its own losses",
-                           fix="lose a node through the provider")
-        preempt(instance_id, detail)
+        self.fleet.lose(instance_id, detail)
 
     def launches_per_intent(self) -> dict[str, int]:
         self._active()

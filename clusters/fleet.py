@@ -24,6 +24,7 @@ from typing import Any, Protocol, Self
 
 import numpy as np
 
+from controlplane.core.errors import Conflict
 from controlplane.core.models import Market
 
 
@@ -150,3 +151,9 @@ class FleetProvider(ABC):
         """How many instances each launch intent created, where the provider counts them (a
         relaunch would show up here); empty (the default) when it does not."""
         return {}
+
+    def lose(self, instance_id: str, detail: str = "node lost") -> None:
+        """Report ``instance_id`` gone now, as if the cloud had reclaimed it (a Ray node died
+        under it). Only a fleet that stands in for a cloud can; a real cloud reports its own."""
+        raise Conflict(f"fleet {self.name!r} reports its own losses",
+                       fix="lose a node through the provider")

@@ -384,6 +384,9 @@ class SimulatedFleet(FleetProvider):
             return out
 
     # -- extras --------------------------------------------------------------------------------
+    def lose(self, instance_id: str, detail: str = "node lost") -> None:
+        self.preempt_now(instance_id, detail)
+
     def preempt_now(self, instance_id: str, detail: str = "node lost") -> None:
         """Reclaim one live instance now (its Ray node was removed under it; chaos tests)."""
         with self._lock:
