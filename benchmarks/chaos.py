@@ -90,7 +90,9 @@ class Load:
     accepted: dict[str, str] = field(default_factory=dict)  # job id -> unique name
     sent: int = 0
     unanswered: list[str] = field(default_factory=list)  # names whose POST got no answer
-    refused: int = 0  # 4xx/5xx answers
+    refused: int = 0  # 4xx answers
+    retries: int = 0  # repeated POSTs of one submission (same Idempotency-Key)
+    replayed: int = 0  # 201s that were the stored first answer of an earlier try
     errors: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -157,9 +159,37 @@ def _body(rng: random.Random, name: str) -> dict[str, Any]:
     return body
 
 
+RETRY_S = 60.0  # how long a client keeps retrying one submission that got no answer
+
+
+def post_until_answered(client: httpx.Client, body: dict[str, Any], key: str, load: Load,
+                        retry_s: float = RETRY_S) -> httpx.Response | None:
+    """POST one submission with its ``Idempotency-Key``, retrying the same key after no answer
+    or a 5xx (backing off 0.5 s to 4 s), as a careful client does; None if never answered."""
+    give_up, wait = time.monotonic() + retry_s, 0.5
+    while True:
+        try:
+            r = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": key})
+        except httpx.HTTPError as exc:
+            with load.lock:
+                load.errors[type(exc).__name__] += 1
+        else:
+            if r.status_code < 500:
+                return r
+            with load.lock:
+                load.errors[f"http_{r.status_code}"] += 1
+        if time.monotonic() + wait > give_up:
+            return None
+        with load.lock:
+            load.retries += 1
+        time.sleep(wait)
+        wait = min(4.0, wait * 2)
+
+
 def submitter(url: str, token: str, tenant: int, per_s: float, stop: threading.Event,
               load: Load, seed: int) -> None:
-    """One tenant: a submission every 1/per_s seconds; no retries (no idempotency assumed)."""
+    """One tenant: a submission every 1/per_s seconds, each retried under its own
+    ``Idempotency-Key`` until answered (so a retry after a kill creates nothing twice)."""
     rng = random.Random(seed)
     i = 0
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"},
@@ -170,21 +200,16 @@ def submitter(url: str, token: str, tenant: int, per_s: float, stop: threading.E
             i += 1
             with load.lock:
                 load.sent += 1
-            try:
-                r = client.post("/v1/jobs", json=_body(rng, name))
-            except httpx.HTTPError as exc:
-                with load.lock:
+            r = post_until_answered(client, _body(rng, name), f"{name}-{seed}", load)
+            with load.lock:
+                if r is None:
                     load.unanswered.append(name)
-                    load.errors[type(exc).__name__] += 1
-            else:
-                with load.lock:
-                    if r.status_code == 201:
-                        load.accepted[r.json()["id"]] = name
-                    else:
-                        load.refused += 1
-                        load.errors[f"http_{r.status_code}"] += 1
-                        if r.status_code >= 500:  # may have been stored before it failed
-                            load.unanswered.append(name)
+                elif r.status_code == 201:
+                    load.accepted[r.json()["id"]] = name
+                    load.replayed += r.headers.get("Idempotent-Replayed") == "true"
+                else:
+                    load.refused += 1
+                    load.errors[f"http_{r.status_code}"] += 1
             stop.wait(max(0.0, 1.0 / per_s - (time.monotonic() - t0)))
 
 
@@ -603,6 +628,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         result.update(resumes(url, tokens[0], killer.lost_jobs, store))
         result.update({
             "minutes": minutes, "tenants": tenants, "sent": load.sent, "refused": load.refused,
+            "retries": load.retries, "replayed": load.replayed,
             "errors": dict(load.errors), "unfinished": len(after), "stuck": len(stuck),
             "kills": summary(killer.kills, killer.skipped),
             "kills_total": len(killer.kills),
@@ -657,6 +683,8 @@ def render(r: dict[str, Any]) -> str:
               f"{'unfinished / stuck':<24} {r['unfinished']:>4} / {r['stuck']:<3}",
               f"{'quarantined (FAILED)':<24} {r['quarantined']:>8}",
               f"{'unanswered (stored)':<24} {r['unanswered']:>4} ({r['unanswered_but_stored']})",
+              f"{'retried / replayed':<24} {r['retries']:>4} / {r['replayed']:<4} "
+              "(same Idempotency-Key)",
               f"{'raylet-lost jobs resumed':<24} {r['raylet_jobs_resumed']:>4} / "
               f"{r['raylet_jobs']:<3} (later attempt, from a checkpoint)",
               f"{'proxy recovery p99 s':<24} {proxy if proxy is not None else '-':>8}  "
