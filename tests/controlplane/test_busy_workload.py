@@ -20,7 +20,7 @@ import pytest
 import ray
 from ray.job_submission import JobSubmissionClient
 
-from actors.executor import SimulatedExecutor, died_with_its_node
+from actors.executor import SimulatedExecutor, died_with_its_node, job_agent_ready
 from clusters.rayjobs import transient
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
@@ -99,6 +99,17 @@ def test_ray_job_sdk_errors_are_told_apart(job_api: tuple[str, type[_JobApi]]) -
         JobSubmissionClient(closed)
     assert transient(refused.value)
     assert not transient(ValueError("No available agent"))  # only the SDK's own error type
+
+
+def test_the_job_agent_probe_waits_out_a_busy_agent_and_refuses_a_bad_answer(
+    job_api: tuple[str, type[_JobApi]],
+) -> None:
+    """A busy agent is "not ready" once the probe's time is up; a 4xx is raised, not waited on."""
+    address, api = job_api
+    assert job_agent_ready(address, timeout_s=0.5) is False
+    api.answer = (400, "runtime_env: invalid pip spec")
+    with pytest.raises(RuntimeError, match="status code 400"):
+        job_agent_ready(address, timeout_s=30.0)
 
 
 class BusyExecutor(SimulatedExecutor):
