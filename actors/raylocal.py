@@ -35,6 +35,18 @@ REPO = Path(__file__).resolve().parents[1]
 # start); each check is one cheap actor call.
 PROXY_HEALTH_CHECK_PERIOD_S = "1"
 
+# Ray starts its workers (every actor) at nice 15, below anything else on the machine. For the
+# control plane's own Ray that puts the controller, policy actors and the API replica behind any
+# busy process on the head: its ticks and answers stall. Its workers run at nice 0; a workload
+# Ray keeps Ray's 15, so tenants' code on the same machine cannot starve the control plane.
+CONTROL_PLANE_NICENESS = 0
+
+
+def control_plane_config(system_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Ray's ``_system_config`` for a control plane's Ray: ``system_config`` with its workers
+    at :data:`CONTROL_PLANE_NICENESS` (unless it sets ``worker_niceness`` itself)."""
+    return {"worker_niceness": CONTROL_PLANE_NICENESS, **(system_config or {})}
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
@@ -43,11 +55,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def init_local_ray(**kwargs: Any) -> Any:
+def init_local_ray(*, control_plane: bool = False, **kwargs: Any) -> Any:
     """``ray.init(**kwargs)`` for a new local cluster, with free dashboard and agent ports
-    (and a 1 s Serve proxy health-check period unless the environment sets one)."""
+    (and a 1 s Serve proxy health-check period unless the environment sets one); with
+    ``control_plane`` its workers at the control plane's priority (:func:`control_plane_config`)."""
     import ray
     from ray._private import parameter
+
+    if control_plane:
+        kwargs["_system_config"] = control_plane_config(kwargs.get("_system_config"))
 
     kwargs.setdefault("dashboard_port", free_port())
     # Its own temp dir, naming its own GCS: the job supervisor resolves "auto" (the address its

@@ -133,7 +133,7 @@ def local_api(db: str | Path, admin: str, files: Path | None = None,
 
     own_ray = not ray.is_initialized()  # a test session may already run one
     if own_ray:  # a private Ray: never one another process on this machine started
-        init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False,
+        init_local_ray(control_plane=True, num_cpus=2, include_dashboard=False, log_to_driver=False,
                        configure_logging=False, namespace="spotplane-bench")
     try:
         url = start_api(db, admin, free_port(), package_dir=files and files / "packages",
@@ -155,7 +155,7 @@ def _one_ray() -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    init_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    init_local_ray(control_plane=True, num_cpus=2, include_dashboard=False, log_to_driver=False,
                    configure_logging=False, namespace="spotplane-bench")
     try:
         yield

@@ -542,7 +542,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
 
     rng = random.Random(seed)
     state = Path(tempfile.mkdtemp(prefix="spotplane-chaos-"))
-    init_local_ray(namespace=NAMESPACE, num_cpus=4, include_dashboard=False,
+    init_local_ray(control_plane=True, namespace=NAMESPACE, num_cpus=4, include_dashboard=False,
                    log_to_driver=False, configure_logging=False)
     handles = None
     api = False

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from actors.deadline import RemoteDeadlinePolicyActor
+from actors.raylocal import control_plane_config
 from benchmarks import entry
 from benchmarks.stores import store_at
 from clusters.simfleet import SimulatedFleet
@@ -125,7 +126,8 @@ def measure_policy_actor() -> tuple[float, float]:
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
-                 namespace="spotplane-bench", configure_logging=False)
+                 namespace="spotplane-bench", configure_logging=False,
+                 _system_config=control_plane_config())
     try:
         actor: Any = RemoteDeadlinePolicyActor.remote(str(tmp / "spotplane.db"))
         task = DeadlineTask(10.0, 14.0, 0.1, 3.06, 0.92, 1)

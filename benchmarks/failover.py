@@ -116,7 +116,7 @@ def run(trials: int = 5, ttl_s: float = 10.0, jobs: int = 12) -> dict[str, Any]:
     """``trials`` kills on a local Ray of its own (unless one runs); the ``--json`` dict."""
     own = not ray.is_initialized()
     if own:
-        init_local_ray(num_cpus=4, include_dashboard=False, log_to_driver=False,
+        init_local_ray(control_plane=True, num_cpus=4, include_dashboard=False, log_to_driver=False,
                        configure_logging=False, namespace="spotplane-bench")
     try:
         rows = [trial(ttl_s, jobs) for _ in range(trials)]

@@ -113,7 +113,7 @@ def world(tmp: Path, workers: int) -> Iterator[Bench]:
     """Control-plane Ray + Serve API, the multi-node workload Ray, the controller ticking."""
     import ray
 
-    init_local_ray(num_cpus=2, namespace="bench-jobs", log_to_driver=False,
+    init_local_ray(control_plane=True, num_cpus=2, namespace="bench-jobs", log_to_driver=False,
                    configure_logging=False)
     workload = MultiNodeWorkload(workers=workers, gpus_per_node=1)
     db, packages, logs = tmp / "spotplane.db", tmp / "packages", tmp / "logs"

@@ -40,6 +40,7 @@ def ray_cluster():  # type: ignore[no-untyped-def]
     for attempt in (1, 2, 3):  # Ray gives a raylet 30 s to register: a loaded machine misses it
         try:
             ctx = init_local_ray(
+                control_plane=True,
                 num_cpus=4,
                 include_dashboard=True,
                 namespace="spotplane-tests",

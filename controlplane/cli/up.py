@@ -339,8 +339,9 @@ def start_ray(fleet: str) -> None:
                                   "or use --fleet sim") from exc
         return
 
-    init_local_ray(namespace="spotplane", include_dashboard=True, log_to_driver=False,
-                   configure_logging=False, num_cpus=max(4, os.cpu_count() or 1))
+    init_local_ray(control_plane=True, namespace="spotplane", include_dashboard=True,
+                   log_to_driver=False, configure_logging=False,
+                   num_cpus=max(4, os.cpu_count() or 1))
 
 
 def start_workload(args: argparse.Namespace, state_dir: Path, started: dict[str, Any]) -> dict[str, str]:

@@ -106,6 +106,7 @@ def main(db: str, out_path: str) -> None:
     from ray import serve
     from ray.cluster_utils import Cluster
 
+    from actors.raylocal import control_plane_config
     from controlplane.store import Store
     from serve.app import start_api, stop_api
     from serve.limits import ApiLimits
@@ -114,7 +115,7 @@ def main(db: str, out_path: str) -> None:
     out: dict[str, Any] = {}
     t0 = time.monotonic()
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False})
+        "num_cpus": 1, "include_dashboard": False, "_system_config": control_plane_config()})
     try:
         workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
         ray.init(address=cluster.address, namespace="spotplane-multinode", log_to_driver=False,
