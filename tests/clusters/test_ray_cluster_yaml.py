@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ def test_ray_accepts_the_config(path: Path) -> None:
     assert prepared["available_node_types"][head]["max_workers"] == 0  # filled in by Ray
     assert "ray start --head" in " ".join(prepared["head_start_ray_commands"])
     assert any("spotplane up --fleet ray" in c for c in prepared["head_start_ray_commands"])
+    # the control plane's actors on the head at normal priority, not Ray's background nice 15
+    config = re.search(r"--system-config='([^']*)'", " ".join(prepared["head_start_ray_commands"]))
+    assert config is not None and json.loads(config.group(1))["worker_niceness"] == 0
 
 
 @pytest.mark.parametrize("path", [AWS_YAML, GCP_YAML], ids=["aws", "gcp"])
