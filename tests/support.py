@@ -71,12 +71,31 @@ def assert_no_tick_failed(controller: Any) -> None:
         f"{status['last_tick_failure']}")
 
 
+def _child_sessions(pid: int) -> list[int]:
+    """The children of ``pid`` that lead sessions of their own (``up``'s supervised child)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(c) for c in children if _pgid(int(c)) == int(c)]
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def stop_up(proc: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGTERM,
             timeout: float = 60) -> None:
     """Stop a ``spotplane up`` started with ``start_new_session=True`` however far it got, and
     leak no Ray: ``sig`` to ``up`` (its clean stop), then after ``timeout`` s SIGKILL to its
-    whole process group (its Ray's GCS, raylet and workers share it), and SIGKILL to whatever
-    of the group outlived it. SIGINT goes to the group, as a terminal's Ctrl-C would."""
+    whole process group (its Ray's GCS, raylet and workers share it) and to the session of the
+    child ``up`` supervises (it runs in a session of its own, so the group's SIGKILL misses it),
+    and SIGKILL to whatever of the groups outlived it. SIGINT goes to the group, as a
+    terminal's Ctrl-C would."""
+    sessions = _child_sessions(proc.pid)
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             if sig == signal.SIGINT:
@@ -89,5 +108,6 @@ def stop_up(proc: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGTERM,
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of a group whose leader has exited
+    for group in [proc.pid, *sessions]:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)  # stragglers of a group whose leader has exited
