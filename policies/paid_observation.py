@@ -9,23 +9,26 @@ first launch tries it); a policy with a ``probes(obs) -> zone names`` method buy
 it decides; a spot choice in a zone that is down is a refused launch, and the policy is asked
 again with what it just learned (at most once per zone per tick).
 
-:class:`ProbingSpotplane` is spotplane's policy with a probe rule: at most one probe a tick,
-of the zone believed down with the best score (price x (1 + d / E[run])) among those that would
-beat where the job runs (off spot: the best zone believed up) and were not probed for
-``reprobe_hours``: a cheaper zone that came back is found for a minute of spot.
+:class:`ProbingSpotplane` is spotplane's policy learning zones the cheapest way there is. Off
+spot (idle or on demand) it buys no probe: a zone believed down for ``retry_hours`` (default one
+tick) is tried again by a launch, which costs nothing when refused and is what the job wants
+when it is not. On spot, where a launch elsewhere would move the job, it buys at most one probe
+a tick, of the zone believed down with the best score (price x (1 + d / E[run])) among those
+that would beat where the job runs and were not probed for ``reprobe_hours``: a cheaper zone
+that came back is found for a minute of spot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 from controlplane.core.errors import InvalidInput
-from policies.deadline import CODE_KIND, DeadlinePolicy, Kind, Observation, ZoneView
+from policies.deadline import CODE_KIND, Action, DeadlinePolicy, Kind, Observation, ZoneView
 from policies.deadline_sim import EPS, PolicyError, SimResult, ZoneLedger, _check_window
 from policies.multizone import SpotplaneMultiZone
 
@@ -33,7 +36,10 @@ _IDLE, _SPOT, _OD = 0, 1, 2
 _CODE = {Kind.IDLE: _IDLE, Kind.SPOT: _SPOT, Kind.ON_DEMAND: _OD}
 
 
+@runtime_checkable
 class Probing(Protocol):
+    """The optional capability of a policy that buys probes before it decides."""
+
     def probes(self, obs: Observation) -> Sequence[str]: ...
 
 
@@ -72,7 +78,7 @@ def simulate_zones_paid(policy: DeadlinePolicy, available: npt.NDArray[np.bool_]
     probe_price = [p * probe_minutes / 60.0 for p in sp]
     known = [True] * n_z  # never seen: believed up, so a launch tries it
     cols = avail.T.tolist()
-    probes_of = getattr(policy, "probes", None)
+    probes_of = policy.probes if isinstance(policy, Probing) else None
     led = ZoneLedger(c, d)
     probe_cost = 0.0
     probes = refused = 0
@@ -126,25 +132,48 @@ def _obs(t: float, progress: float, state: int, zone: int, names: list[str], kno
 
 
 class ProbingSpotplane(SpotplaneMultiZone):
-    """spotplane with a probe rule for paid observation (see the module docstring)."""
+    """spotplane learning zones by free launches off spot and paid probes on spot (module doc)."""
 
     name = "spotplane_probing"
 
-    def __init__(self, task: Any, *, reprobe_hours: float = 1.0, **kw: Any) -> None:
+    def __init__(self, task: Any, *, reprobe_hours: float = 2.0, retry_hours: float | None = None,
+                 **kw: Any) -> None:
         super().__init__(task, **kw)
         self.reprobe_hours = float(reprobe_hours)
+        self.retry_hours = self.tick_hours if retry_hours is None else float(retry_hours)
         self._probed: dict[str, float] = {}
+        self._down_since: dict[str, float] = {}
+        self._tried: tuple[float, str | None] = (-1.0, None)  # (when, the zone last launched)
+
+    def _believed(self, obs: Observation) -> Observation:
+        """``obs`` with, off spot, each zone believed down for ``retry_hours`` shown up (a launch
+        there is free if refused); a zone refused at this same step stays down."""
+        t, (when, tried) = obs.elapsed_hours, self._tried
+        views = []
+        for z in obs.zones:
+            if z.spot_available:
+                self._down_since.pop(z.zone, None)
+                views.append(z)
+                continue
+            if abs(when - t) < EPS and tried == z.zone:
+                self._down_since[z.zone] = t  # just refused
+            since = self._down_since.setdefault(z.zone, t)
+            retry = obs.state is not Kind.SPOT and t > since and t - since >= self.retry_hours - EPS
+            views.append(replace(z, spot_available=True) if retry else z)
+        return replace(obs, zones=tuple(views))
+
+    def decide(self, obs: Observation) -> Action:
+        act = super().decide(self._believed(obs) if obs.zones else obs)
+        self._tried = (obs.elapsed_hours, act.zone if act.kind is Kind.SPOT else None)
+        return act
 
     def probes(self, obs: Observation) -> Sequence[str]:
-        """At most one zone a tick: the best-scored zone believed down that would beat where
-        the job runs (or, off spot, the best zone believed up) and was not probed in the last
-        ``reprobe_hours``."""
-        up = [z for z in obs.zones if z.spot_available]
+        """On spot, at most one zone a tick: the best-scored zone believed down that would beat
+        where the job runs and was not probed in the last ``reprobe_hours``; off spot none."""
         here = next((z for z in obs.zones if z.zone == obs.zone), None)
-        if obs.state is Kind.SPOT and here is not None:
-            bar = self._score(here)
-        else:
-            bar = min((self._score(z) for z in up), default=float("inf"))
+        if obs.state is not Kind.SPOT or here is None:
+            return ()
+        bar = self._score(here)
         stale = [z for z in obs.zones if not z.spot_available and self._score(z) < bar
                  and obs.elapsed_hours - self._probed.get(z.zone, -1e9) >= self.reprobe_hours - EPS]
         if not stale:

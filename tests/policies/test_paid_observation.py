@@ -51,13 +51,36 @@ def test_a_refused_launch_is_free_and_a_probe_costs_a_minute_of_spot() -> None:
 
 def test_spotplane_probes_only_zones_that_would_beat_where_it_runs() -> None:
     task = DeadlineTask(3.0, 10.0, 0.0, on_demand_price=10.0, spot_price=1.0)
-    pol = ProbingSpotplane(task, tick_hours=1.0)
+    pol = ProbingSpotplane(task, tick_hours=1.0, reprobe_hours=1.0)
     r = simulate_zones_paid(pol, UP, 1.0, NAMES, SPOT, OD)
     assert (r.refused_launches, r.probes, r.result.met_deadline) == (1, 2, True)
     # on b, a (believed down since its refusal) would beat it: probed at hours 1 and 2 (once an
     # hour), c never (dearer than b); a is back at hour 2 but its run is too young to move to
     assert r.result.cost == pytest.approx(3 * 2.0 + 2 / 60)
     assert (r.result.changeovers, r.result.finish_hours) == (1, 3.0)
+
+
+def test_off_spot_a_zone_believed_down_is_tried_again_by_a_free_launch_not_a_probe() -> None:
+    """Hour 0: a and b are down (two refused launches) and the slack lets the job wait; hour 1:
+    a is back, and the job, idle, tries it again (believed down for one tick) and runs there."""
+    task = DeadlineTask(3.0, 10.0, 0.0, on_demand_price=10.0, spot_price=1.0)
+    up = np.array([[False, True, True, True, True], [False, True, True, True, True]])
+    r = simulate_zones_paid(ProbingSpotplane(task, tick_hours=1.0), up, 1.0, NAMES[:2],
+                            SPOT[:2], OD[:2])
+    assert (r.refused_launches, r.probes, r.probe_cost) == (2, 0, 0.0)
+    assert r.result.cost == pytest.approx(3 * 1.0)
+    assert (r.result.changeovers, r.result.finish_hours, r.result.met_deadline) == (1, 4.0, True)
+
+
+def test_a_zone_refused_at_this_step_is_not_shown_up_again_at_once() -> None:
+    """With a retry after 0 h, a refused zone still waits for the next step (no endless retry).
+    Behind uniform progress at hour 1, the job runs that hour on demand, then moves to a."""
+    task = DeadlineTask(3.0, 10.0, 0.0, on_demand_price=10.0, spot_price=1.0)
+    up = np.array([[False, False, True, True, True, True], [False] * 6])
+    r = simulate_zones_paid(ProbingSpotplane(task, tick_hours=1.0, retry_hours=0.0), up, 1.0,
+                            NAMES[:2], SPOT[:2], OD[:2])
+    assert r.refused_launches == 2 + 2 and r.probes == 0  # both at hours 0 and 1
+    assert (r.result.cost, r.result.finish_hours) == (pytest.approx(10.0 + 2 * 1.0), 4.0)
 
 
 def test_bad_probe_minutes_are_refused() -> None:
