@@ -23,7 +23,7 @@ from clusters.fleet import (
 )
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import CapacityUnavailable
-from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Tenant
+from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Quota, Tenant
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.fleet import SyncFleet
@@ -31,7 +31,8 @@ from controlplane.reconcile.ingest import Ingest
 from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.persist import Act, Persist, resume_intent
-from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, account_demand
+from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, _placeable, account_demand
+from controlplane.reconcile.pool import Pool
 from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import PolicyFailed, PolicyRequest
 from controlplane.reconcile.recorder import Recorder
@@ -532,3 +533,25 @@ def test_a_stored_intent_that_does_not_load_is_failed_not_applied() -> None:
     resume_intent(w, bad, 30.0)
     assert w.launches == [] and w.intents == [bad]
     assert (bad.status, bad.done_at) == (INTENT_FAILED, 30.0)
+
+
+def test_placeable_drops_only_the_spot_jobs_of_a_full_pool(world: World) -> None:
+    spot, hp = world.job("s", kind="spot"), world.job("h", kind="hp")
+    assert _placeable([spot, hp], {"V100": Pool("V100", 1)}) == [spot, hp]  # a free card: all may fit
+    assert _placeable([spot, hp], {"V100": Pool("V100", 0)}) == [hp]  # full: HP may still evict
+
+
+def test_store_quota_is_reread_every_tenth_tick(world: World) -> None:
+    def quota(gpus: int) -> Quota:
+        return Quota(pool="default", accelerator="V100", capacity_gpus=8, spot_quota_gpus=gpus, updated_at=0.0)
+
+    world.store.set_quotas([quota(3)])
+    source = StoreQuota(world.store, world.state)
+    world.state.ticks = 0
+    assert source("V100") == 3.0
+    world.store.set_quotas([quota(5)])
+    world.state.ticks = 9
+    assert source("V100") == 3.0  # cached between refreshes
+    world.state.ticks = 10
+    assert source("V100") == 5.0
+    assert source("A100") is None
