@@ -555,3 +555,19 @@ def test_store_quota_is_reread_every_tenth_tick(world: World) -> None:
     world.state.ticks = 10
     assert source("V100") == 5.0
     assert source("A100") is None
+
+
+def test_an_on_demand_job_checkpoints_only_after_its_remaining_work_plus_an_hour(world: World) -> None:
+    job = world.job("od", compute_hours=2.0)
+    job.state, job.market, job.accounted_at, job.progress_hours = JobState.RUNNING, Market.ON_DEMAND, 0.0, 0.5
+    world.rec.progress(job, 60.0)
+    # nothing preempts on-demand: the next checkpoint is past the end, 0.5 + (2.0 - 0.5) + 1 h
+    assert job.next_checkpoint_hours == pytest.approx(3.0, rel=1e-12)
+    assert job.progress_hours == pytest.approx(0.5 + 60.0 / HOUR, rel=1e-12)
+
+
+def test_terminating_a_gone_node_changes_nothing(world: World) -> None:
+    gone = world.node(None, NodeState.PREEMPTED, ended_at=5.0)
+    world.ops.terminate(gone, 10.0, "cleanup")
+    assert gone.state is NodeState.PREEMPTED and gone.ended_at == 5.0
+    assert world.state.work.terminations == [] and world.state.work.events == []
