@@ -34,7 +34,7 @@ from controlplane.reconcile.persist import Act, Persist, resume_intent
 from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, _placeable, account_demand
 from controlplane.reconcile.pool import Pool
 from controlplane.reconcile.policies import AskPolicies
-from controlplane.reconcile.policyhost import PolicyFailed, PolicyRequest
+from controlplane.reconcile.policyhost import PolicyBook, PolicyFailed, PolicyRequest
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
@@ -326,6 +326,7 @@ def test_advance_starts_a_gang_when_every_worker_is_ready(world: World) -> None:
     assert job.state is JobState.RUNNING and job.started_at == 130.0
     assert job.accounted_at == 200.0
     assert job.progress_hours == 0.0  # 70 s of the 180 s changeover
+    assert job.segment_node_age_hours == pytest.approx(130.0 / HOUR)  # launched at 0, up at 130 s
     assert a.price_per_hour == 3.0
     assert job.cost == pytest.approx(2 * 3.0 * 150 / HOUR)
     assert _transitions(world.state.work, job) == [("STARTING", "RUNNING")]
@@ -571,3 +572,30 @@ def test_terminating_a_gone_node_changes_nothing(world: World) -> None:
     world.ops.terminate(gone, 10.0, "cleanup")
     assert gone.state is NodeState.PREEMPTED and gone.ended_at == 5.0
     assert world.state.work.terminations == [] and world.state.work.events == []
+
+
+def test_a_notice_on_a_job_never_accounted_checkpoints_from_the_notice(world: World) -> None:
+    job = world.job("a", compute_hours=2.0, checkpoint_hours=0.01)
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.billed_at, job.accounted_at = 0.0, None
+    n = world.node(job, NodeState.NOTICED, notice_at=100.0)
+    world.state.work.notices[n.id] = 120.0
+    _advance(world).run(160.0)
+    # no earlier account: counted from the notice at 100 s (nothing to checkpoint yet), so
+    # 60 s of work to the tick at 160 s
+    assert job.state is JobState.RUNNING and job.checkpoints == 0
+    assert job.accounted_at == 160.0 and job.progress_hours == pytest.approx(60.0 / HOUR, rel=1e-9)
+    assert [e.kind for e in world.state.work.events if e.job_id == job.id][-1] == "notice"
+
+
+def test_a_gang_deadline_job_is_priced_per_gang_and_its_policy_state_is_stored(world: World) -> None:
+    job = world.job("g", kind="deadline", workers=2, deadline_hours=10.0, compute_hours=2.0)
+    ask = AskPolicies(ScriptedHost({}), world.settings, world.state, world.rec, world.ops)
+    req = ask._request(job, 0.0)
+    assert req is not None
+    # the cheapest spot (us-b, 0.8 $/h) and on-demand (us-a, 3.0 $/h), times the 2 workers
+    assert (req.task.spot_price, req.task.on_demand_price, req.task.nodes) == (1.6, 6.0, 2)
+    (action,) = PolicyBook(world.store).decide([req]).values()
+    assert isinstance(action, Action)
+    state = world.store.policy_state(job.id)
+    assert state is not None and state == PolicyBook(world.store)._policy(req).state_dict()
