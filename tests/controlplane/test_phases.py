@@ -25,7 +25,7 @@ from controlplane.core.clock import SimClock
 from controlplane.core.errors import CapacityUnavailable
 from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Quota, Tenant
 from controlplane.core.units import HOUR
-from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport, ReplicatingExecutor
 from controlplane.reconcile.fleet import SyncFleet
 from controlplane.reconcile.ingest import Ingest
 from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
@@ -474,7 +474,7 @@ def test_intents_are_durable_before_the_fleet_is_called_then_done(world: World) 
     assert world.fleet.instances == {} and world.store.get_job(hp.id).state is JobState.STARTING
     world.state.work.report = report = TickReport(at=60.0, ms=0.0, jobs=1, nodes=0)
     Act(world.fleet, world.store, world.state, world.rec, world.ops).run(60.0)
-    assert report.launched == 2
+    assert report.launched == 2 and world.state.work.counters["nodes_launched_total"] == 2.0
     nodes = [world.state.nodes[i] for i in hp.node_ids]
     assert [n.state for n in nodes] == [NodeState.PROVISIONING] * 2
     assert sorted(world.fleet.instances) == sorted(n.instance_id for n in nodes)
@@ -599,3 +599,42 @@ def test_a_gang_deadline_job_is_priced_per_gang_and_its_policy_state_is_stored(w
     assert isinstance(action, Action)
     state = world.store.policy_state(job.id)
     assert state is not None and state == PolicyBook(world.store)._policy(req).state_dict()
+
+
+class _Replicas(ReplicatingExecutor):
+    """An executor whose other replica always survives; it records the replacements."""
+
+    def __init__(self) -> None:
+        self.replaced: list[str] = []
+
+    def start(self, job: Job, nodes: Sequence[Node]) -> None: ...
+
+    def stop(self, job: Job, reason: str) -> None: ...
+
+    def notice(self, job: Job, seconds_left: float) -> None: ...
+
+    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
+        return {}
+
+    def node_preempted(self, job: Job, node_id: str, reason: str = "") -> bool:
+        return True
+
+    def start_replacement(self, job: Job, node: Node) -> None:
+        self.replaced.append(node.id)
+
+
+def test_a_lost_replica_is_replaced_in_the_best_spot_zone(world: World) -> None:
+    job = world.job("r", kind="spot", replicas=2, entrypoint="python train.py")
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.accounted_at = job.billed_at = 500.0
+    lost = world.node(job, NodeState.PREEMPTED, ended_at=500.0)
+    kept = world.node(job, NodeState.READY)
+    world.state.availability = {"us-a": True, "us-b": True}
+    AdvanceJobs(world.state, world.rec, world.ops, _Replicas(), world.clock).run(560.0)
+    assert job.state is JobState.RUNNING and job.preemptions == 0
+    new_id = job.node_ids[-1]
+    assert job.node_ids == [kept.id, new_id] and lost.job_id is None
+    new = world.state.nodes[new_id]
+    # us-b's spot (0.8 $/h) is cheaper than us-a's (1.0 $/h): the replacement goes there
+    assert (new.zone, new.market, new.replacement) == ("us-b", Market.SPOT, True)
+    assert world.state.work.counters["replica_replacements_total"] == 1.0
