@@ -32,9 +32,9 @@ from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.persist import Act, Persist, resume_intent
 from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, _placeable, account_demand
-from controlplane.reconcile.pool import Pool
 from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import PolicyBook, PolicyFailed, PolicyRequest
+from controlplane.reconcile.pool import Pool
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
