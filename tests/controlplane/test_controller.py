@@ -14,6 +14,8 @@ from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport,
 from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 from policies.preemption import default_gce_model
+from policies.reuse import ReuseByAge
+from policies.schedulers import make_scheduler
 
 
 class Crash(Exception):
@@ -219,3 +221,11 @@ def test_a_replica_survives_a_preemption_and_gets_a_replacement(tmp_path: Path,
     (new_id,) = [i for i in j.node_ids if ("replacement", i) in ex.calls]
     assert len(j.node_ids) == 2 and not ctl.nodes[new_id].replacement
     assert any(e.kind == "replica" for e in store.job_events(job.id))
+
+
+def test_the_scheduler_filters_and_scores_with_the_reuse_by_age_plugin(tmp_path: Path, data_root: Path) -> None:
+    _, _, ctl = _world(tmp_path, data_root, SimClock(start=0.0), {"V100": 2})
+    reuse = ctl.scheduler.filters[-1]
+    assert isinstance(reuse, ReuseByAge)
+    assert ctl.scheduler.scores[-1] is reuse  # the last, tie-breaking key
+    assert len(ctl.scheduler.scores) == len(make_scheduler("gfs").scores) + 1

@@ -23,17 +23,18 @@ from clusters.fleet import (
 )
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import CapacityUnavailable
-from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Tenant
+from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Quota, Tenant
 from controlplane.core.units import HOUR
-from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport, ReplicatingExecutor
 from controlplane.reconcile.fleet import SyncFleet
 from controlplane.reconcile.ingest import Ingest
 from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.persist import Act, Persist, resume_intent
-from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, account_demand
+from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, _placeable, account_demand
 from controlplane.reconcile.policies import AskPolicies
-from controlplane.reconcile.policyhost import PolicyFailed, PolicyRequest
+from controlplane.reconcile.policyhost import PolicyBook, PolicyFailed, PolicyRequest
+from controlplane.reconcile.pool import Pool
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
@@ -325,6 +326,7 @@ def test_advance_starts_a_gang_when_every_worker_is_ready(world: World) -> None:
     assert job.state is JobState.RUNNING and job.started_at == 130.0
     assert job.accounted_at == 200.0
     assert job.progress_hours == 0.0  # 70 s of the 180 s changeover
+    assert job.segment_node_age_hours == pytest.approx(130.0 / HOUR)  # launched at 0, up at 130 s
     assert a.price_per_hour == 3.0
     assert job.cost == pytest.approx(2 * 3.0 * 150 / HOUR)
     assert _transitions(world.state.work, job) == [("STARTING", "RUNNING")]
@@ -472,7 +474,7 @@ def test_intents_are_durable_before_the_fleet_is_called_then_done(world: World) 
     assert world.fleet.instances == {} and world.store.get_job(hp.id).state is JobState.STARTING
     world.state.work.report = report = TickReport(at=60.0, ms=0.0, jobs=1, nodes=0)
     Act(world.fleet, world.store, world.state, world.rec, world.ops).run(60.0)
-    assert report.launched == 2
+    assert report.launched == 2 and world.state.work.counters["nodes_launched_total"] == 2.0
     nodes = [world.state.nodes[i] for i in hp.node_ids]
     assert [n.state for n in nodes] == [NodeState.PROVISIONING] * 2
     assert sorted(world.fleet.instances) == sorted(n.instance_id for n in nodes)
@@ -532,3 +534,107 @@ def test_a_stored_intent_that_does_not_load_is_failed_not_applied() -> None:
     resume_intent(w, bad, 30.0)
     assert w.launches == [] and w.intents == [bad]
     assert (bad.status, bad.done_at) == (INTENT_FAILED, 30.0)
+
+
+def test_placeable_drops_only_the_spot_jobs_of_a_full_pool(world: World) -> None:
+    spot, hp = world.job("s", kind="spot"), world.job("h", kind="hp")
+    assert _placeable([spot, hp], {"V100": Pool("V100", 1)}) == [spot, hp]  # a free card: all may fit
+    assert _placeable([spot, hp], {"V100": Pool("V100", 0)}) == [hp]  # full: HP may still evict
+
+
+def test_store_quota_is_reread_every_tenth_tick(world: World) -> None:
+    def quota(gpus: int) -> Quota:
+        return Quota(pool="default", accelerator="V100", capacity_gpus=8, spot_quota_gpus=gpus, updated_at=0.0)
+
+    world.store.set_quotas([quota(3)])
+    source = StoreQuota(world.store, world.state)
+    world.state.ticks = 0
+    assert source("V100") == 3.0
+    world.store.set_quotas([quota(5)])
+    world.state.ticks = 9
+    assert source("V100") == 3.0  # cached between refreshes
+    world.state.ticks = 10
+    assert source("V100") == 5.0
+    assert source("A100") is None
+
+
+def test_an_on_demand_job_checkpoints_only_after_its_remaining_work_plus_an_hour(world: World) -> None:
+    job = world.job("od", compute_hours=2.0)
+    job.state, job.market, job.accounted_at, job.progress_hours = JobState.RUNNING, Market.ON_DEMAND, 0.0, 0.5
+    world.rec.progress(job, 60.0)
+    # nothing preempts on-demand: the next checkpoint is past the end, 0.5 + (2.0 - 0.5) + 1 h
+    assert job.next_checkpoint_hours == pytest.approx(3.0, rel=1e-12)
+    assert job.progress_hours == pytest.approx(0.5 + 60.0 / HOUR, rel=1e-12)
+
+
+def test_terminating_a_gone_node_changes_nothing(world: World) -> None:
+    gone = world.node(None, NodeState.PREEMPTED, ended_at=5.0)
+    world.ops.terminate(gone, 10.0, "cleanup")
+    assert gone.state is NodeState.PREEMPTED and gone.ended_at == 5.0
+    assert world.state.work.terminations == [] and world.state.work.events == []
+
+
+def test_a_notice_on_a_job_never_accounted_checkpoints_from_the_notice(world: World) -> None:
+    job = world.job("a", compute_hours=2.0, checkpoint_hours=0.01)
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.billed_at, job.accounted_at = 0.0, None
+    n = world.node(job, NodeState.NOTICED, notice_at=100.0)
+    world.state.work.notices[n.id] = 120.0
+    _advance(world).run(160.0)
+    # no earlier account: counted from the notice at 100 s (nothing to checkpoint yet), so
+    # 60 s of work to the tick at 160 s
+    assert job.state is JobState.RUNNING and job.checkpoints == 0
+    assert job.accounted_at == 160.0 and job.progress_hours == pytest.approx(60.0 / HOUR, rel=1e-9)
+    assert [e.kind for e in world.state.work.events if e.job_id == job.id][-1] == "notice"
+
+
+def test_a_gang_deadline_job_is_priced_per_gang_and_its_policy_state_is_stored(world: World) -> None:
+    job = world.job("g", kind="deadline", workers=2, deadline_hours=10.0, compute_hours=2.0)
+    ask = AskPolicies(ScriptedHost({}), world.settings, world.state, world.rec, world.ops)
+    req = ask._request(job, 0.0)
+    assert req is not None
+    # the cheapest spot (us-b, 0.8 $/h) and on-demand (us-a, 3.0 $/h), times the 2 workers
+    assert (req.task.spot_price, req.task.on_demand_price, req.task.nodes) == (1.6, 6.0, 2)
+    (action,) = PolicyBook(world.store).decide([req]).values()
+    assert isinstance(action, Action)
+    state = world.store.policy_state(job.id)
+    assert state is not None and state == PolicyBook(world.store)._policy(req).state_dict()
+
+
+class _Replicas(ReplicatingExecutor):
+    """An executor whose other replica always survives; it records the replacements."""
+
+    def __init__(self) -> None:
+        self.replaced: list[str] = []
+
+    def start(self, job: Job, nodes: Sequence[Node]) -> None: ...
+
+    def stop(self, job: Job, reason: str) -> None: ...
+
+    def notice(self, job: Job, seconds_left: float) -> None: ...
+
+    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
+        return {}
+
+    def node_preempted(self, job: Job, node_id: str, reason: str = "") -> bool:
+        return True
+
+    def start_replacement(self, job: Job, node: Node) -> None:
+        self.replaced.append(node.id)
+
+
+def test_a_lost_replica_is_replaced_in_the_best_spot_zone(world: World) -> None:
+    job = world.job("r", kind="spot", replicas=2, entrypoint="python train.py")
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.accounted_at = job.billed_at = 500.0
+    lost = world.node(job, NodeState.PREEMPTED, ended_at=500.0)
+    kept = world.node(job, NodeState.READY)
+    world.state.availability = {"us-a": True, "us-b": True}
+    AdvanceJobs(world.state, world.rec, world.ops, _Replicas(), world.clock).run(560.0)
+    assert job.state is JobState.RUNNING and job.preemptions == 0
+    new_id = job.node_ids[-1]
+    assert job.node_ids == [kept.id, new_id] and lost.job_id is None
+    new = world.state.nodes[new_id]
+    # us-b's spot (0.8 $/h) is cheaper than us-a's (1.0 $/h): the replacement goes there
+    assert (new.zone, new.market, new.replacement) == ("us-b", Market.SPOT, True)
+    assert world.state.work.counters["replica_replacements_total"] == 1.0

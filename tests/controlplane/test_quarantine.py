@@ -246,3 +246,21 @@ def test_a_policy_host_outage_fails_no_job(tmp_path: Path, data_root: Path) -> N
     assert store.get_job(sp.id).state is JobState.SUCCEEDED
     assert store.metrics()["policy_host_errors_total"] == 120.0
     assert store.quarantined() == []
+
+
+def test_a_bad_tenant_row_names_its_tenant_and_a_bad_job_row_shows_its_columns(tmp_path: Path) -> None:
+    store = Store(tmp_path / "spotplane.db")
+    bad, _ = store.create_tenant("bad", max_gpus=10)
+    good, _ = store.create_tenant("good", max_gpus=10)
+    job = store.submit_job(good.id, JobSpec(name="h", kind="hp", compute_hours=1, accelerator="V100"),
+                           now=7.0)
+    with sqlite3.connect(tmp_path / "spotplane.db") as con:
+        con.execute("UPDATE tenants SET max_gpus = 'lots' WHERE id = ?", (bad.id,))
+        con.execute("UPDATE jobs SET body = '{}' WHERE id = ?", (job.id,))
+    tenants, (row,) = store.load_tenants()
+    assert [t.id for t in tenants] == [good.id]
+    assert (row.table, row.id, row.tenant_id) == ("tenants", bad.id, bad.id)
+    shown = store.get_job(job.id)  # the stand-in built from the row's columns
+    assert (shown.id, shown.tenant_id, shown.kind, shown.state) == (job.id, good.id, "hp", JobState.PENDING)
+    assert shown.submitted_at == 7.0 and shown.spec.kind == "hp"
+    assert shown.message is not None and shown.message.startswith("the stored job does not validate")

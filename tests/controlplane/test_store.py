@@ -87,6 +87,12 @@ def test_bag_and_cost_counterfactual(store_url: str) -> None:
         done.append(j)
     st.commit(jobs=done)
     assert st.get_bag(bag.id, t.id).estimate_hours == pytest.approx(2.0)
+    stored = st.update_bag_estimate(bag.id)
+    assert (stored.finished, stored.estimate_hours) == (2, pytest.approx(2.0))
+    (body,) = st._q("SELECT body FROM bags WHERE id = ?", (bag.id,))
+    assert '"estimate_hours":2.0' in body[0] and '"finished":2' in body[0]  # written, not only computed
+    with pytest.raises(NotFound, match="bag"):
+        st.update_bag_estimate("bag-none")
     with pytest.raises(NotFound):
         st.get_bag(bag.id, "ten-other")
     (cost,) = st.cost_by_tenant(t.id)
@@ -358,3 +364,22 @@ def test_new_jobs_are_the_pending_ones_not_yet_known(store_url: str) -> None:
     st.commit(jobs=[c])
     assert [j.id for j in st.new_jobs()] == [a.id, b.id]
     assert [j.id for j in st.new_jobs({a.id})] == [b.id]
+
+
+def test_policy_state_round_trips_and_is_replaced(store_url: str) -> None:
+    st = Store(store_url)
+    assert st.policy_state("job-a") is None
+    st.put_policy_state("job-a", {"name": "uniform_progress", "t": 1.5})
+    st.put_policy_state("job-b", {"name": "greedy"})
+    assert st.policy_state("job-a") == {"name": "uniform_progress", "t": 1.5}
+    st.put_policy_state("job-a", {"name": "uniform_progress", "t": 2.0})
+    assert st.policy_state("job-a") == {"name": "uniform_progress", "t": 2.0}
+    assert st.policy_state("job-b") == {"name": "greedy"}
+
+
+def test_a_sqlite_store_two_missing_directories_deep_is_created_private(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "spotplane.db"
+    st = Store(path)
+    t, _ = st.create_tenant("deep")
+    assert [x.id for x in Store(path).list_tenants()] == [t.id]
+    assert (tmp_path / "a" / "b").stat().st_mode & 0o777 == 0o700

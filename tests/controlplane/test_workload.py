@@ -52,3 +52,12 @@ def test_checkpoint_at_a_notice_saves_the_progress() -> None:
     assert workload.begin_checkpoint(job, _mover(log), "notice", 0.4 * HOUR)
     workload.advance(job, 0.4 * HOUR, 0.5 * HOUR, _mover(log), lambda j: 0.5)
     assert job.checkpointed_hours == pytest.approx(0.3) and job.state is JobState.RUNNING
+
+
+def test_half_a_second_of_work_is_counted() -> None:
+    job, log = _job(d=0.0), []  # type: ignore[var-annotated]
+    workload.start(job)
+    workload.advance(job, 0.0, 0.5, _mover(log), lambda j: 0.5)
+    assert job.progress_hours == pytest.approx(0.5 / HOUR, rel=1e-9) and log == []
+    workload.advance(job, 0.5, 0.5 + 0.5e-6, _mover(log), lambda j: 0.5)  # under the 1e-6 s tolerance
+    assert job.progress_hours == pytest.approx(0.5 / HOUR, rel=1e-12)

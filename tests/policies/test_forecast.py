@@ -184,3 +184,27 @@ def test_sigma_head_on_hourly_changes_widens_after_a_jump_but_levels_head_does_n
     assert after_l < 2 * quiet_l  # Eq. 7 read literally cannot see the burst (1.09 vs 1.13)
     with pytest.raises(InvalidInput, match="sigma_input"):
         OrgLinear(sigma_input="abs").fit(y)
+
+
+def test_dlinear_refuses_a_history_of_other_tenants_than_its_fit() -> None:
+    y = _periodic(3, 24 * 4, 24, 0.0, seed=1)
+    m = DLinear(lookback=48, horizon=4, ridge=1e-9).fit(y)
+    assert m.predict(y, 2).mean.shape == (3, 2)
+    with pytest.raises(InvalidInput, match="same tenants"):
+        m.predict(y[:2], 2)
+
+
+def test_orglinear_calendar_is_hour_of_day_weekday_and_holiday_of_the_absolute_hour() -> None:
+    m = OrgLinear(holidays=frozenset({1}))
+    hour, weekday, holiday = m._calendar(np.array([0, 23, 24, 47, 48, 24 * 7 + 5]))
+    np.testing.assert_array_equal(hour, [0, 23, 0, 23, 0, 5])
+    np.testing.assert_array_equal(weekday, [0, 0, 1, 1, 2, 0])  # day 7 is Monday again
+    np.testing.assert_array_equal(holiday, [0, 0, 1, 1, 0, 0])
+
+
+def test_rolling_forecast_runs_every_origin_whose_horizon_fits() -> None:
+    series = np.arange(10.0)[None, :]
+    # origins 4, 6, 8 (8 + 2 = 10 fits); SeasonalNaive(2) repeats the last two hours
+    actual, fc = rolling_forecast(SeasonalNaive(period=2).fit(series), series, 4, horizon=2)
+    np.testing.assert_array_equal(actual, [[4, 5, 6, 7, 8, 9]])
+    np.testing.assert_array_equal(fc.mean, [[2, 3, 4, 5, 6, 7]])

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from policies.gpu_sim import GpuSimulator, QuotaLoop, SimConfig, simulate
+from policies.forecast import Forecast
+from policies.gpu_sim import GpuSimulator, QuotaLoop, SimConfig, _MemoBound, shape_key, simulate
 from policies.placement import TaskRequest
 from policies.schedulers import SCHEDULERS, make_scheduler
 from policies.workloads import GfsA100Config, NodeSpec, SimTask, Workload, gfs_a100
@@ -45,6 +46,7 @@ def test_allocation_rate_hand_computed() -> None:
     w = wl([task("a", "hp", 8, 0, 5), task("b", "hp", 4, 10, 1)])
     r = simulate(w, make_scheduler("gfs"))
     assert r.allocation_rate == pytest.approx(8 * 5 / (8 * 10))
+    assert r.summary()["allocation_rate"] == pytest.approx(0.5)  # the key the benchmarks read
 
 
 def test_hp_waits_when_only_hp_runs_and_queue_order() -> None:
@@ -189,3 +191,19 @@ def test_quota_loop_fits_orglinear_once_it_has_lookback_plus_horizon_hours() -> 
     assert loop.model is not None and loop.fitted_at == 172
     assert (loop.model.maxiter, loop.model.train_info_["iterations"]) == (5, 5.0)
     assert loop.forecast is not None
+
+
+def test_shape_key_keeps_the_gpu_models_of_a_shape() -> None:
+    assert shape_key(("hp", 8.0, 1, ("A100",))) == ("hp", 8.0, 1, True, ("A100",))
+    assert shape_key(("hp", 8.0, 1, None)) == ("hp", 8.0, 1, False, ())
+    assert shape_key(("hp", 8.0, 1, ("A100",))) != shape_key(("hp", 8.0, 1, ("V100",)))
+
+
+def test_memoised_bound_answers_the_forecasts_quantile_every_time() -> None:
+    f = Forecast(np.array([[1.0, 2.0]]), np.array([[1.0, 0.5]]))
+    memo = _MemoBound(f)
+    z = 1.6448536269514722  # norm.ppf(0.95)
+    for _ in range(2):
+        np.testing.assert_allclose(memo.upper(0.95), [[1.0 + z, 2.0 + 0.5 * z]])
+    np.testing.assert_array_equal(memo.mean, [[1.0, 2.0]])
+    np.testing.assert_array_equal(memo.sigma, [[1.0, 0.5]])

@@ -118,3 +118,13 @@ def test_baselines_behind_the_quota_and_bad_options() -> None:
     for bad in ({"hp_demand": "queued"}, {"hourly": "median"}, {"eta_rate": "x"}, {"pools": "node"}):
         with pytest.raises(InvalidInput, match=next(iter(bad))):
             SimConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_pools_for_a_model_list_are_the_pools_of_those_models() -> None:
+    per_model = GpuSimulator(wl([task("s", "spot", 1, 0, 1)], ("A100", "V100")), make_scheduler("gfs_e"))
+    assert list(per_model._pools_for(("V100",))) == [1]
+    assert list(per_model._pools_for(("A100", "V100"))) == [0, 1]
+    assert list(per_model._pools_for(None)) == [0, 1]
+    one = GpuSimulator(wl([task("s", "spot", 1, 0, 1)], ("A100", "V100")), make_scheduler("gfs_e"),
+                       SimConfig(pools="cluster"))
+    assert list(one._pools_for(("V100",))) == [0]

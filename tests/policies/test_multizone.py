@@ -189,3 +189,13 @@ def test_multizone_policies_meet_deadlines_and_omniscient_bounds(catalog) -> Non
             r = simulate_zones(pol, w, g, names, sp, od)
             assert r.met_deadline
             assert r.cost >= omni.cost - 1e-9
+
+
+def test_spotplane_expected_run_is_at_least_the_current_run_and_the_prior_is_6_hours() -> None:
+    task = DeadlineTask(10.0, 20.0, 0.2)
+    # a: one 1-h run, then up for the last 8 h: mean (1 + 6) / 2 = 3.5 h, the current run 8 h
+    hist = np.array([[1, 0, 1, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]], dtype=bool)
+    pol = SpotplaneMultiZone(task, tick_hours=1.0, history=hist, zone_names=NAMES)
+    assert pol.prior_run_hours == 6.0
+    assert pol.expected_run("a") == pytest.approx(8.0)
+    assert pol.expected_run("b") == pytest.approx(6.0)  # no run seen: the default prior alone

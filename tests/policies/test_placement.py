@@ -28,6 +28,7 @@ from policies.placement import (
     pick_cards,
     weighted_evictions,
 )
+from policies.placement import _stable_hash as stable_hash
 from policies.schedulers import SCHEDULERS, make_scheduler
 
 
@@ -249,6 +250,8 @@ def test_snapshot_is_immutable_and_validates() -> None:
 def test_bad_requests_and_names() -> None:
     with pytest.raises(InvalidInput, match="gpus"):
         TaskRequest("t", "hp", 1.5)
+    with pytest.raises(InvalidInput, match="gpus"):
+        TaskRequest("t", "hp", 0)
     with pytest.raises(InvalidInput, match="priority"):
         TaskRequest("t", "low", 1)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="scheduler"):
@@ -271,3 +274,26 @@ def test_gfs_ablations_configure_the_quota_they_are_named_for() -> None:
     assert make_scheduler("gfs").quota == QuotaRule("orglinear", adapt_eta=True)
     assert make_scheduler("gfs_e").quota == QuotaRule("last_week_peak", adapt_eta=True)
     assert make_scheduler("gfs_d").quota == QuotaRule("orglinear", adapt_eta=False)
+
+
+def test_stable_hash_is_32_bit_fnv_1a() -> None:
+    # the published FNV-1a test vectors: seeds of the random preemptor's draws across runs
+    assert stable_hash("") == 0x811C9DC5
+    assert stable_hash("a") == 0xE40C292C
+    assert stable_hash("foobar") == 0xBF9CF968
+
+
+@pytest.mark.parametrize(("name", "node_choice", "random_victims", "order", "strict"), [
+    ("gfs", "min_cost", False, "size", False), ("gfs_e", "min_cost", False, "size", False),
+    ("gfs_d", "min_cost", False, "size", False), ("gfs_s", "min_cost", False, "size", False),
+    ("gfs_p", "random", True, "size", False), ("gfs_sp", "random", True, "size", False),
+    ("yarn_cs", "first", False, "fcfs", True), ("chronus", "first", False, "fcfs", False),
+    ("chronus_rel", "first", False, "fcfs", False), ("lyra", "min_cost", False, "fcfs", False),
+    ("fgd", "first", False, "fcfs", False),
+])
+def test_every_scheduler_has_its_preemption_and_queue_rules(name: str, node_choice: str, random_victims: bool,
+                                                           order: str, strict: bool) -> None:
+    s = make_scheduler(name)
+    assert s.preemptor is not None
+    assert s.preemptor.node_choice == node_choice and s.preemptor.random_victims is random_victims
+    assert s.queue.order == order and s.queue.strict is strict
