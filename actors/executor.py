@@ -933,8 +933,8 @@ def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0,
     True when the probe job SUCCEEDED. False only when no job agent took it in ``timeout_s``
     (every submission failed as :func:`~clusters.rayjobs.transient`, e.g. "No available agent":
     none runs, or a Ray started without :func:`~actors.raylocal.init_local_ray` found its fixed
-    port 52365 taken by another Ray). Raises :class:`JobAgentBroken` when the agent took the probe but it FAILED, was
-    STOPPED or did not finish within ``timeout_s`` + 60 s more.
+    port 52365 taken by another Ray). Raises :class:`JobAgentBroken` when the agent took the
+    probe but it FAILED, was STOPPED or did not finish within ``timeout_s`` + 60 s more.
     """
     import uuid
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from actors.deadline import RemoteDeadlinePolicyActor
-from actors.raylocal import control_plane_config
+from actors.raylocal import init_local_ray
 from benchmarks import entry
 from benchmarks.stores import store_at
 from clusters.simfleet import SimulatedFleet
@@ -125,9 +125,8 @@ def measure_policy_actor() -> tuple[float, float]:
     Store(tmp / "spotplane.db").close()
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
-                 namespace="spotplane-bench", configure_logging=False,
-                 _system_config=control_plane_config())
+        init_local_ray(control_plane=True, num_cpus=1, include_dashboard=False,
+                       log_to_driver=False, namespace="spotplane-bench", configure_logging=False)
     try:
         actor: Any = RemoteDeadlinePolicyActor.remote(str(tmp / "spotplane.db"))
         task = DeadlineTask(10.0, 14.0, 0.1, 3.06, 0.92, 1)
