@@ -34,3 +34,13 @@ def test_with_a_model_it_is_the_dp_schedule_on_its_grid() -> None:
 def test_an_age_past_the_models_limit_is_the_callers_decision() -> None:
     with pytest.raises(InvalidInput, match="start_age_hours"):
         plan_positions(ExponentialModel(rate=0.5, limit=24.0), 2.0, 30.0, 1 / 60)
+
+
+def test_the_plan_grid_step_is_the_remaining_work_over_240_when_that_beats_the_cost() -> None:
+    """24 h of work, a 0.25-h checkpoint: step = max(min(24/240, 0.25), 24/1000, 24/5000) = 0.1 h,
+    the cost rounded up to 3 steps (0.3 h). With MTTF 2 h the DP checkpoints every 9 steps
+    (0.9 h; Young's sqrt(2 x 0.3 x 2) = 1.10 h), the last at 17.9 h."""
+    model = ExponentialModel(rate=0.5, limit=24.0)
+    got = plan_positions(model, 24.0, 0.0, 0.25)
+    assert got == pytest.approx([0.9 * k for k in range(1, 20)] + [17.9], abs=1e-9)
+    assert all(abs(p / 0.1 - round(p / 0.1)) < 1e-9 for p in got)  # on the 0.1-h grid

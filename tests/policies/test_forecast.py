@@ -53,6 +53,19 @@ def test_orglinear_gradient_matches_central_finite_differences() -> None:
         assert np.abs(block).max() > 0, name
 
 
+def test_orglinear_fit_reports_the_loss_at_its_parameters_its_iterations_and_samples() -> None:
+    """3 tenants x 60 h, lookback 12, horizon 3: 46 windows a tenant, every 2nd kept (23), so
+    69 samples; ``train_info_["loss"]`` is the objective at the fitted parameters."""
+    hist = np.abs(np.random.default_rng(3).normal(5.0, 1.0, (3, 60))).cumsum(axis=1) / 10
+    m = OrgLinear(lookback=12, horizon=3, kernel=5, d_tenant=2, d_time=2, size_buckets=2,
+                  dtype="float64", maxiter=5).fit(hist)
+    assert m.theta_ is not None
+    loss, _ = m.loss_and_grad(m.theta_, m.prepare(hist))
+    assert sorted(m.train_info_) == ["iterations", "loss", "samples"]
+    assert m.train_info_["loss"] == pytest.approx(loss, rel=1e-12)
+    assert (m.train_info_["iterations"], m.train_info_["samples"]) == (5.0, 69.0)
+
+
 def _periodic(tenants: int, hours: int, period: int, noise: float, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     t = np.arange(hours)

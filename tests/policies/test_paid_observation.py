@@ -87,3 +87,26 @@ def test_bad_probe_minutes_are_refused() -> None:
     task = DeadlineTask(3.0, 10.0, 0.0, on_demand_price=10.0, spot_price=1.0)
     with pytest.raises(ValueError, match="probe_minutes: must be >= 0"):
         simulate_zones_paid(ProbingSpotplane(task), UP, 1.0, NAMES, SPOT, OD, probe_minutes=-1)
+
+
+class Scripted:
+    """Takes the actions it is given, one a tick (no probes)."""
+
+    def __init__(self, task: DeadlineTask, actions: Sequence[Action]) -> None:
+        self.task, self.actions = task, list(actions)
+
+    def decide(self, obs: Observation) -> Action:
+        return self.actions[round(obs.elapsed_hours)]
+
+
+def test_an_on_demand_tick_is_billed_at_the_zones_on_demand_price_times_the_nodes() -> None:
+    """A 2-node gang, C = 3 h, d = 0.5 h: on demand in c for two hours (14 $/node-h), then spot
+    in a once it is back (1 $/node-h): 2 x 14 + 2 x 14 + 2 x 1 + 2 x 1 = 60 $, done at 4.0 h."""
+    task = DeadlineTask(3.0, 10.0, 0.5, on_demand_price=10.0, spot_price=1.0, nodes=2)
+    od, spot = Action(Kind.ON_DEMAND, "c"), Action(Kind.SPOT, "a")
+    r = simulate_zones_paid(Scripted(task, [od, od, spot, spot]), UP, 1.0, NAMES,  # type: ignore[arg-type]
+                            SPOT, (10.0, 12.0, 14.0))
+    assert r.result.cost == pytest.approx(60.0, abs=1e-12)
+    assert (r.result.od_billed_hours, r.result.od_hours) == (pytest.approx(2.0), pytest.approx(1.5))
+    assert (r.result.spot_billed_hours, r.result.spot_hours) == (pytest.approx(2.0), pytest.approx(1.5))
+    assert (r.result.changeovers, r.result.finish_hours, r.refused_launches, r.probes) == (2, 4.0, 0, 0)

@@ -11,6 +11,7 @@ from scipy import integrate
 
 from controlplane.core.errors import InvalidInput
 from policies.preemption import (
+    BathtubModel,
     ExponentialModel,
     GompertzMakehamModel,
     WeibullModel,
@@ -110,3 +111,17 @@ def test_greenwood_standard_errors_by_hand() -> None:
                                rtol=1e-12)
     everyone = KaplanMeier.fit(np.array([1.0, 2.0]), np.array([True, True]), max_lifetime=24.0)
     assert everyone.greenwood_se()[-1] == 0.0  # S = 0 after the last death: no spread left
+
+
+def test_the_density_is_zero_outside_its_support() -> None:
+    """f(t) = 0.5 e^{-0.5 t} on [0, 24) and 0 before 0 and from the limit on (the atom at L is
+    no density); a bathtub whose F_c reaches 1 at b = 20 h (tau2 = 0.5 h) has no density past it."""
+    m = ExponentialModel(rate=0.5, limit=24.0)
+    got = m.pdf(np.array([-1.0, 0.0, 1.0, 23.5, 24.0, 30.0]))
+    assert got.tolist() == pytest.approx([0.0, 0.5, 0.5 * math.exp(-0.5), 0.5 * math.exp(-11.75),
+                                          0.0, 0.0], abs=0.0, rel=1e-12)
+    b = BathtubModel(A=0.5, tau1=1.0, tau2=0.5, b=20.0, limit=24.0)
+    assert b.support_end == pytest.approx(20.0, abs=1e-6)
+    past = b.pdf(np.array([19.99, 20.5, 23.0]))
+    assert past[0] == pytest.approx(0.5 * math.exp(-19.99) + math.exp(-0.02), rel=1e-9)
+    assert past[1:].tolist() == [0.0, 0.0]

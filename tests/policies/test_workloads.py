@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 from controlplane.core.errors import InvalidInput
+from policies.placement import TaskRequest
 from policies.workloads import (
     HP_GPU_MIX,
     SEC2_RUNTIME,
     SPOT_GPU_MIX,
     GfsA100Config,
+    SimTask,
     gfs_a100,
     mean_concurrent_gpus,
     offered_load,
@@ -134,3 +136,12 @@ def test_openb_node_count_keeps_the_largest_nodes_in_list_order() -> None:
         openb(nodes, pods, node_count=5)
     every = openb(nodes, pods, node_count=4)  # all four nodes is a valid count
     assert sorted(every.nodes.names) == ["a", "b", "c", "d"] and every.nodes.gpus.sum() == 22
+
+
+def test_mean_concurrent_gpus_is_the_work_over_the_window_from_first_arrival_to_last_finish() -> None:
+    """A 2 x 2-GPU gang for 500 s from t = 1000 s and half a card for 800 s from t = 1200 s:
+    (4 x 500 + 0.5 x 800) GPU-s over the 1000 s from 1000 s to 2000 s = 2.4 GPUs."""
+    tasks = [SimTask(TaskRequest("a", "hp", 2.0, pods=2), 1000.0, 500.0),
+             SimTask(TaskRequest("b", "spot", 0.5), 1200.0, 800.0)]
+    assert mean_concurrent_gpus(tasks) == 2.4
+    assert mean_concurrent_gpus([]) == 0.0
