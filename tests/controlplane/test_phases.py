@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from clusters.fleet import (
     EventKind,
@@ -42,6 +43,7 @@ from policies.checkpoint import CheckpointIntervals
 from policies.deadline import Action, Kind
 from policies.preemption import default_gce_model
 from policies.schedulers import make_scheduler
+from serve.metrics import build_registry, exposition
 
 OFFERS = [
     Offer("aws", "us-a", "p3.2xlarge", "V100", 1, spot_price=1.0, on_demand_price=3.0,
@@ -638,3 +640,62 @@ def test_a_lost_replica_is_replaced_in_the_best_spot_zone(world: World) -> None:
     # us-b's spot (0.8 $/h) is cheaper than us-a's (1.0 $/h): the replacement goes there
     assert (new.zone, new.market, new.replacement) == ("us-b", Market.SPOT, True)
     assert world.state.work.counters["replica_replacements_total"] == 1.0
+
+
+def test_a_replica_replacement_event_is_the_tenants_with_its_exact_cause(world: World) -> None:
+    job = world.job("r", kind="spot", replicas=2, entrypoint="python train.py")
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.accounted_at = job.billed_at = 500.0
+    lost = world.node(job, NodeState.PREEMPTED, ended_at=500.0)
+    world.node(job, NodeState.READY)
+    world.state.availability = {"us-a": True, "us-b": True}
+    AdvanceJobs(world.state, world.rec, world.ops, _Replicas(), world.clock).run(560.0)
+    (ev,) = [e for e in world.state.work.events if e.kind == "replica"]
+    assert (ev.at, ev.tenant_id, ev.job_id, ev.cause) == (
+        560.0, world.tenant.id, job.id,
+        f"1 replica node(s) lost ({lost.id}); a replica survives, 1 replacement(s) launched")
+    world.store.commit(events=[ev])
+    assert [(e.kind, e.tenant_id) for e in world.store.job_events(job.id, world.tenant.id)] == [
+        ("replica", world.tenant.id)]
+
+
+def test_a_forgotten_jobs_policy_and_saved_state_leave_the_books_memory(world: World) -> None:
+    """A finished deadline job's policy and the last state written for it are dropped; the
+    other job's stay."""
+    a = world.job("a", kind="deadline", deadline_hours=10.0, compute_hours=2.0)
+    b = world.job("b", kind="deadline", deadline_hours=10.0, compute_hours=2.0)
+    ask = AskPolicies(ScriptedHost({}), world.settings, world.state, world.rec, world.ops)
+    reqs = [ask._request(j, 0.0) for j in (a, b)]
+    book = PolicyBook(world.store)
+    book.decide([r for r in reqs if r is not None])
+    assert sorted(book.policies) == sorted(book._saved) == sorted([a.id, b.id])
+    book.forget([a.id])
+    assert (list(book.policies), list(book._saved)) == ([b.id], [b.id])
+    assert len(book) == 1
+
+
+def test_launch_counters_carry_the_provider_and_a_refusals_error_as_prometheus_labels(
+        world: World) -> None:
+    """One tick: the HP gang's on-demand launch (2 nodes) is accepted, the spot launch in us-b
+    refused; the scrape shows each with its provider and the refusal with its exception type."""
+    hp, spot = world.job("hp", kind="hp", workers=2), world.job("sp", kind="spot")
+    hp.state = spot.state = JobState.QUEUED
+    world.state.tenants = {world.tenant.id: world.tenant}
+    world.state.availability = {"us-a": True, "us-b": True}
+    _place(world).run(60.0)
+    assert (hp.market, spot.zone) == (Market.ON_DEMAND, "us-b")
+    world.fleet.spot_up["us-b"] = False
+    Persist(world.store, world.settings, world.state, None).intents(60.0, {})
+    Act(world.fleet, world.store, world.state, world.rec, world.ops).run(60.0)
+    world.store.commit(counters=world.state.work.counters)
+    text = exposition(build_registry(world.store)).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def samples(name: str) -> list[tuple[dict[str, str], float]]:
+        return [(s.labels, s.value) for s in fams[f"spotplane_{name}"].samples
+                if s.name == f"spotplane_{name}_total"]
+
+    assert samples("launches") == [({"provider": "kept", "market": "on_demand"}, 1.0)]
+    assert samples("launched_nodes") == [({"provider": "kept", "market": "on_demand"}, 2.0)]
+    assert samples("launch_failures") == [
+        ({"provider": "kept", "error": "CapacityUnavailable"}, 1.0)]

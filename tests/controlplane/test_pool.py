@@ -3,8 +3,10 @@ GFS scheduler sees, built once per tick and patched after each placement in the 
 
 from __future__ import annotations
 
+import numpy as np
+
 from controlplane.core.models import Job, JobKind, JobSpec, Market, Node, NodeState
-from controlplane.reconcile.pool import PlacementPlan, Pool
+from controlplane.reconcile.pool import PlacementPlan, Pool, lifetime_key
 
 
 def _job(i: str, kind: str) -> Job:
@@ -60,3 +62,21 @@ def test_commit_of_a_spot_job_counts_its_slots_as_spot() -> None:
     assert slots == ["n0", "n1"] and snap.spot_allocated == 2.0
     assert (snap.spot_gpus.tolist(), snap.hp_gpus.tolist()) == ([1.0, 1.0], [0.0, 0.0])
     assert snap.running["s"].priority == "spot" and snap.running["s"].pods == 2
+
+
+def test_ages_key_spot_vms_by_cloud_on_demand_by_nothing_and_a_placement_takes_its_slots() -> None:
+    """Idle ready VMs launched at 0 are 2 h old at 7200 s; the on-demand one's lifetime model
+    is '' (never preempted). Once a job takes slot 0 the reuse policy no longer sees it idle."""
+    on_demand = _node(2, None).model_copy(update={"market": Market.ON_DEMAND})
+    pool = Pool("V100", 4, [_node(0, None), _node(1, None), on_demand])
+    assert [lifetime_key(n) for n in pool.nodes] == ["aws", "aws", ""]
+    snap, _ = pool.snapshot({}, 7200.0)
+    assert snap.ages is not None
+    assert snap.ages.model.tolist() == ["aws", "aws", "", ""] and snap.ages.fresh == "aws"
+    assert np.array_equal(snap.ages.hours, [2.0, 2.0, 2.0, np.nan], equal_nan=True)
+    spot = _job("s", "spot")
+    pool.commit(PlacementPlan("s", "V100", reuse=("n0",), slots=(0,)), spot, {}, 7200.0)
+    snap, _ = pool.snapshot({"s": spot}, 7200.0)
+    assert snap.ages is not None
+    assert np.array_equal(snap.ages.hours, [np.nan, 2.0, 2.0, np.nan], equal_nan=True)
+    assert snap.ages.model.tolist() == ["aws", "aws", "", ""]

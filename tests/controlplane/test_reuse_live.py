@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from controlplane.core.errors import InvalidInput
-from controlplane.core.models import Job, JobKind, JobSpec, Market, Node, NodeState
+from controlplane.core.models import Job, JobKind, JobSpec, JobState, Market, Node, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.nodeops import NodeOps
@@ -213,3 +213,23 @@ def test_the_cost_report_shows_idle_and_spare_cost_to_the_admin_only(store: Stor
     assert (admin.idle_cost, admin.spare_idle_cost, admin.total_cost) == (12.5, 10.0, 0.0)
     mine = service.idle_cost(Principal(tenant_id=tenant))
     assert mine == (0.0, 0.0)
+
+
+def test_the_typical_job_is_the_median_of_the_live_jobs_not_the_finished_ones(store: Store) -> None:
+    """Live jobs of 2, 4 and 6 h (queued, running) and finished ones of 20 and 30 h: the next
+    arrival is expected to need 4 h; with no live job, the 1-h yardstick."""
+    tenant = store.create_tenant("t")[0].id
+    state = LoopState(offers=[], lifetime_models=dict(MODELS))
+    s = ControllerSettings()
+    assert s.typical_job_hours is None
+    spares = HotSpares(s, state, reuse_plugin(s, state.lifetime_models, s.provision_hours))
+    done = [(20.0, JobState.SUCCEEDED), (30.0, JobState.CANCELLED)]
+    for hours, st in done + [(2.0, JobState.QUEUED), (4.0, JobState.RUNNING), (6.0, JobState.PENDING)]:
+        job = _job(store, tenant, hours)
+        job.state = st
+        state.jobs[job.id] = job
+    assert spares.typical_hours() == 4.0
+    for job in list(state.jobs.values()):
+        if not job.terminal:
+            del state.jobs[job.id]
+    assert len(state.jobs) == 2 and spares.typical_hours() == 1.0

@@ -383,3 +383,18 @@ def test_a_sqlite_store_two_missing_directories_deep_is_created_private(tmp_path
     t, _ = st.create_tenant("deep")
     assert [x.id for x in Store(path).list_tenants()] == [t.id]
     assert (tmp_path / "a" / "b").stat().st_mode & 0o777 == 0o700
+
+
+def test_pruning_idempotency_keys_forgets_the_old_answers_and_keeps_the_new(store_url: str) -> None:
+    """Five keys answered at 100..500 s (wall clock): pruning at 300 s forgets the three
+    answered at or before it; the two later ones still replay; a second prune finds none."""
+    st = Store(store_url)
+    t, _ = st.create_tenant("keys")
+    for k in range(5):
+        call = IdempotentCall(f"key-{k}", "digest", lambda bag, jobs: jobs[0].id, at=100.0 * (k + 1))
+        st.submit_jobs_once(t.id, [JobSpec(name=f"k{k}", compute_hours=1)], call, now=0.0)
+    assert st.prune_idempotency(300.0) == 3
+    assert [st.idempotent_answer(t.id, f"key-{k}") is not None for k in range(5)] == [
+        False, False, False, True, True]
+    assert st._q("SELECT COUNT(*) FROM idempotency")[0][0] == 2
+    assert st.prune_idempotency(300.0) == 0 and len(st.list_jobs(t.id)) == 5
