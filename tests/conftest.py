@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,12 @@ import pytest
 from clusters.traces import DataCatalog
 from controlplane.core.config import data_dir
 from tests.pgfixtures import pg_server, pg_url, store_url  # noqa: F401 - the store's backends
+
+# A suite started in the background of a script inherits SIGINT ignored, and so would every
+# `spotplane up` it starts: the Ctrl-C tests would then signal a process that cannot hear them.
+# The tests run as a terminal's foreground job would, with SIGINT handled.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
