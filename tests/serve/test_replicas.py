@@ -93,30 +93,33 @@ def test_healthz_answers_while_a_write_waits_on_the_store(api: Api) -> None:
     """A submit that waits HOLD_S on SQLite's write lock (held here) must not stall /healthz."""
     blocker = sqlite3.connect(str(api.store.path), isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
-    posted: list[tuple[int, float]] = []
+    posted: list[tuple[int, float]] = []  # (status, when it answered)
+    sending = threading.Event()
 
     def submit() -> None:
         with api.client(ADMIN) as c:  # the admin: no rate budget in the way
-            t0 = time.monotonic()
+            sending.set()
             r = c.post("/v1/jobs", json={"name": "waits", "kind": "spot", "compute_hours": 1.0},
                        params={"tenant_id": api.tenant_id})
-            posted.append((r.status_code, time.monotonic() - t0))
+            posted.append((r.status_code, time.monotonic()))
 
     probes: list[float] = []
     poster = threading.Thread(target=submit)
     try:
         with httpx.Client(base_url=api.url, timeout=HOLD_S) as anon:  # stalled: ReadTimeout
             anon.get("/healthz")
-            t0 = time.monotonic()
             poster.start()
+            assert sending.wait(30), "the submit never started"
+            t0 = time.monotonic()
             while time.monotonic() - t0 < HOLD_S:
                 p0 = time.monotonic()
                 assert anon.get("/healthz").status_code == 200
                 probes.append(time.monotonic() - p0)
             assert poster.is_alive()  # the submit still waits on the lock
     finally:
+        released = time.monotonic()
         blocker.execute("ROLLBACK")
         blocker.close()
     poster.join(30)
-    assert posted and posted[0][0] == 201 and posted[0][1] >= HOLD_S * 0.9, posted
-    assert len(probes) >= 10 and max(probes) < HOLD_S / 4, (len(probes), max(probes))
+    assert posted and posted[0][0] == 201 and posted[0][1] >= released, (posted, released)
+    assert len(probes) >= 4 and max(probes) < HOLD_S / 2, (len(probes), max(probes))
