@@ -784,7 +784,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             return
         self._log_copied[rep.submission_id] = now
         try:
-            text = str(self.client.get_job_logs(rep.submission_id))
+            text = self._job_logs(rep.submission_id)
         except Exception as e:  # noqa: BLE001 - its node may be gone: keep the last copy
             log.debug("logs of %s: %s", rep.submission_id, e)
             return
@@ -792,10 +792,21 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
 
     def _logs(self, rep: Replica) -> str:
         try:
-            return str(self.client.get_job_logs(rep.submission_id))
+            return self._job_logs(rep.submission_id)
         except Exception as e:
             kept = self.log_archive.load(rep.job_id, rep.submission_id) if self.log_archive else None
             return kept if kept is not None else f"(logs unavailable: {e})"
+
+    def _job_logs(self, submission_id: str, tries: int = 3) -> str:
+        """The Ray job's logs; a job API that did not answer (a loaded head) is asked again."""
+        for left in range(tries - 1, -1, -1):
+            try:
+                return str(self.client.get_job_logs(submission_id))
+            except Exception as e:
+                if not left or not transient(e):
+                    raise
+                WallClock().sleep(0.5)
+        raise AssertionError("unreachable")
 
     def _failure(self, reps: Sequence[Replica]) -> str | None:
         """Why the job failed, or None while a replica's node is gone from Ray: its Ray job died

@@ -113,8 +113,17 @@ def test_real_job_is_preempted_by_the_fleet_restores_elsewhere_and_finishes(
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     assert fams["spotplane_checkpoint_bytes"].samples[0].value == written
     logs = ex.logs(job.id)
-    resumed = [
-        int(line.split()[3]) for line in logs.splitlines() if line.startswith("starting at step")
-    ]
-    assert resumed[0] == 0 and any(s > 0 for s in resumed[1:]), resumed
+    # the step each attempt started at (None: its node went before its entrypoint ran)
+    sections = logs.split("=== ")[1:]
+    starts = [next((int(ln.split()[3]) for ln in part.splitlines() if ln.startswith("starting at step")),
+                   None) for part in sections]
+    assert len(starts) == len(attempts) and starts[-1] is not None, logs[-4000:]
+    assert [s for s in starts if s is not None][0] == 0, starts
+    # an attempt resumes from at least what was checkpointed when an earlier attempt's node went
+    # (0 where its checkpoint actor went with the node before it could say)
+    saved = [0 if r.outcome is None else round(float(r.outcome["checkpointed_progress"]) * steps)
+             for r in attempts[:-1]]
+    for k, start in enumerate(starts[1:], 1):
+        assert start is None or start >= max(saved[:k]), (starts, saved)
+    assert max(saved) == 0 or (starts[-1] or 0) > 0, (starts, saved)
     assert j.checkpoints >= 1 and j.progress_hours == pytest.approx(steps * 0.04 * SPEED / 3600)
