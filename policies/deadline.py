@@ -46,10 +46,12 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """What the job should run on next; ``zone`` only matters for multi-zone policies."""
+    """What the job should run on next; ``zone`` only matters for multi-zone policies.
+    ``probes``: zones whose spot availability the policy wants bought before its next step."""
 
     kind: Kind
     zone: str | None = None
+    probes: tuple[str, ...] = ()
 
 
 IDLE = Action(Kind.IDLE)
@@ -451,7 +453,7 @@ def _load_extensions() -> None:
     # Import for their register_policy side effect (they import this module, so lazily).
     import importlib
 
-    for mod in ("policies.omniscient", "policies.multizone"):
+    for mod in ("policies.omniscient", "policies.multizone", "policies.paid_observation"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:  # pragma: no cover - only while a module is absent

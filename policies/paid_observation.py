@@ -28,7 +28,16 @@ import numpy as np
 import numpy.typing as npt
 
 from controlplane.core.errors import InvalidInput
-from policies.deadline import CODE_KIND, Action, DeadlinePolicy, Kind, Observation, ZoneView
+from policies.deadline import (
+    CODE_KIND,
+    Action,
+    DeadlinePolicy,
+    DeadlineTask,
+    Kind,
+    Observation,
+    ZoneView,
+    register_policy,
+)
 from policies.deadline_sim import EPS, PolicyError, SimResult, ZoneLedger, _check_window
 from policies.multizone import SpotplaneMultiZone
 
@@ -147,16 +156,16 @@ class ProbingSpotplane(SpotplaneMultiZone):
 
     def _believed(self, obs: Observation) -> Observation:
         """``obs`` with, off spot, each zone believed down for ``retry_hours`` shown up (a launch
-        there is free if refused); a zone refused at this same step stays down."""
-        t, (when, tried) = obs.elapsed_hours, self._tried
+        there is free if refused); the zone last tried, now seen down, refused: it stays down."""
+        t, (_, tried) = obs.elapsed_hours, self._tried
         views = []
         for z in obs.zones:
             if z.spot_available:
                 self._down_since.pop(z.zone, None)
                 views.append(z)
                 continue
-            if abs(when - t) < EPS and tried == z.zone:
-                self._down_since[z.zone] = t  # just refused
+            if tried == z.zone:
+                self._down_since[z.zone] = t  # just refused (now, or seen a step later live)
             since = self._down_since.setdefault(z.zone, t)
             retry = obs.state is not Kind.SPOT and t > since and t - since >= self.retry_hours - EPS
             views.append(replace(z, spot_available=True) if retry else z)
@@ -181,3 +190,10 @@ class ProbingSpotplane(SpotplaneMultiZone):
         best = min(stale, key=lambda z: (self._score(z), z.zone))
         self._probed[best.zone] = obs.elapsed_hours
         return (best.zone,)
+
+
+def _make_probing(task: DeadlineTask, **kw: Any) -> ProbingSpotplane:
+    return ProbingSpotplane(task, **kw)
+
+
+register_policy("spotplane_probing", _make_probing)
