@@ -68,6 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--lease-ttl", type=float, default=10.0, metavar="SECONDS",
                     help="wall seconds the controller's lease lasts unrenewed (default 10): a "
                          "standby takes over about this long after the active one dies")
+    up.add_argument("--zone-observation", choices=("free", "evidence"), default="free",
+                    help="how the controller knows each zone's spot availability: 'free' asks the "
+                         "provider for every zone; 'evidence' learns it only from nodes, launches "
+                         "and the probes deadline policies buy (docs/controlplane.md)")
     up.add_argument("--api-replicas", type=int, default=1, metavar="N",
                     help="Serve replicas of the HTTP API (default 1); each enforces 1/N of a tenant's rate")
     up.add_argument("--artifacts", default=None, metavar="URI",

@@ -32,6 +32,7 @@ from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, 
 from controlplane.core.config import load_settings
 from controlplane.core.errors import CloudError, ConfigError, InvalidInput
 from controlplane.core.units import DB_FILE, SIMFLEET_DB
+from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import IN_STORE, BadRow, Store, is_postgres, redact, sqlite_path
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[
         cmd += ["--speed", repr(float(args.speed))]
     if getattr(args, "standby", False):
         cmd.append("--standby")
-    for flag in ("lease_ttl", "api_replicas"):
+    for flag in ("lease_ttl", "api_replicas", "zone_observation"):
         if getattr(args, flag, None) is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.report_json:
@@ -393,7 +394,9 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
                                executor_factory=EXECUTOR_FACTORY,
                                executor_options={**executor_options(args, state_dir), **workload},
                                standby=bool(getattr(args, "standby", False)),
-                               lease_ttl_seconds=float(getattr(args, "lease_ttl", 10.0)))
+                               lease_ttl_seconds=float(getattr(args, "lease_ttl", 10.0)),
+                               controller=ControllerSettings(
+                                   zone_observation=getattr(args, "zone_observation", "free")))
     set_aside = quarantined_rows(db)
     try:
         started["control_plane"] = start_control_plane(settings)

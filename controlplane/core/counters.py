@@ -53,6 +53,12 @@ CONTROLLER: dict[str, Family] = {
     "node_preemptions_total": Family(
         "counter", "Nodes the cloud preempted, by cloud, zone and market.",
         ("cloud", "zone", "market")),
+    "zone_probes_total": Family(
+        "counter", "Spot availability probes a deadline policy bought (zone_observation: "
+        "evidence), by provider and zone.", ("provider", "zone")),
+    "zone_probe_cost_dollars_total": Family(
+        "counter", "What those probes cost: probe_minutes of one spot node each, by provider.",
+        ("provider",)),
     "launches_total": Family(
         "counter", "Launch requests the provider accepted, by provider and market.",
         ("provider", "market")),

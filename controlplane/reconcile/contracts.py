@@ -43,6 +43,13 @@ class ControllerSettings:
     zone_memory_seconds: float = 3 * HOUR
     refused_seconds: float = 600.0  # skip a zone this long after it refused a spot launch
     zones_every_ticks: int = 10  # how often the zone snapshot is written for the API
+    # How the controller knows a zone's spot availability. 'free': the provider's view of every
+    # zone (the simulated fleet's truth; a real cloud probed zone by zone every zones_every_ticks
+    # ticks). 'evidence': only from where nodes run or were preempted, launches it tried (a
+    # refusal says down) and the probes a policy asks for (billed probe_minutes of spot each);
+    # a zone never seen is believed up, so a launch tries it (policies.paid_observation).
+    zone_observation: str = "free"
+    probe_minutes: float = 1.0
     # A job whose only change is progress/cost is written every n-th tick (a tenth of them per
     # tick): accounting restarts from the stored accounted_at/billed_at, so nothing is lost.
     persist_progress_every: int = 10

@@ -6,9 +6,12 @@ One ``describe()`` and one ``poll_events()`` per tick; node agents' notices
 
 from __future__ import annotations
 
+import logging
+
 from clusters.fleet import FleetProvider, Instance, InstanceState
 from controlplane.core import counters
-from controlplane.core.models import Node, NodeState, ZoneInfo
+from controlplane.core.errors import CloudError, InvalidInput
+from controlplane.core.models import Market, Node, NodeState, ZoneInfo
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import UP_STATES, LoopState
@@ -23,13 +26,23 @@ _NODE_OF_INSTANCE = {
 }
 
 
+log = logging.getLogger(__name__)
+ZONE_OBSERVATIONS = ("free", "evidence")
+
+
 class SyncFleet:
     """Ready, noticed, preempted and terminated instances become node states."""
 
     def __init__(self, fleet: FleetProvider, store: Store, settings: ControllerSettings,
                  state: LoopState, rec: Recorder) -> None:
+        if settings.zone_observation not in ZONE_OBSERVATIONS:
+            raise InvalidInput("zone_observation", f"unknown mode {settings.zone_observation!r}",
+                               fix=f"use one of {', '.join(ZONE_OBSERVATIONS)}")
+        if settings.probe_minutes < 0:
+            raise InvalidInput("probe_minutes", f"must be >= 0, got {settings.probe_minutes}")
         self.fleet, self.store, self.settings = fleet, store, settings
         self.state, self.rec = state, rec
+        self.evidence_only = settings.zone_observation == "evidence"
 
     def external_notice(self, instance_id: str, seconds_left: float) -> None:
         """A node agent (NodeActor watching the metadata server) saw a preemption notice; it
@@ -48,18 +61,16 @@ class SyncFleet:
                 node_id = s.by_instance.get(e.instance_id)
                 if node_id is not None:
                     s.work.notices[node_id] = e.seconds_left
-        avail = self.fleet.spot_availability()
-        if avail is not None:
-            s.availability = avail
-        elif not s.availability or s.ticks % self.settings.zones_every_ticks == 0:
-            # a real cloud's probe is an API call per zone: every few ticks, not every tick
-            s.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)
-                              for o in s.offers}
+        if not self.evidence_only:
+            self._observe_every_zone()
         for inst in insts:
             node_id = s.by_instance.get(inst.instance_id)
             node = s.nodes.get(node_id) if node_id is not None else None
             if node is not None:
                 self._fold(node, inst, when, now)
+        if self.evidence_only:
+            self._buy_probes()
+            s.availability = {o.zone: s.evidence.get(o.zone, True) for o in s.offers}
         if s.ticks % self.settings.zones_every_ticks == 0:
             self.store.put_zones([
                 ZoneInfo(cloud=o.cloud, zone=o.zone, region=o.region,
@@ -68,6 +79,36 @@ class SyncFleet:
                          on_demand_price=o.on_demand_price,
                          spot_available=s.availability.get(o.zone, False), updated_at=now)
                 for o in s.offers])
+
+    def _observe_every_zone(self) -> None:
+        s = self.state
+        avail = self.fleet.spot_availability()
+        if avail is not None:
+            s.availability = avail
+        elif not s.availability or s.ticks % self.settings.zones_every_ticks == 0:
+            # a real cloud's probe is an API call per zone: every few ticks, not every tick
+            s.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)
+                              for o in s.offers}
+
+    def _buy_probes(self) -> None:
+        """The probes policies asked for at the last tick: one provider probe per zone, of its
+        cheapest spot offer, billed ``probe_minutes`` of that node."""
+        s, w = self.state, self.state.work
+        wanted, s.probes = sorted(s.probes), set()
+        for zone in wanted:
+            offer = min((o for o in s.offers if o.zone == zone), key=lambda o: o.spot_price,
+                        default=None)
+            if offer is None:
+                continue
+            try:
+                s.evidence[zone] = bool(self.fleet.spot_available(zone, offer.instance_type))
+            except CloudError as exc:  # no answer is no evidence: the belief stands
+                log.warning("probing spot in %s: %s", zone, exc)
+                continue
+            counters.count(w.counters, "zone_probes_total", provider=self.fleet.name, zone=zone)
+            counters.count(w.counters, "zone_probe_cost_dollars_total",
+                           offer.spot_price * self.settings.probe_minutes / 60.0,
+                           provider=self.fleet.name)
 
     def _fold_external(self, now: float) -> None:
         s = self.state
@@ -96,6 +137,8 @@ class SyncFleet:
         at = when.get((iid, {NodeState.READY: "ready", NodeState.NOTICED: "preemption_notice",
                              NodeState.PREEMPTED: "preempted",
                              NodeState.TERMINATED: "terminated"}.get(new, "")), now)
+        if node.market is Market.SPOT and new in (NodeState.READY, NodeState.PREEMPTED):
+            self.state.evidence[node.zone] = new is NodeState.READY  # seen where it runs
         if new is NodeState.READY:
             node.ready_at = when.get((iid, "ready"), now)
             if node.job_id is None:

@@ -46,14 +46,21 @@ class NodeOps:
         """The job's offers in ``market``, best first: on-demand by price; spot where it is
         available and not recently refused, by price x (1 + penalty x recent preemptions)."""
         offers = self.state.offers_for(job)
-        if job.kind is JobKind.DEADLINE and job.policy_zone:
-            offers = [o for o in offers if o.zone == job.policy_zone] or offers
+        chosen = [o for o in offers if o.zone == job.policy_zone] if (
+            job.kind is JobKind.DEADLINE and job.policy_zone) else []
+        offers = chosen or offers
         if market is Market.ON_DEMAND:
             return sorted(offers, key=lambda o: (o.on_demand_price, o.zone))
         s = self.state
         horizon = now - self.settings.zone_memory_seconds
-        ok = [o for o in offers if s.availability.get(o.zone, False)
-              and s.refused.get(o.zone, -1e18) < now - self.settings.refused_seconds]
+        if self.settings.zone_observation == "evidence":
+            # zones known from evidence: a launch is how a zone is learned (a refusal is free),
+            # so a policy's chosen zone is tried; other jobs skip only a zone that just refused
+            ok = chosen or [o for o in offers
+                            if s.refused.get(o.zone, -1e18) < now - self.settings.refused_seconds]
+        else:
+            ok = [o for o in offers if s.availability.get(o.zone, False)
+                  and s.refused.get(o.zone, -1e18) < now - self.settings.refused_seconds]
 
         def score(o: Offer) -> tuple[float, str]:
             recent = sum(1 for t in s.zone_preemptions.get(o.zone, ()) if t >= horizon)

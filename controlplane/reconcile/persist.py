@@ -92,6 +92,8 @@ class Act:
             intent.status, intent.done_at = INTENT_FAILED, now
             w.intents.append(intent)
             s.refused[req.zone] = now
+            if req.market is Market.SPOT:
+                s.evidence[req.zone] = False  # a refused launch: free, and now known down
             w.count("launches_refused_total")
             counters.count(w.counters, "launch_failures_total", provider=self.fleet.name,
                           error=type(exc).__name__)
@@ -109,6 +111,8 @@ class Act:
             raise
         intent.status, intent.done_at = INTENT_DONE, now
         w.intents.append(intent)
+        if req.market is Market.SPOT:
+            s.evidence[req.zone] = True
         w.count("nodes_launched_total", len(insts))
         counters.count(w.counters, "launches_total", provider=self.fleet.name,
                       market=req.market.value)

@@ -91,13 +91,16 @@ class AskPolicies:
         obs = Observation((now - job.submitted_at) / HOUR, job.progress_hours, kind,
                           job.zone if running else None, here, zones)
         name = job.spec.policy or self.settings.deadline_policy or default_policy(
-            len({o.zone for o in offers}))
-        return PolicyRequest(job.id, name, task, obs,
-                             self.settings.tick_seconds / HOUR)
+            len({o.zone for o in offers}), evidence=self.settings.zone_observation == "evidence")
+        # a live refusal is seen a tick later, not at once as in the replay: a refused zone is
+        # tried again after refused_seconds, so the others believed up are tried meanwhile
+        return PolicyRequest(job.id, name, task, obs, self.settings.tick_seconds / HOUR,
+                             retry_hours=self.settings.refused_seconds / HOUR)
 
     def _apply(self, job: Job, act: Action, req: PolicyRequest, now: float) -> None:
         w = self.state.work
         kind = act.kind.value
+        self.state.probes.update(z for z in act.probes if z in self.state.availability)
         if (kind, act.zone) != (job.policy_action, job.policy_zone):
             o = req.obs
             self.rec.decide(job, req.policy, kind, f"elapsed {o.elapsed_hours:.2f} h, progress "

@@ -66,6 +66,8 @@ class LoopState:
     availability: dict[str, bool] = field(default_factory=dict)  # zone -> spot available
     zone_preemptions: dict[str, list[float]] = field(default_factory=dict)  # zone -> times
     refused: dict[str, float] = field(default_factory=dict)  # zone -> last refused spot launch
+    evidence: dict[str, bool] = field(default_factory=dict)  # zone -> spot up, as last seen
+    probes: set[str] = field(default_factory=set)  # zones a policy asked to probe next tick
     external: dict[str, float] = field(default_factory=dict)  # instance id -> s left (agents)
     quarantined: set[tuple[str, str]] = field(default_factory=set)  # (table, id) set aside
     # tenant id -> seq of the last of its stored QUEUED jobs re-read since a restart (a tenant

@@ -214,6 +214,17 @@ def test_up_artifacts_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     cmd = child_command(up, tmp_path, 8000)
     assert cmd[cmd.index("--artifacts") + 1] == "s3://ckpt/a"
     assert cmd[cmd.index("--s3-endpoint") + 1] == "http://127.0.0.1:9000"
+    up.zone_observation = "evidence"
+    cmd = child_command(up, tmp_path, 8000)
+    assert cmd[cmd.index("--zone-observation") + 1] == "evidence"
+
+
+def test_up_zone_observation_is_one_of_the_two_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["up", "--zone-observation", "psychic"])
+    assert e.value.code == 2
+    assert "--zone-observation: invalid choice: 'psychic' (choose from 'free', 'evidence')" in (
+        capsys.readouterr().err)
 
 
 def test_up_with_a_bad_artifacts_uri_exits_2_before_starting(

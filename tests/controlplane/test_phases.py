@@ -23,7 +23,8 @@ from clusters.fleet import (
     Offer,
 )
 from controlplane.core.clock import SimClock
-from controlplane.core.errors import CapacityUnavailable
+from controlplane.core.counters import counter_key
+from controlplane.core.errors import CapacityUnavailable, InvalidInput
 from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Quota, Tenant
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport, ReplicatingExecutor
@@ -64,11 +65,13 @@ class KeptFleet(FleetProvider):
         self.instances: dict[str, Instance] = {}
         self.by_intent: dict[str, list[str]] = {}
         self.events: list[FleetEvent] = []
+        self.probed: list[tuple[str, str]] = []  # every spot_available call, in order
 
     def offers(self) -> list[Offer]:
         return list(OFFERS)
 
     def spot_available(self, zone: str, instance_type: str) -> bool:
+        self.probed.append((zone, instance_type))
         return self.spot_up[zone]
 
     def launch(self, request: LaunchRequest) -> list[Instance]:
@@ -313,6 +316,57 @@ def test_sync_fleet_takes_a_node_agents_notice_first(world: World) -> None:
     assert world.state.external == {}
 
 
+def test_evidence_mode_knows_a_zone_from_its_nodes_and_the_probes_a_policy_asked_for(
+        world: World) -> None:
+    """zone_observation: evidence. A zone never seen is believed up; a spot node running or
+    preempted there says up or down; a probe is bought only where a policy asked, billed
+    probe_minutes of the zone's spot node; the provider is never asked for every zone."""
+    s, fleet = world.state, world.fleet
+    settings = ControllerSettings(zone_observation="evidence")
+    sync = SyncFleet(fleet, world.store, settings, s, world.rec)
+    a = world.node(None, NodeState.PROVISIONING)
+    b = world.node(None, NodeState.READY, zone="us-b")
+    fleet.spot_up["us-b"] = False  # the truth, not yet seen
+    sync.run(60.0)
+    assert s.availability == {"us-a": True, "us-b": True} and fleet.probed == []
+    fleet.become(a.instance_id or "", InstanceState.RUNNING, EventKind.READY, 100.0)
+    fleet.become(b.instance_id or "", InstanceState.PREEMPTED, EventKind.PREEMPTED, 110.0)
+    sync.run(120.0)
+    assert s.availability == {"us-a": True, "us-b": False} and fleet.probed == []
+    fleet.spot_up["us-b"] = True  # back: unseen until a probe
+    sync.run(180.0)
+    assert s.availability["us-b"] is False
+    s.probes = {"us-b"}
+    sync.run(240.0)
+    assert fleet.probed == [("us-b", "p3.2xlarge")] and s.probes == set()
+    assert s.availability == {"us-a": True, "us-b": True}
+    assert s.work.counters[counter_key("zone_probes_total", provider="kept", zone="us-b")] == 1.0
+    assert s.work.counters[counter_key("zone_probe_cost_dollars_total", provider="kept")] == (
+        pytest.approx(0.8 / 60))  # one minute of us-b's 0.8 $/h spot node
+
+
+def test_a_probing_policy_asks_for_the_cheaper_zone_believed_down_while_on_spot(
+        world: World) -> None:
+    """With zones known from evidence, a multi-zone deadline job gets spotplane_probing; on spot
+    in us-a (1.0 $/h) with us-b (0.8 $/h) believed down, it asks for one probe of us-b."""
+    settings = ControllerSettings(zone_observation="evidence")
+    job = world.job("a", kind="deadline", deadline_hours=10.0)
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.accounted_at = job.billed_at = 600.0
+    world.node(job, NodeState.READY)
+    world.state.availability = {"us-a": True, "us-b": False}
+    AskPolicies(PolicyBook(), settings, world.state, world.rec, world.ops).run(600.0)
+    assert [(d.policy, d.action) for d in world.state.work.decisions] == [
+        ("spotplane_probing", "spot")]
+    assert world.state.probes == {"us-b"}
+
+
+def test_an_unknown_zone_observation_names_the_field_and_the_choices(world: World) -> None:
+    with pytest.raises(InvalidInput, match="zone_observation.*use one of free, evidence"):
+        SyncFleet(world.fleet, world.store, ControllerSettings(zone_observation="psychic"),
+                  world.state, world.rec)
+
+
 # -- 3. advance jobs ----------------------------------------------------------------------------
 def _advance(world: World) -> AdvanceJobs:
     return AdvanceJobs(world.state, world.rec, world.ops, None, world.clock)
@@ -504,6 +558,7 @@ def test_a_refused_spot_launch_fails_its_nodes_and_requeues_the_job(world: World
     assert (node.state, node.ended_at) == (NodeState.FAILED, 60.0)
     assert spot.state is JobState.QUEUED and spot.preemptions == 0 and spot.node_ids == []
     assert world.state.refused == {"us-b": 60.0}
+    assert world.state.evidence == {"us-b": False}  # a refused launch: known down, for free
     assert w.counters["launches_refused_total"] == 1.0
     assert [i.status for i in w.intents] == [INTENT_FAILED]
     assert world.fleet.instances == {}

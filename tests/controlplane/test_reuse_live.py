@@ -195,13 +195,15 @@ def test_a_deadline_job_names_its_policy_and_an_unknown_one_is_a_422(store: Stor
     with pytest.raises(InvalidInput) as e:
         service.submit_job(me, spec("yolo"))
     assert (e.value.field, str(e.value.fix)) == ("policy", (
-        "use one of spotplane, uniform_progress, up_eager_failover, greedy, time_sliced, "
-        "uniform_progress_loose, on_demand, or leave it null for the default (spotplane on a "
-        "multi-zone fleet)"))
+        "use one of spotplane, spotplane_probing, uniform_progress, up_eager_failover, greedy, "
+        "time_sliced, uniform_progress_loose, on_demand, or leave it null for the default "
+        "(spotplane on a multi-zone fleet)"))
     with pytest.raises(ValueError, match="policy: only kind=deadline jobs take a deadline policy"):
         JobSpec(name="s", kind=JobKind.SPOT, compute_hours=1.0, policy="greedy")
     assert check_policy("spotplane") == "spotplane" and "spotplane" in LIVE_POLICIES
     assert (default_policy(13), default_policy(1)) == ("spotplane", "uniform_progress")
+    assert (default_policy(13, evidence=True), default_policy(1, evidence=True)) == (
+        "spotplane_probing", "uniform_progress")
 
 
 def test_the_cost_report_shows_idle_and_spare_cost_to_the_admin_only(store: Store) -> None:
