@@ -30,6 +30,7 @@ from actors.node_agents import (
     stop_node_agents,
 )
 from actors.quota import quota_actor
+from actors.raylocal import init_local_ray
 from controlplane.core.units import DB_FILE
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
@@ -140,8 +141,8 @@ def _opts(name: str, settings: RuntimeSettings) -> dict[str, Any]:
 def start_control_plane(settings: RuntimeSettings) -> ControlPlaneHandles:
     """Start (or find, if already running in the namespace) every control-plane actor."""
 
-    if not ray.is_initialized():
-        ray.init(namespace=settings.namespace)
+    if not ray.is_initialized():  # a private local Ray, its actors at the control plane's priority
+        init_local_ray(control_plane=True, namespace=settings.namespace)
     Path(settings.state_dir).mkdir(parents=True, exist_ok=True)
     Store(settings.db_path).close()  # create the schema before the actors race for it
     controller = RemoteControllerActor.options(**_opts(CONTROLLER_NAME, settings)).remote(
