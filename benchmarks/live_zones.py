@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from clusters.traces import DataCatalog
 from controlplane.core.clock import SimClock
 from controlplane.core.config import data_dir
 from controlplane.core.errors import InvalidInput
-from controlplane.core.models import Job, JobSpec, JobState
+from controlplane.core.models import Job, JobKind, JobSpec, JobState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
@@ -111,7 +112,7 @@ def run(draw: Draw, ratio: float, mode: str, state: Path, data: Path) -> dict[st
     ctl = Controller(store, fleet, clock, settings, epoch=store.take_controller_lease())
     tenant = store.create_tenant("t", max_gpus=100)[0].id
     deadline = ratio * draw.compute_hours
-    spec = JobSpec(name=f"d{draw.index}", kind="deadline", compute_hours=draw.compute_hours,
+    spec = JobSpec(name=f"d{draw.index}", kind=JobKind.DEADLINE, compute_hours=draw.compute_hours,
                    deadline_hours=deadline, accelerator="V100")
     job_id = store.submit_job(tenant, spec, now=0.0).id
     give_up = (deadline + draw.compute_hours + 1.0) * HOUR
@@ -120,7 +121,8 @@ def run(draw: Draw, ratio: float, mode: str, state: Path, data: Path) -> dict[st
         ctl.tick()
     job = store.get_job(job_id)
     out = summarise(job, store.metrics(), fleet)
-    out["decisions"] = decisions(store, job_id)
+    out["decisions"] = decisions(store, job_id, job.finished_at)
+    out["on_demand_hours"] = out["decisions"]["on_demand_hours"]
     store.close()
     fleet.close()
     return out
@@ -144,13 +146,18 @@ def summarise(job: Job, metrics: dict[str, float], fleet: WatchedFleet) -> dict[
     }
 
 
-def decisions(store: Store, job_id: str) -> dict[str, Any]:
-    """The job's deadline decisions in short: policy, actions and zones counted, the last one."""
+def decisions(store: Store, job_id: str, job_end: float | None) -> dict[str, Any]:
+    """The job's deadline decisions in short: policy, actions and zones counted, the hours from
+    each on-demand decision to the next decision (or the job's end), the last one."""
     ds = [d for d in store.job_decisions(job_id) if d.action in ("idle", "spot", "on_demand")]
     last = ds[-1] if ds else None
+    od = sum(b.at - a.at for a, b in pairwise(ds) if a.action == "on_demand")
+    if last is not None and last.action == "on_demand" and job_end is not None:
+        od += job_end - last.at
     return {
         "policies": sorted({d.policy for d in ds}),
         "actions": dict(Counter(d.action for d in ds)),
+        "on_demand_hours": round(od / HOUR, 2),
         "spot_zones": len({d.zone for d in ds if d.action == "spot"}),
         "first_on_demand_h": next((round(d.at / HOUR, 2) for d in ds if d.action == "on_demand"),
                                   None),
@@ -166,6 +173,7 @@ def pooled(rows: list[dict[str, Any]], free: list[dict[str, Any]] | None) -> dic
         "runs": len(rows), "missed": sum(r["missed"] for r in rows),
         "total_cost": round(total, 2),
         "job_cost": round(sum(r["job_cost"] for r in rows), 2),
+        "on_demand_hours": round(sum(r["on_demand_hours"] for r in rows), 2),
         "probe_cost": round(sum(r["probe_cost"] for r in rows), 2),
         **{k: sum(r[k] for r in rows) for k in ("preemptions", "probes", "probe_calls",
                                                 "refused_launches", "every_zone_reads")},
@@ -220,21 +228,21 @@ def bench(n: int, ratios: list[float], seed: int, worst: int = 3) -> dict[str, A
 
 
 def _brief(r: dict[str, Any]) -> dict[str, Any]:
-    keys = ("offset_hours", "compute_hours", "total_cost", "missed", "preemptions", "probes",
-            "refused_launches", "slack_hours", "decisions")
+    keys = ("offset_hours", "compute_hours", "total_cost", "missed", "preemptions",
+            "on_demand_hours", "probes", "refused_launches", "slack_hours", "decisions")
     return {k: r[k] for k in keys}
 
 
 def render(out: dict[str, Any]) -> str:
-    cols = ("total_cost", "vs_free_pct", "missed", "preemptions", "probes", "probe_cost",
-            "refused_launches", "every_zone_reads")
+    cols = ("total_cost", "vs_free_pct", "missed", "preemptions", "on_demand_hours", "probes",
+            "probe_cost", "refused_launches", "every_zone_reads")
     lines = [f"{out['draws']} deadline jobs (1 V100, C 6-20 h) on 9 replayed AWS V100 zones, "
              f"seed {out['seed']}; {out['seconds']} s ({out['cpu_seconds']} s CPU)",
-             f"{'R/C':<5}{'mode':<10}" + "".join(f"{c:>18}" for c in cols)]
+             f"{'R/C':<5}{'mode':<10}" + "".join(f"{c:>{len(c) + 2}}" for c in cols)]
     for ratio, r in out["per_ratio"].items():
         for mode, m in r["modes"].items():
             lines.append(f"{ratio:<5}{mode:<10}" + "".join(
-                f"{m.get(c, ''):>18}" for c in cols))
+                f"{m.get(c, ''):>{len(c) + 2}}" for c in cols))
         ev = r["modes"]["evidence"]
         lines.append(f"R/C {ratio}: evidence {ev['vs_free_pct']:+}% vs free (target <= "
                      f"+{out['target_vs_free_pct']:g} %), {ev['missed']} misses (target 0), "
@@ -243,8 +251,10 @@ def render(out: dict[str, Any]) -> str:
             e, f = w["evidence"], w["free"]
             lines.append(f"  draw {w['draw']} (offset {e['offset_hours']} h, C {e['compute_hours']}"
                          f" h): evidence ${e['total_cost']:.2f} vs free ${f['total_cost']:.2f}, "
-                         f"{e['probes']} probes, {e['refused_launches']} refused; "
-                         f"last: {e['decisions']['last'][:90]}")
+                         f"on demand {e['on_demand_hours']} h vs {f['on_demand_hours']} h, "
+                         f"{e['probes']} probes, {e['refused_launches']} refused, first on "
+                         f"demand at {e['decisions']['first_on_demand_h']} h vs "
+                         f"{f['decisions']['first_on_demand_h']} h")
     return "\n".join(lines)
 
 
