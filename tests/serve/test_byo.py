@@ -451,8 +451,9 @@ def test_ray_job_submit_runs_the_users_folder_through_a_node_loss(world: World) 
     assert job.state is JobState.SUCCEEDED, (job.state, job.message, world.logs(sid))
     attempts = world.executor.replicas[sid]
     assert len(attempts) >= 2 and attempts[-1].node_id != first.node_id
-    # Ray's client saw the job wait, run, wait again after the loss, run and succeed
-    assert seen[0] == "PENDING" and seen[-1] == "SUCCEEDED", seen
+    # Ray's client saw the job run, wait again after the loss, run and succeed (its first wait
+    # may be over before the watcher's first look, on a loaded machine)
+    assert seen[0] in ("PENDING", "RUNNING") and seen[-1] == "SUCCEEDED", seen
     assert seen.count("RUNNING") >= 2 and "PENDING" in seen[seen.index("RUNNING"):], seen
     # the same package ran each time, from the user's folder, with exactly one GPU
     logs = world.ray_cli("acme", "logs", sid).stdout
