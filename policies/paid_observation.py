@@ -42,6 +42,7 @@ from policies.deadline_sim import EPS, PolicyError, SimResult, ZoneLedger, _chec
 from policies.multizone import SpotplaneMultiZone
 
 _IDLE, _SPOT, _OD = 0, 1, 2
+IDLE_PROBE_SLACK = 0.25  # probe while idle only with less slack than this fraction of C
 _CODE = {Kind.IDLE: _IDLE, Kind.SPOT: _SPOT, Kind.ON_DEMAND: _OD}
 
 
@@ -146,10 +147,11 @@ class ProbingSpotplane(SpotplaneMultiZone):
     name = "spotplane_probing"
 
     def __init__(self, task: Any, *, reprobe_hours: float = 2.0, retry_hours: float | None = None,
-                 **kw: Any) -> None:
+                 probe_idle: bool = False, **kw: Any) -> None:
         super().__init__(task, **kw)
         self.reprobe_hours = float(reprobe_hours)
         self.retry_hours = self.tick_hours if retry_hours is None else float(retry_hours)
+        self.probe_idle = bool(probe_idle)
         self._probed: dict[str, float] = {}
         self._down_since: dict[str, float] = {}
         self._tried: tuple[float, str | None] = (-1.0, None)  # (when, the zone last launched)
@@ -179,6 +181,8 @@ class ProbingSpotplane(SpotplaneMultiZone):
     def probes(self, obs: Observation) -> Sequence[str]:
         """On spot, at most one zone a tick: the best-scored zone believed down that would beat
         where the job runs and was not probed in the last ``reprobe_hours``; off spot none."""
+        if self.probe_idle and obs.state is Kind.IDLE:
+            return self._idle_probes(obs)
         here = next((z for z in obs.zones if z.zone == obs.zone), None)
         if obs.state is not Kind.SPOT or here is None:
             return ()
@@ -190,6 +194,23 @@ class ProbingSpotplane(SpotplaneMultiZone):
         best = min(stale, key=lambda z: (self._score(z), z.zone))
         self._probed[best.zone] = obs.elapsed_hours
         return (best.zone,)
+
+
+    def _idle_probes(self, obs: Observation) -> Sequence[str]:
+        """Idle right after a refused launch (``probe_idle``): every other zone believed up and
+        not probed for ``reprobe_hours``, so the next step sees them all instead of learning one
+        refused launch a step (where a refusal shows a step late, as in a live controller)."""
+        t, (_, tried) = obs.elapsed_hours, self._tried
+        refused = [z for z, since in self._down_since.items() if abs(since - t) < EPS]
+        task = self.task
+        slack = task.deadline_hours - t - (task.compute_hours - obs.progress_hours)
+        if not refused or slack > IDLE_PROBE_SLACK * task.compute_hours:
+            return ()
+        wanted = [z.zone for z in obs.zones if z.spot_available and z.zone != tried
+                  and t - self._probed.get(z.zone, -1e9) >= self.reprobe_hours - EPS]
+        for z in wanted:
+            self._probed[z] = t
+        return tuple(wanted)
 
 
 def _make_probing(task: DeadlineTask, **kw: Any) -> ProbingSpotplane:

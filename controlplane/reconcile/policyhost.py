@@ -85,8 +85,8 @@ class PolicyBook:
         pol = self.policies.get(req.job_id)
         if pol is None:
             kwargs = {"tick_hours": req.tick_hours} if req.policy in _TICKED else {}
-            if req.policy in _PROBING and req.retry_hours > 0:
-                kwargs["retry_hours"] = req.retry_hours
+            if req.policy in _PROBING and req.retry_hours > 0:  # a live controller's
+                kwargs.update(retry_hours=req.retry_hours, probe_idle=True)
             pol = make_policy(req.policy, req.task, **kwargs)
             saved = self.store.policy_state(req.job_id) if self.store is not None else None
             if saved:

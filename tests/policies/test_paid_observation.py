@@ -4,11 +4,12 @@ launches and bought probes; exact costs on a hand-made three-zone window."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from policies.deadline import Action, DeadlineTask, Kind, Observation
+from policies.deadline import Action, DeadlineTask, Kind, Observation, ZoneView
 from policies.paid_observation import ProbingSpotplane, simulate_zones_paid
 
 NAMES = ("a", "b", "c")
@@ -110,3 +111,24 @@ def test_an_on_demand_tick_is_billed_at_the_zones_on_demand_price_times_the_node
     assert (r.result.od_billed_hours, r.result.od_hours) == (pytest.approx(2.0), pytest.approx(1.5))
     assert (r.result.spot_billed_hours, r.result.spot_hours) == (pytest.approx(2.0), pytest.approx(1.5))
     assert (r.result.changeovers, r.result.finish_hours, r.refused_launches, r.probes) == (2, 4.0, 0, 0)
+
+
+def _views(up: Sequence[bool]) -> tuple[ZoneView, ...]:
+    return tuple(ZoneView(n, u, s, o) for n, u, s, o in zip(NAMES, up, SPOT, OD, strict=True))
+
+
+@pytest.mark.parametrize(("deadline", "probes"), [(3.5, ("c",)), (10.0, ())])
+def test_idle_after_a_refusal_a_live_policy_probes_the_other_zones_when_slack_is_short(
+        deadline: float, probes: tuple[str, ...]) -> None:
+    """``probe_idle`` (what a live controller sets, where a refusal shows a tick late): zone a was
+    tried at hour 0 and shows down at hour 0.1; the policy tries b by a launch and, with 0.6 h of
+    slack (under a quarter of C = 3 h), buys a probe of c instead of learning it a tick later by
+    another refused launch. With 7.1 h of slack it waits and learns by launches."""
+    task = DeadlineTask(3.0, deadline, 0.0, on_demand_price=10.0, spot_price=1.0)
+    pol = ProbingSpotplane(task, tick_hours=0.1, retry_hours=1.0, probe_idle=True)
+    first = pol.decide(Observation(0.0, 0.0, Kind.IDLE, None, True, _views((True,) * 3)))
+    assert first == Action(Kind.SPOT, "a")
+    obs = Observation(0.1, 0.0, Kind.IDLE, None, False, _views((False, True, True)))
+    assert pol.decide(obs) == Action(Kind.SPOT, "b")
+    assert tuple(pol.probes(obs)) == probes
+    assert tuple(pol.probes(replace(obs, elapsed_hours=0.2))) == ()  # only right after a refusal
