@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.live_zones import WatchedFleet
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.models import Job, JobSpec, JobState, Node
@@ -231,28 +232,11 @@ def test_the_scheduler_filters_and_scores_with_the_reuse_by_age_plugin(tmp_path:
     assert len(ctl.scheduler.scores) == len(make_scheduler("gfs").scores) + 1
 
 
-class _WatchedFleet(SimulatedFleet):
-    """The simulated fleet, with a record of how the controller asked about spot availability."""
-
-    def __init__(self, *a: object, **kw: object) -> None:
-        super().__init__(*a, **kw)  # type: ignore[arg-type]
-        self.every_zone_asks = 0
-        self.probes: list[str] = []
-
-    def spot_availability(self, at: float | None = None) -> dict[str, bool]:
-        self.every_zone_asks += 1
-        return super().spot_availability(at)
-
-    def spot_available(self, zone: str, instance_type: str) -> bool:
-        self.probes.append(zone)
-        return super().spot_available(zone, instance_type)
-
-
-def _deadline_run(tmp: Path, data_root: Path, mode: str) -> tuple[Job, _WatchedFleet, Store]:
+def _deadline_run(tmp: Path, data_root: Path, mode: str) -> tuple[Job, WatchedFleet, Store]:
     """A 6 h deadline job due in 12 h on the replayed V100 traces (9 zones), zones seen ``mode``."""
     clock = SimClock(start=0.0)
     store = Store(tmp / f"{mode}.db")
-    fleet = _WatchedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
+    fleet = WatchedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
                                        state_path=tmp / f"{mode}-fleet.db",
                                        lifetime_model=default_gce_model())
     settings = ControllerSettings(pool_nodes={"V100": 4, "H100": 2}, zone_observation=mode)
@@ -279,7 +263,7 @@ def test_with_zones_known_from_evidence_a_deadline_job_costs_what_it_costs_seein
     assert "spotplane_probing" in {d.policy for d in store.job_decisions(done.id)}
     metrics = store.metrics()
     probes = sum(v for k, v in metrics.items() if k.startswith("zone_probes_total"))
-    assert probes == len(fleet.probes) > 0
+    assert probes == fleet.probe_calls > 0
     cost = sum(v for k, v in metrics.items() if k.startswith("zone_probe_cost_dollars"))
     assert 0 < cost < probes * 3.06 / 60  # a minute each, below even the on-demand price
     assert metrics["launches_refused_total"] > 0  # where it learned zones for free
