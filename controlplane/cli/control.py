@@ -29,6 +29,7 @@ from controlplane.core.config import load_settings
 from controlplane.core.errors import ConfigError, InvalidInput, NotFound
 from controlplane.core.models import BagSpec, JobSpec
 from controlplane.core.units import HOUR
+from controlplane.reconcile.contracts import ZONE_OBSERVATIONS
 
 
 # --------------------------------------------------------------------------------------------
@@ -68,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--lease-ttl", type=float, default=10.0, metavar="SECONDS",
                     help="wall seconds the controller's lease lasts unrenewed (default 10): a "
                          "standby takes over about this long after the active one dies")
-    up.add_argument("--zone-observation", choices=("free", "evidence"), default="free",
+    up.add_argument("--zone-observation", choices=ZONE_OBSERVATIONS, default="free",
                     help="how the controller knows each zone's spot availability: 'free' asks the "
                          "provider for every zone; 'evidence' learns it only from nodes, launches "
                          "and the probes deadline policies buy (docs/controlplane.md)")

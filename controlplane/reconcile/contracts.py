@@ -9,6 +9,8 @@ from typing import Protocol, runtime_checkable
 from controlplane.core.models import Job, Node
 from controlplane.core.units import HOUR
 
+ZONE_OBSERVATIONS = ("free", "evidence")  # ControllerSettings.zone_observation's modes
+
 
 @dataclass
 class ControllerSettings:

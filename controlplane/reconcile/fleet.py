@@ -12,7 +12,7 @@ from clusters.fleet import FleetProvider, Instance, InstanceState
 from controlplane.core import counters
 from controlplane.core.errors import CloudError, InvalidInput
 from controlplane.core.models import Market, Node, NodeState, ZoneInfo
-from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.contracts import ZONE_OBSERVATIONS, ControllerSettings
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import UP_STATES, LoopState
 from controlplane.store import Store
@@ -27,7 +27,6 @@ _NODE_OF_INSTANCE = {
 
 
 log = logging.getLogger(__name__)
-ZONE_OBSERVATIONS = ("free", "evidence")
 
 
 class SyncFleet:
