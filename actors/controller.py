@@ -117,7 +117,8 @@ class ControllerActor:
         grace = PRIMARY_GRACE_S if self.role == "active" else 0.0
         while not self._stop.is_set():
             if self.controller is None:
-                expired = time.time() > self.store.controller_lease()["until"] + grace
+                lease = self.store.controller_lease()  # both times on the database's clock
+                expired = lease["now"] > lease["until"] + grace
                 epoch = self.store.claim_controller_lease(self.holder, self.lease_ttl) if expired else None
                 if epoch is None:
                     self._stop.wait(float(self.config.get("standby_poll_seconds", 0.25)))

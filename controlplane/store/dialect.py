@@ -26,6 +26,8 @@ class Dialect:
     like: str = "LIKE"  # SQLite's LIKE already ignores ASCII case
     least: str = "MIN"  # the smaller of several values (SQLite's MIN takes many arguments)
     greatest: str = "MAX"
+    # the database's own clock in Unix seconds: one clock for every process sharing the store
+    now: str = "SELECT (julianday('now') - 2440587.5) * 86400.0"
 
     def json(self, column: str, path: str, *, number: bool = False) -> str:
         """The value at ``path`` (dotted, e.g. ``spec.compute_hours``) of a JSON text column."""
@@ -44,6 +46,7 @@ class PostgresDialect(Dialect):
     like: str = "ILIKE"
     least: str = "LEAST"
     greatest: str = "GREATEST"
+    now: str = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8"
 
     def json(self, column: str, path: str, *, number: bool = False) -> str:
         text = f"({column}::jsonb #>> '{{{','.join(path.split('.'))}}}')"

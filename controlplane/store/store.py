@@ -342,15 +342,17 @@ class Store:
 
     # -- controller lease (standby) -----------------------------------------------------------
     # The lease is three meta keys: controller_epoch (the fencing epoch), controller_holder and
-    # controller_lease_until (wall seconds). The active controller renews it; a standby claims
-    # it only once it has expired, and each claim bumps the epoch, so the previous holder's
-    # commits are refused from then on.
+    # controller_lease_until (seconds on the database's clock, so controllers on machines whose
+    # clocks disagree still agree on when it expires). The active controller renews it; a
+    # standby claims it only once it has expired, and each claim bumps the epoch, so the
+    # previous holder's commits are refused from then on.
     def claim_controller_lease(self, holder: str, ttl_s: float, *, force: bool = False,
                                now: float | None = None) -> int | None:
-        """Take the lease for ``ttl_s`` wall seconds when it is free, expired, held by
-        ``holder`` or ``force``d: the new fencing epoch; None while another holds it."""
-        t = time.time() if now is None else now
+        """Take the lease for ``ttl_s`` seconds when it is free, expired, held by ``holder``
+        or ``force``d: the new fencing epoch; None while another holds it. ``now`` replaces
+        the database's clock (tests)."""
         with self._tx() as db:
+            t = self._db_now(db) if now is None else now
             lease = self._lease(db)
             live = lease["holder"] and lease["holder"] != holder and lease["until"] > t
             if live and not force:
@@ -364,9 +366,9 @@ class Store:
     def renew_controller_lease(self, holder: str, epoch: int, ttl_s: float, *,
                                now: float | None = None) -> float:
         """Extend the lease ``holder`` holds at ``epoch`` to now + ``ttl_s``; Conflict when a
-        newer epoch or another holder took it. Returns the new expiry."""
-        t = time.time() if now is None else now
+        newer epoch or another holder took it. Returns the new expiry (database clock)."""
         with self._tx() as db:
+            t = self._db_now(db) if now is None else now
             lease = self._lease(db)
             if int(lease["epoch"]) != epoch or lease["holder"] != holder:
                 raise Conflict(f"controller lease of epoch {epoch} was taken by {lease['holder'] or '?'}"
@@ -376,12 +378,18 @@ class Store:
         return t + ttl_s
 
     def controller_lease(self) -> dict[str, Any]:
-        """The lease as stored: ``epoch``, ``holder`` ('' when none) and ``until`` (wall s)."""
-        return self._lease_of(self._q(LEASE_SQL))
+        """The lease as stored: ``epoch``, ``holder`` ('' when none) and ``until``, with
+        ``now``, the database's clock as it was read (compare ``until`` with that)."""
+        lease = self._lease_of(self._q(LEASE_SQL))  # then the clock: never before the lease
+        return {**lease, "now": float(self._q(self._sql.now)[0][0])}
 
     @classmethod
     def _lease(cls, db: Tx) -> dict[str, Any]:
         return cls._lease_of(db.execute(LEASE_SQL).fetchall())
+
+    def _db_now(self, db: Tx) -> float:
+        """The database server's clock, Unix seconds."""
+        return float(db.execute(self._sql.now).fetchone()[0])
 
     @staticmethod
     def _lease_of(found: Sequence[Any]) -> dict[str, Any]:
