@@ -195,6 +195,17 @@ class ProbingSpotplane(SpotplaneMultiZone):
         self._probed[best.zone] = obs.elapsed_hours
         return (best.zone,)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The multi-zone state with what it learnt of zones: probes, refusals, the last try."""
+        return {**super().state_dict(), "probed": dict(self._probed),
+                "down_since": dict(self._down_since), "tried": list(self._tried)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._probed = {str(k): float(v) for k, v in state.get("probed", {}).items()}
+        self._down_since = {str(k): float(v) for k, v in state.get("down_since", {}).items()}
+        when, zone = state.get("tried", (-1.0, None))
+        self._tried = (float(when), None if zone is None else str(zone))
 
     def _idle_probes(self, obs: Observation) -> Sequence[str]:
         """Idle right after a refused launch (``probe_idle``): every other zone believed up and

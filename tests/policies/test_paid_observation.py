@@ -3,6 +3,7 @@ launches and bought probes; exact costs on a hand-made three-zone window."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -132,3 +133,25 @@ def test_idle_after_a_refusal_a_live_policy_probes_the_other_zones_when_slack_is
     assert pol.decide(obs) == Action(Kind.SPOT, "b")
     assert tuple(pol.probes(obs)) == probes
     assert tuple(pol.probes(replace(obs, elapsed_hours=0.2))) == ()  # only right after a refusal
+
+
+def test_what_the_probing_policy_learnt_survives_a_restart_through_its_json_state() -> None:
+    """A controller restarts the policy from ``state_dict`` (stored as JSON): the copy knows
+    zone a was refused at hour 0.0 and probed at 0.1, so it makes the same next decisions and
+    probes as the original, where a fresh policy would try a again and probe it again."""
+    task = DeadlineTask(3.0, 3.5, 0.0, on_demand_price=10.0, spot_price=1.0)
+    kw = {"tick_hours": 0.1, "retry_hours": 1.0, "probe_idle": True, "reprobe_hours": 2.0}
+    pol = ProbingSpotplane(task, **kw)
+    pol.decide(Observation(0.0, 0.0, Kind.IDLE, None, True, _views((True,) * 3)))
+    obs = Observation(0.1, 0.0, Kind.IDLE, None, False, _views((False, True, True)))
+    pol.decide(obs)
+    assert tuple(pol.probes(obs)) == ("c",)
+    copy = ProbingSpotplane(task, **kw)
+    copy.load_state_dict(json.loads(json.dumps(pol.state_dict())))
+    assert copy.state_dict() == pol.state_dict()
+    later = Observation(0.2, 0.1, Kind.SPOT, "b", True, _views((False, True, False)))
+    assert copy.decide(later) == pol.decide(later) == Action(Kind.SPOT, "b")
+    assert tuple(copy.probes(later)) == tuple(pol.probes(later)) == ("a",)
+    assert copy.state_dict()["down_since"] == {"a": 0.1, "c": 0.2}
+    fresh = ProbingSpotplane(task, **kw)
+    assert fresh.state_dict()["probed"] == {} and fresh.state_dict()["tried"] == [-1.0, None]
