@@ -10,6 +10,7 @@ reverse order and keeps the state directory for the next ``up``.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.util
 import logging
 import os
@@ -208,15 +209,35 @@ def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[
     return cmd
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def stop_with_parent(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM (its clean stop) when ``parent`` dies, even by
+    SIGKILL, where nothing would forward a signal; where prctl(2) is missing (not Linux) the
+    child outlives a killed supervisor and ``spotplane down`` stops it."""
+    def arm() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm
+
+
 def supervise(cmd: list[str], env: dict[str, str]) -> int:
     """Run ``up`` in a child in its own session and turn Ctrl-C / SIGTERM into a clean stop.
 
     Ctrl-C signals the terminal's whole foreground process group; Ray's own processes (GCS,
     raylet, workers) started by ``up`` would get it too and die under the shutdown. In its own
     session the child (and its Ray) never sees the terminal's SIGINT: the supervisor sends it
-    one SIGTERM, on which it stops the API, the control plane and Ray in order.
+    one SIGTERM, on which it stops the API, the control plane and Ray in order. A supervisor
+    killed outright stops the child the same way (``stop_with_parent``).
     """
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
+                            preexec_fn=stop_with_parent(os.getpid()))  # noqa: PLW1509 - one thread here
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if proc.poll() is None:

@@ -1,0 +1,58 @@
+"""``spotplane up``'s supervisor (``controlplane.cli.up.supervise``) with a stand-in child: a
+supervisor killed outright (SIGKILL, nothing to forward a signal) still stops its child cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = textwrap.dedent("""
+    import signal, sys, time
+    from pathlib import Path
+    out = Path(sys.argv[1])
+    def stop(signum, frame):
+        out.write_text(f"stopped by signal {signum}")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
+    out.write_text("running")
+    time.sleep(120)
+""")
+
+SUPERVISOR = textwrap.dedent("""
+    import os, sys
+    from controlplane.cli.up import supervise
+    sys.exit(supervise([sys.executable, sys.argv[1], sys.argv[2]], dict(os.environ)))
+""")
+
+
+def _wait(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_a_sigkilled_supervisor_stops_its_child_with_sigterm(tmp_path: Path) -> None:
+    child, out = tmp_path / "child.py", tmp_path / "child.out"
+    child.write_text(CHILD)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(child), str(out)], env=env,
+                           cwd=ROOT, start_new_session=True)
+    try:
+        _wait(lambda: out.exists() and out.read_text() == "running", 60, "the child to start")
+        sup.send_signal(signal.SIGKILL)
+        sup.wait(timeout=30)
+        _wait(lambda: out.read_text().startswith("stopped"), 30, "the child's clean stop")
+        assert out.read_text() == f"stopped by signal {int(signal.SIGTERM)}"
+    finally:
+        if sup.poll() is None:
+            sup.kill()
