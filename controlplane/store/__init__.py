@@ -7,8 +7,7 @@ PostgreSQL for a ``postgresql://`` URL; both keep one versioned schema
 
 from controlplane.store.blobs import IN_STORE, LOGS, PACKAGES, StoreBlobs, open_blobs
 from controlplane.store.dialect import is_postgres, redact, sqlite_path
-from controlplane.store.schema import SCHEMA_VERSION, SchemaTooNew
-from controlplane.store.store import (
+from controlplane.store.rows import (
     IDEMPOTENCY_TTL_S,
     INTENT_DONE,
     INTENT_FAILED,
@@ -17,11 +16,12 @@ from controlplane.store.store import (
     BadRow,
     IdempotentCall,
     Intent,
-    Store,
     StoredAnswer,
     load_error,
     private_file,
 )
+from controlplane.store.schema import SCHEMA_VERSION, SchemaTooNew
+from controlplane.store.store import Store
 
 __all__ = [
     "IDEMPOTENCY_TTL_S", "INTENT_DONE", "IN_STORE", "LOGS", "PACKAGES", "StoreBlobs",
