@@ -9,7 +9,8 @@ keeps replicas through a node's loss (``controlplane.reconcile.contracts.Replica
   replica's :class:`~actors.checkpoint.CheckpointActor` named in its environment (read by
   ``controlplane.sdk``). Stopping a replica stops its Ray job: the process is killed and its
   memory is gone; the next replica restores from the freshest valid artifact.
-- :class:`SimulatedExecutor` advances simulated progress on the clock (large replays).
+- :class:`~actors.simexecutor.SimulatedExecutor` advances simulated progress on the clock
+  (large replays); :func:`make_executor` builds either from a config.
 
 **Pinning to nodes.** A replica (its Ray job's entrypoint and its checkpoint actor) asks for
 0.001 of the node's custom resource, so Ray places it on that node:
@@ -26,7 +27,8 @@ keeps replicas through a node's loss (``controlplane.reconcile.contracts.Replica
 
 Ray job status -> replica state: PENDING -> STARTING, RUNNING -> RUNNING, SUCCEEDED ->
 SUCCEEDED, FAILED -> FAILED, STOPPED -> STOPPED (by us: preemption or cancel). Logs of every
-attempt of a job: :meth:`RayJobExecutor.logs` / :func:`job_logs`.
+attempt of a job: :meth:`RayJobExecutor.logs` / :func:`actors.jobagent.job_logs`. Replicas,
+their states and the slots are in ``actors.replicas``.
 """
 
 from __future__ import annotations
@@ -37,19 +39,28 @@ import os
 import shlex
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from actors.actorbridge import ActorBridge, Actors, LocalActors
-from actors.checkpoint import actor_name, checkpoint_actor_options, plan_checkpoints
+from actors.checkpoint import actor_name, checkpoint_actor_options
+from actors.replicas import (
+    NODE_PREFIX,
+    PIN_AMOUNT,
+    RAY_STATUS,
+    SLOT_PREFIX,
+    Replica,
+    ReplicaState,
+    SlotMap,
+    is_slot,
+    slot_index,
+)
+from actors.simexecutor import SimulatedExecutor, default_model
 from clusters.artifacts import ArtifactStore, check_id, open_store
 from clusters.fleet import FleetProvider
 from clusters.packages import PackageStore, package_name
-from clusters.rayjobs import LogArchive, concatenated_logs, submission_client, transient
+from clusters.rayjobs import LogArchive, submission_client, transient
 from controlplane import jobenv, sdk
 from controlplane.core.blobs import Blobs
 from controlplane.core.clock import Clock, ManualClock, WallClock
@@ -59,97 +70,12 @@ from controlplane.core.models import Job, Node, RuntimeEnv
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
 from controlplane.store import IN_STORE, LOGS, PACKAGES, Store, open_blobs
-from policies.preemption import PreemptionModel, default_gce_model
+from policies.preemption import PreemptionModel
 
 log = logging.getLogger(__name__)
 
-SLOT_PREFIX = "spotplane_slot:"
-NODE_PREFIX = "spotplane_node:"
-PIN_AMOUNT = 0.001
 GPU_MODES = ("auto", "always", "never")
-
-
 CONTROLLER_SUBMIT_RETRY_S = 5.0  # a tick waits this long on a busy job agent, then moves on
-
-
-def slot_resources(n: int) -> dict[str, float]:
-    """Custom resources for ``ray.init(resources=...)``: one slot per simulated node that may run."""
-    if n < 0:
-        raise InvalidInput("n", f"must be >= 0, got {n}")
-    return {f"{SLOT_PREFIX}{i}": 1.0 for i in range(n)}
-
-
-class ReplicaState(StrEnum):
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    STOPPED = "STOPPED"
-
-
-RAY_STATUS = {
-    "PENDING": ReplicaState.STARTING,
-    "RUNNING": ReplicaState.RUNNING,
-    "SUCCEEDED": ReplicaState.SUCCEEDED,
-    "FAILED": ReplicaState.FAILED,
-    "STOPPED": ReplicaState.STOPPED,
-}
-
-
-@dataclass
-class Replica:
-    """One run of one replica of a job on one node (a Ray job + a checkpoint actor)."""
-
-    job_id: str
-    replica_id: str
-    node_id: str
-    attempt: int
-    submission_id: str
-    actor_name: str
-    resource: str | None
-    started_at: float
-    work_hours: float
-    state: ReplicaState = ReplicaState.STARTING
-    stopped_reason: str | None = None
-    outcome: dict[str, Any] | None = None  # EmergencyOutcome of a preemption
-    last_status: dict[str, Any] = field(default_factory=dict)
-    group: str | None = None  # a gang's placement group (named), removed when it stops
-    group_nodes: list[str] = field(default_factory=list)  # the gang's other nodes
-    ray_message: str = ""  # what Ray said of the job's end (e.g. its node died)
-    released: bool = False  # its group and slots given back (once: a node may serve a new job)
-
-
-class SlotMap:
-    """Binds node ids to free ``spotplane_slot:<i>`` resources for as long as the node lives."""
-
-    def __init__(self, slots: Sequence[str]) -> None:
-        self.free = list(slots)
-        self.bound: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def slot_for(self, node_id: str, present: Collection[str] | None = None) -> str | None:
-        """The node's slot, binding the first free one that the cluster still has
-        (``present``: its resources; a slot whose raylet is gone is never bound)."""
-        with self._lock:
-            if node_id not in self.bound:
-                usable = [s for s in self.free if present is None or s in present]
-                if not usable:
-                    return None
-                self.free.remove(usable[0])
-                self.bound[node_id] = usable[0]
-            return self.bound[node_id]
-
-    def learn(self, slots: Collection[str]) -> None:
-        """Slots of raylets that joined since (a workload cluster that grows) become free."""
-        with self._lock:
-            known = set(self.free) | set(self.bound.values())
-            self.free.extend(sorted((s for s in slots if s not in known), key=_slot_index))
-
-    def release(self, node_id: str) -> None:
-        with self._lock:
-            slot = self.bound.pop(node_id, None)
-            if slot is not None:
-                self.free.append(slot)
 
 
 class RayJobExecutor(JobExecutor, ReplicatingExecutor):
@@ -203,7 +129,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         )
         self.clock = clock or WallClock()
         self.scale = hours_per_second
-        self.model_factory = model_factory or _default_model
+        self.model_factory = model_factory or default_model
         self.working_dir = working_dir
         self.python = python
         self.pin = pin
@@ -714,7 +640,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
             return exact
         slots = [k for k in have if is_slot(k)]
         if self._slots is None:
-            self._slots = SlotMap(sorted(slots, key=_slot_index))
+            self._slots = SlotMap(sorted(slots, key=slot_index))
         else:
             self._slots.learn(slots)
         slot = self._slots.slot_for(node_id, have)
@@ -915,166 +841,6 @@ def died_with_its_node(exc: BaseException) -> bool:
     the actor bridge Ray's error arrives as ``RuntimeError("ActorDiedError: ...")``."""
     return isinstance(exc, TimeoutError) or any(
         type(exc).__name__ == d or str(exc).startswith(f"{d}:") for d in NODE_DEATHS)
-
-
-def is_slot(resource: str) -> bool:
-    """``spotplane_slot:<i>`` itself; not the ``..._group_<i>_<pg id>`` resources Ray derives
-    from it for a placement group's bundles."""
-    return resource.startswith(SLOT_PREFIX) and resource[len(SLOT_PREFIX):].isdigit()
-
-
-def _slot_index(name: str) -> int:
-    tail = name[len(SLOT_PREFIX) :]
-    return int(tail) if tail.isdigit() else 10**9
-
-
-def _default_model(node: Node | None) -> PreemptionModel:
-    """The preemption model for a node: seed 001's GCE bathtub fit."""
-    return default_gce_model()
-
-
-class JobAgentBroken(RuntimeError):
-    """The job agent took a job but did not run it to completion (a product failure)."""
-
-
-def job_agent_ready(dashboard_address: str, timeout_s: float = 45.0,
-                    entrypoint: str = "true") -> bool:
-    """Run a no-op Ray job (``entrypoint``) through the dashboard's job agent.
-
-    True when the probe job SUCCEEDED. False only when no job agent took it in ``timeout_s``
-    (every submission failed as :func:`~clusters.rayjobs.transient`, e.g. "No available agent":
-    none runs, or a Ray started without :func:`~actors.raylocal.init_local_ray` found its fixed
-    port 52365 taken by another Ray). Raises :class:`JobAgentBroken` when the agent took the
-    probe but it FAILED, was STOPPED or did not finish within ``timeout_s`` + 60 s more.
-    """
-    import uuid
-
-    from ray.job_submission import JobSubmissionClient
-
-    client = JobSubmissionClient(
-        dashboard_address if "://" in dashboard_address else f"http://{dashboard_address}"
-    )
-    wall = WallClock()
-    deadline = wall.now() + timeout_s
-    while True:
-        try:
-            sid = client.submit_job(
-                entrypoint=entrypoint,
-                submission_id=f"spotplane-probe-{uuid.uuid4().hex[:8]}",
-                entrypoint_num_cpus=0,
-            )
-            break
-        except Exception as e:
-            if not transient(e):
-                raise
-            if wall.now() > deadline:
-                return False
-            wall.sleep(1.0)
-    status = "PENDING"
-    finish_by = wall.now() + timeout_s + 60.0
-    while wall.now() < finish_by:
-        status = str(client.get_job_status(sid).value)
-        if status == "SUCCEEDED":
-            return True
-        if status in ("FAILED", "STOPPED"):
-            break
-        wall.sleep(0.2)
-    info = client.get_job_info(sid)
-    raise JobAgentBroken(f"the job agent at {dashboard_address} took probe job {sid} but it "
-                         f"ended {status} after up to {timeout_s + 60:.0f} s: {info.message or ''}")
-
-
-def job_logs(dashboard_address: str, job_id: str, token_path: str | None = None) -> str:
-    """Logs of every Ray job of a spotplane job, found by metadata (for the API)."""
-    text = concatenated_logs(submission_client(dashboard_address, token_path), job_id)
-    if not text:
-        raise NotFound(
-            f"no Ray job of spotplane job {job_id}", fix="the job has not started on a node yet"
-        )
-    return text
-
-
-# ------------------------------------------------------------------------------------------------
-# Simulated progress (large replays)
-# ------------------------------------------------------------------------------------------------
-@dataclass
-class _SimRun:
-    started_at: float
-    base_hours: float
-    checkpointed_hours: float
-    plan: tuple[float, ...]
-    cost_hours: float
-    checkpoints: int = 0
-    notice_deadline: float | None = None
-
-
-class SimulatedExecutor(JobExecutor):
-    """Simulated progress on the clock: one work-hour per hour, checkpoints on the DP plan
-    (each pausing progress for the checkpoint cost), an immediate checkpoint on a notice when
-    it fits before the node dies. Same protocol as :class:`RayJobExecutor`."""
-
-    def __init__(
-        self, clock: Clock, *, model_factory: Callable[[Node | None], Any] | None = None
-    ) -> None:
-        self.clock = clock
-        self.model_factory = model_factory or _default_model
-        self.runs: dict[str, _SimRun] = {}
-
-    def start(self, job: Job, nodes: Sequence[Node]) -> None:
-
-        node = nodes[0] if nodes else None
-        now = self.clock.now()
-        age = (
-            0.0
-            if node is None or node.launched_at is None
-            else max(0.0, now - node.launched_at) / HOUR
-        )
-        remaining = max(job.spec.compute_hours - job.checkpointed_hours, 1e-6)
-        plan = plan_checkpoints(self.model_factory(node), remaining, age, job.spec.checkpoint_hours)
-        self.runs[job.id] = _SimRun(
-            now, job.checkpointed_hours, job.checkpointed_hours, plan, job.spec.checkpoint_hours
-        )
-
-    def stop(self, job: Job, reason: str) -> None:
-        self.runs.pop(job.id, None)
-
-    def notice(self, job: Job, seconds_left: float) -> None:
-        run = self.runs.get(job.id)
-        if run is None:
-            return
-        now = self.clock.now()
-        progress = self._progress(run, now)
-        if run.cost_hours * HOUR <= seconds_left:  # the emergency checkpoint fits
-            run.checkpointed_hours = progress
-            run.checkpoints += 1
-        run.notice_deadline = now + seconds_left
-
-    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
-        now = self.clock.now()
-        out = {}
-        for job in jobs:
-            run = self.runs.get(job.id)
-            if run is None:
-                continue
-            progress = min(job.spec.compute_hours, self._progress(run, now))
-            done = [c for c in run.plan if run.base_hours + c <= progress]
-            ckpt = max([run.checkpointed_hours, *[run.base_hours + c for c in done]])
-            out[job.id] = ExecutorReport(
-                progress_hours=progress,
-                checkpointed_hours=ckpt,
-                checkpoints=run.checkpoints + len(done),
-                finished=progress >= job.spec.compute_hours - 1e-9,
-            )
-        return out
-
-    def _progress(self, run: _SimRun, now: float) -> float:
-        """Work done: elapsed hours minus the pauses of the checkpoints taken so far."""
-        elapsed = (now - run.started_at) / HOUR
-        work = elapsed
-        for c in run.plan:  # each checkpoint at work c pauses progress for cost_hours
-            if c < work:
-                work = max(c, work - run.cost_hours)
-        return run.base_hours + work
 
 
 WORKLOAD_FIX = (

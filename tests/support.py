@@ -51,7 +51,7 @@ def require_job_agent(ray_cluster: Any) -> str:
     """
     import pytest
 
-    from actors.executor import job_agent_ready
+    from actors.jobagent import job_agent_ready
 
     url = str(ray_cluster.dashboard_url or "")
     if not url:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from actors.executor import job_logs
+from actors.jobagent import job_logs
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from clusters.artifacts import LocalArtifactStore
 from controlplane import sdk

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import ray
 
-from actors.executor import RayJobExecutor, job_agent_ready
+from actors.executor import RayJobExecutor
+from actors.jobagent import job_agent_ready
 from actors.raylocal import init_local_ray
 from controlplane.core.models import Job, JobKind, JobSpec, Market, Node
 

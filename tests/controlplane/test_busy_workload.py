@@ -20,7 +20,9 @@ import pytest
 import ray
 from ray.job_submission import JobSubmissionClient
 
-from actors.executor import SimulatedExecutor, died_with_its_node, job_agent_ready
+from actors.executor import died_with_its_node
+from actors.jobagent import job_agent_ready
+from actors.simexecutor import SimulatedExecutor
 from clusters.rayjobs import transient
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock

@@ -10,16 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.executor import (
-    RAY_STATUS,
-    JobAgentBroken,
-    RayJobExecutor,
-    ReplicaState,
-    SlotMap,
-    is_slot,
-    job_agent_ready,
-    slot_resources,
-)
+from actors.executor import RayJobExecutor
+from actors.jobagent import JobAgentBroken, job_agent_ready
+from actors.replicas import RAY_STATUS, ReplicaState, SlotMap, is_slot, slot_resources
 from clusters.artifacts import LocalArtifactStore
 from controlplane import sdk
 from controlplane.core.errors import InvalidInput
@@ -282,7 +275,8 @@ def _job(compute_hours: float = 2.0, checkpointed: float = 0.0) -> Any:
 
 
 def test_simulated_executor_progresses_checkpoints_and_restarts_from_the_checkpoint() -> None:
-    from actors.executor import SimulatedExecutor, make_executor
+    from actors.executor import make_executor
+    from actors.simexecutor import SimulatedExecutor
     from controlplane.core.clock import SimClock
 
     clock = SimClock(start=0.0)
@@ -345,7 +339,7 @@ def test_a_replica_that_died_with_its_node_is_a_loss_not_a_failure(executor: Ray
 def test_a_finished_job_gives_back_only_the_slots_its_live_replicas_hold() -> None:
     """A node whose replica was stopped (slot released) and then bound for another job's
     replica keeps that binding when the first job ends."""
-    from actors.executor import Replica
+    from actors.replicas import Replica
 
     ex = RayJobExecutor.__new__(RayJobExecutor)  # only the slot bookkeeping: no Ray needed
     ex._slots = SlotMap(["spotplane_slot:0", "spotplane_slot:1"])

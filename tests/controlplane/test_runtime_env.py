@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from actors.executor import SlotMap
+from actors.replicas import SlotMap
 from clusters.blobs import DirBlobs
 from clusters.packages import PackageStore, package_name
 from clusters.rayjobs import LogArchive, attempt_marker, concatenated_logs

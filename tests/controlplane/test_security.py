@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.executor import job_env, job_logs, runtime_executor
+from actors.executor import job_env, runtime_executor
+from actors.jobagent import job_logs
 from actors.raylocal import REPO, OsUser, WorkloadAddress, WorkloadRay, scrubbed_env
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from clusters.artifacts import LocalArtifactStore
