@@ -8,12 +8,24 @@ import os
 import signal
 import socket
 import subprocess
+import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = REPO / "examples" / "train_numpy.py"
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
+    """Return once ``cond()`` holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def free_port() -> int:

@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
+
+from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,15 +33,6 @@ SUPERVISOR = textwrap.dedent("""
 """)
 
 
-def _wait(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def test_a_sigkilled_supervisor_stops_its_child_with_sigterm(tmp_path: Path) -> None:
     child, out = tmp_path / "child.py", tmp_path / "child.out"
     child.write_text(CHILD)
@@ -48,10 +40,10 @@ def test_a_sigkilled_supervisor_stops_its_child_with_sigterm(tmp_path: Path) -> 
     sup = subprocess.Popen([sys.executable, "-c", SUPERVISOR, str(child), str(out)], env=env,
                            cwd=ROOT, start_new_session=True)
     try:
-        _wait(lambda: out.exists() and out.read_text() == "running", 60, "the child to start")
+        wait_until(lambda: out.exists() and out.read_text() == "running", 60, "the child to start")
         sup.send_signal(signal.SIGKILL)
         sup.wait(timeout=30)
-        _wait(lambda: out.read_text().startswith("stopped"), 30, "the child's clean stop")
+        wait_until(lambda: out.read_text().startswith("stopped"), 30, "the child's clean stop")
         assert out.read_text() == f"stopped by signal {int(signal.SIGTERM)}"
     finally:
         if sup.poll() is None:
