@@ -5,6 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 PACKAGES := controlplane actors policies serve clusters benchmarks
 PYTEST_ARGS ?=
+# The tests without Ray spread over TEST_WORKERS processes (pytest-xdist); then the Ray tests run
+# one after another, as they share the session's Ray and the machine's ports. An empty selection
+# (exit 5, e.g. PYTEST_ARGS naming only Ray tests) is not a failure; both steps always run.
+TEST_WORKERS ?= 2
 
 .PHONY: run test lint typecheck unit venv data clean browser mutation mutation-sample
 
@@ -30,7 +34,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	rc=0; \
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not ray" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	$(BIN)/pytest -m ray $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	exit $$rc
 
 # The dashboard's browser tests drive the distribution's chromium (root and apt, as in CI).
 browser:

@@ -285,6 +285,7 @@ def kill_ours(tmp: str) -> int:
     return killed
 
 
+@pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_on_the_fake_autoscaling_cluster() -> None:

@@ -130,7 +130,8 @@ def test_live_table_plain_lines_only_on_change() -> None:
     assert any("a (acme, spot) -> RUNNING 50%" in line for line in lines)
 
 
-def test_live_table_redraws_in_place_on_tty() -> None:
+def test_live_table_redraws_in_place_on_tty(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")  # the table fits the terminal: a wide one, whatever runs the test
     out = io.StringIO()
     table = LiveTable(out, tty=True)
     table.update([_job("a", "RUNNING", 0.25), _job("b", "QUEUED", 0.0)], 0.0)
