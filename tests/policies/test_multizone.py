@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from controlplane.core.errors import InvalidInput
-from policies.deadline import DeadlineTask, Kind, Observation, UniformProgress, ZoneView
+from policies.deadline import (
+    DeadlineTask,
+    Kind,
+    Observation,
+    UniformProgress,
+    ZoneView,
+    make_policy,
+)
 from policies.deadline_sim import PolicyError, simulate, simulate_zones, window_ticks
 from policies.multizone import (
     EagerFailover,
@@ -199,3 +206,10 @@ def test_spotplane_expected_run_is_at_least_the_current_run_and_the_prior_is_6_h
     assert pol.prior_run_hours == 6.0
     assert pol.expected_run("a") == pytest.approx(8.0)
     assert pol.expected_run("b") == pytest.approx(6.0)  # no run seen: the default prior alone
+
+
+def test_eager_failover_is_made_by_name_for_the_given_task() -> None:
+    task = DeadlineTask(10.0, 14.0, 0.2)
+    pol = make_policy("up_eager_failover", task, tick_hours=0.25)
+    assert isinstance(pol, EagerFailover)
+    assert (pol.task, pol.tick_hours) == (task, 0.25)

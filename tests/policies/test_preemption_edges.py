@@ -125,3 +125,10 @@ def test_the_density_is_zero_outside_its_support() -> None:
     past = b.pdf(np.array([19.99, 20.5, 23.0]))
     assert past[0] == pytest.approx(0.5 * math.exp(-19.99) + math.exp(-0.02), rel=1e-9)
     assert past[1:].tolist() == [0.0, 0.0]
+
+
+def test_the_partial_expectation_of_no_points_is_empty() -> None:
+    """An empty array in, an empty array out (Gompertz-Makeham's quadrature included)."""
+    for model in (GM, BathtubModel(A=0.4, tau1=1.0, tau2=0.8, b=23.0)):
+        out = model.partial_expectation(np.array([]))
+        assert out.shape == (0,) and out.dtype == np.float64
