@@ -41,7 +41,7 @@ from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
 from policies.checkpoint import CheckpointIntervals
-from policies.deadline import Action, Kind
+from policies.deadline import Action, DeadlineTask, Kind, Observation
 from policies.preemption import default_gce_model
 from policies.schedulers import make_scheduler
 from serve.metrics import build_registry, exposition
@@ -754,3 +754,28 @@ def test_launch_counters_carry_the_provider_and_a_refusals_error_as_prometheus_l
     assert samples("launched_nodes") == [({"provider": "kept", "market": "on_demand"}, 2.0)]
     assert samples("launch_failures") == [
         ({"provider": "kept", "error": "CapacityUnavailable"}, 1.0)]
+
+
+def test_recorded_decisions_and_node_events_carry_the_jobs_tenant(world: World) -> None:
+    """A tenant's listings are read by tenant id: the decision and the node event have it."""
+    job = world.job("d", kind="deadline", deadline_hours=10.0)
+    n = world.node(job, NodeState.READY)
+    world.rec.decide(job, "greedy", "spot", "spot is up", 60.0, "us-a")
+    world.rec.node_event(n, "ready", 60.0)
+    w = world.state.work
+    (d,) = w.decisions
+    assert (d.at, d.job_id, d.tenant_id, d.action, d.zone) == (60.0, job.id, world.tenant.id, "spot", "us-a")
+    (ev,) = [e for e in w.events if e.kind == "node"]
+    assert (ev.at, ev.tenant_id, ev.job_id, ev.node_id, ev.dst) == (
+        60.0, world.tenant.id, job.id, n.id, "READY")
+
+
+def test_a_live_probing_policy_probes_while_idle_and_a_replays_does_not() -> None:
+    """A request with a retry time (a live controller's) builds spotplane_probing with
+    probe_idle and that retry time; one without (a replay's) builds the plain one."""
+    task = DeadlineTask(4.0, 10.0, 0.1)
+    obs = Observation(0.0, 0.0, Kind.IDLE, None, True)
+    live = PolicyBook()._policy(PolicyRequest("j1", "spotplane_probing", task, obs, 0.1, retry_hours=0.25))
+    replay = PolicyBook()._policy(PolicyRequest("j2", "spotplane_probing", task, obs))
+    assert (live.probe_idle, live.retry_hours) == (True, 0.25)  # type: ignore[attr-defined]
+    assert replay.probe_idle is False  # type: ignore[attr-defined]
