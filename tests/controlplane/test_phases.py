@@ -42,7 +42,7 @@ from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
 from policies.checkpoint import CheckpointIntervals
 from policies.deadline import Action, DeadlineTask, Kind, Observation
-from policies.preemption import default_gce_model
+from policies.preemption import WeibullModel, default_gce_model
 from policies.schedulers import make_scheduler
 from serve.metrics import build_registry, exposition
 
@@ -779,3 +779,16 @@ def test_a_live_probing_policy_probes_while_idle_and_a_replays_does_not() -> Non
     replay = PolicyBook()._policy(PolicyRequest("j2", "spotplane_probing", task, obs))
     assert (live.probe_idle, live.retry_hours) == (True, 0.25)  # type: ignore[attr-defined]
     assert replay.probe_idle is False  # type: ignore[attr-defined]
+
+
+def test_the_checkpoint_planner_uses_the_fleets_own_lifetime_model(world: World) -> None:
+    """A fleet whose spot VMs follow another model (a Weibull of scale 5 h, limit 24 h): the
+    first checkpoint is due after that model's DP interval, not the default GCE one's."""
+    model = WeibullModel(shape=0.8, scale=5.0)
+    world.fleet.lifetimes = model
+    job = world.job("c", checkpoint_hours=0.1)
+    job.state, job.market, job.accounted_at = JobState.RUNNING, Market.SPOT, 0.0
+    world.rec.progress(job, 60.0)
+    due = CheckpointIntervals(model, 0.1).interval_hours(0.0)
+    assert due != pytest.approx(CheckpointIntervals(default_gce_model(), 0.1).interval_hours(0.0), rel=1e-3)
+    assert job.next_checkpoint_hours == pytest.approx(due, rel=1e-12)
