@@ -792,3 +792,20 @@ def test_the_checkpoint_planner_uses_the_fleets_own_lifetime_model(world: World)
     due = CheckpointIntervals(model, 0.1).interval_hours(0.0)
     assert due != pytest.approx(CheckpointIntervals(default_gce_model(), 0.1).interval_hours(0.0), rel=1e-3)
     assert job.next_checkpoint_hours == pytest.approx(due, rel=1e-12)
+
+
+def test_a_node_released_before_its_launch_is_confirmed_is_terminated_on_arrival(world: World) -> None:
+    """The HP gang's launch is durable, then the job is cancelled before the fleet is called:
+    the two instances the launch makes are terminated at once, each with its node's event."""
+    hp = world.job("hp", kind="hp", workers=2)
+    hp.state = JobState.QUEUED
+    _place(world).run(60.0)
+    Persist(world.store, world.settings, world.state, None).intents(60.0, {})
+    nodes = [world.state.nodes[i] for i in hp.node_ids]
+    world.ops.release(hp, 60.0, "job cancelled", keep=False)
+    assert [n.state for n in nodes] == [NodeState.TERMINATING] * 2
+    Act(world.fleet, world.store, world.state, world.rec, world.ops).run(60.0)
+    assert sorted(world.fleet.instances) == sorted(n.instance_id or "" for n in nodes)
+    assert {i.state for i in world.fleet.instances.values()} == {InstanceState.TERMINATED}
+    causes = [e.cause for e in world.state.work.events if e.kind == "node" and e.cause.startswith("terminated")]
+    assert causes == [f"terminated {n.instance_id} (released before launch)" for n in nodes]
