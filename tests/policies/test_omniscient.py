@@ -203,3 +203,14 @@ def test_partial_lookahead_at_exactly_c_follows_the_overrun_rule() -> None:
                                    (Kind.SPOT, True, Kind.SPOT), (Kind.ON_DEMAND, True, Kind.ON_DEMAND)):
             pl = PartialLookahead(task, [up] * 20, n=4, tick_hours=0.5)
             assert pl.decide(Observation(2.0, 4.0, state, None, avail)).kind is want
+
+
+def test_a_plan_that_ends_on_its_running_mode_finishes_when_its_work_is_done() -> None:
+    """C = 2 h, d = 0.5 h, spot always up, 1-h ticks: spot from t = 0 makes 0.5 h in the first
+    tick (the changeover), 1 h in the second and the last 0.5 h in the third on the same VM:
+    done at 2.5 h, paying 2.5 spot hours at $1."""
+    task = DeadlineTask(2.0, 6.0, 0.5)
+    up = np.ones(6, dtype=bool)
+    plan = plan_modes(single_zone_modes(task), np.vstack([up, up, up]), 1.0, 2.0, 6.0, 0.5)
+    assert plan.kinds() == [Kind.SPOT] * 3 + [Kind.IDLE] * 3
+    assert (plan.feasible, plan.cost, plan.finish_hours, plan.changeovers) == (True, 2.5, 2.5, 1)
