@@ -111,13 +111,17 @@ class RunningTask:
     started_s: float
     checkpoint_every_s: float = 3600.0
     tenant: str = "default"
+    checkpointed_s: float | None = None  # the last checkpoint's time, where it is known (live jobs)
 
     @property
     def total_gpus(self) -> float:
         return self.gpus * self.pods
 
     def last_checkpoint_s(self, now_s: float) -> float:
-        """Time of the last checkpoint of this run (its start when none was taken yet)."""
+        """Time of the last checkpoint of this run: ``checkpointed_s`` where known, else the last
+        multiple of ``checkpoint_every_s`` since the start (its start when none was taken yet)."""
+        if self.checkpointed_s is not None:
+            return min(self.checkpointed_s, now_s)
         if not math.isfinite(self.checkpoint_every_s) or self.checkpoint_every_s <= 0:
             return self.started_s
         done = math.floor(max(0.0, now_s - self.started_s) / self.checkpoint_every_s)

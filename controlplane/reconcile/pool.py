@@ -177,7 +177,8 @@ def _task(job: Job, prio: Literal["hp", "spot"], cards: tuple[tuple[int, int, fl
           now: float) -> RunningTask:
     started = job.started_at if job.started_at is not None else now
     ckpt = now - max(0.0, job.progress_hours - job.checkpointed_hours) * HOUR
-    return RunningTask(job.id, prio, 1.0, len(cards), cards, started, ckpt, job.tenant_id)
+    return RunningTask(job.id, prio, 1.0, len(cards), cards, started, tenant=job.tenant_id,
+                       checkpointed_s=ckpt)
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickReport, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
 from policies.checkpoint import CheckpointIntervals
-from policies.deadline import Action, Kind
-from policies.preemption import default_gce_model
+from policies.deadline import Action, DeadlineTask, Kind, Observation
+from policies.preemption import WeibullModel, default_gce_model
 from policies.schedulers import make_scheduler
 from serve.metrics import build_registry, exposition
 
@@ -754,3 +754,58 @@ def test_launch_counters_carry_the_provider_and_a_refusals_error_as_prometheus_l
     assert samples("launched_nodes") == [({"provider": "kept", "market": "on_demand"}, 2.0)]
     assert samples("launch_failures") == [
         ({"provider": "kept", "error": "CapacityUnavailable"}, 1.0)]
+
+
+def test_recorded_decisions_and_node_events_carry_the_jobs_tenant(world: World) -> None:
+    """A tenant's listings are read by tenant id: the decision and the node event have it."""
+    job = world.job("d", kind="deadline", deadline_hours=10.0)
+    n = world.node(job, NodeState.READY)
+    world.rec.decide(job, "greedy", "spot", "spot is up", 60.0, "us-a")
+    world.rec.node_event(n, "ready", 60.0)
+    w = world.state.work
+    (d,) = w.decisions
+    assert (d.at, d.job_id, d.tenant_id, d.action, d.zone) == (60.0, job.id, world.tenant.id, "spot", "us-a")
+    (ev,) = [e for e in w.events if e.kind == "node"]
+    assert (ev.at, ev.tenant_id, ev.job_id, ev.node_id, ev.dst) == (
+        60.0, world.tenant.id, job.id, n.id, "READY")
+
+
+def test_a_live_probing_policy_probes_while_idle_and_a_replays_does_not() -> None:
+    """A request with a retry time (a live controller's) builds spotplane_probing with
+    probe_idle and that retry time; one without (a replay's) builds the plain one."""
+    task = DeadlineTask(4.0, 10.0, 0.1)
+    obs = Observation(0.0, 0.0, Kind.IDLE, None, True)
+    live = PolicyBook()._policy(PolicyRequest("j1", "spotplane_probing", task, obs, 0.1, retry_hours=0.25))
+    replay = PolicyBook()._policy(PolicyRequest("j2", "spotplane_probing", task, obs))
+    assert (live.probe_idle, live.retry_hours) == (True, 0.25)  # type: ignore[attr-defined]
+    assert replay.probe_idle is False  # type: ignore[attr-defined]
+
+
+def test_the_checkpoint_planner_uses_the_fleets_own_lifetime_model(world: World) -> None:
+    """A fleet whose spot VMs follow another model (a Weibull of scale 5 h, limit 24 h): the
+    first checkpoint is due after that model's DP interval, not the default GCE one's."""
+    model = WeibullModel(shape=0.8, scale=5.0)
+    world.fleet.lifetimes = model
+    job = world.job("c", checkpoint_hours=0.1)
+    job.state, job.market, job.accounted_at = JobState.RUNNING, Market.SPOT, 0.0
+    world.rec.progress(job, 60.0)
+    due = CheckpointIntervals(model, 0.1).interval_hours(0.0)
+    assert due != pytest.approx(CheckpointIntervals(default_gce_model(), 0.1).interval_hours(0.0), rel=1e-3)
+    assert job.next_checkpoint_hours == pytest.approx(due, rel=1e-12)
+
+
+def test_a_node_released_before_its_launch_is_confirmed_is_terminated_on_arrival(world: World) -> None:
+    """The HP gang's launch is durable, then the job is cancelled before the fleet is called:
+    the two instances the launch makes are terminated at once, each with its node's event."""
+    hp = world.job("hp", kind="hp", workers=2)
+    hp.state = JobState.QUEUED
+    _place(world).run(60.0)
+    Persist(world.store, world.settings, world.state, None).intents(60.0, {})
+    nodes = [world.state.nodes[i] for i in hp.node_ids]
+    world.ops.release(hp, 60.0, "job cancelled", keep=False)
+    assert [n.state for n in nodes] == [NodeState.TERMINATING] * 2
+    Act(world.fleet, world.store, world.state, world.rec, world.ops).run(60.0)
+    assert sorted(world.fleet.instances) == sorted(n.instance_id or "" for n in nodes)
+    assert {i.state for i in world.fleet.instances.values()} == {InstanceState.TERMINATED}
+    causes = [e.cause for e in world.state.work.events if e.kind == "node" and e.cause.startswith("terminated")]
+    assert causes == [f"terminated {n.instance_id} (released before launch)" for n in nodes]

@@ -80,3 +80,17 @@ def test_ages_key_spot_vms_by_cloud_on_demand_by_nothing_and_a_placement_takes_i
     assert snap.ages is not None
     assert np.array_equal(snap.ages.hours, [np.nan, 2.0, 2.0, np.nan], equal_nan=True)
     assert snap.ages.model.tolist() == ["aws", "aws", "", ""]
+
+
+def test_a_running_jobs_waste_is_its_work_since_its_last_checkpoint() -> None:
+    """Eq. 17 on the snapshot: s started at 1,000 s, has 2.0 h done and 1.5 h checkpointed, so
+    at 10,000 s its last checkpoint is 0.5 h back (8,200 s) and an eviction loses 1,800
+    GPU-seconds on each of its 2 nodes; h, started at 0 with everything saved, loses none."""
+    spot, hp = _job("s", "spot"), _job("h", "hp")
+    spot.started_at, spot.progress_hours, spot.checkpointed_hours = 1000.0, 2.0, 1.5
+    hp.started_at, hp.progress_hours, hp.checkpointed_hours = 0.0, 1.0, 1.0
+    pool = Pool("V100", 3, [_node(0, "s"), _node(1, "s"), _node(2, "h")])
+    snap, _ = pool.snapshot({"s": spot, "h": hp}, 10_000.0)
+    s, h = snap.running["s"], snap.running["h"]
+    assert (s.started_s, s.last_checkpoint_s(10_000.0), s.waste(10_000.0)) == (1000.0, 8200.0, 3600.0)
+    assert (h.last_checkpoint_s(10_000.0), h.waste(10_000.0)) == (10_000.0, 0.0)

@@ -13,7 +13,7 @@ import pytest
 
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
-from controlplane.core.models import Job, JobSpec, JobState, NodeState
+from controlplane.core.models import BagSpec, Job, JobSpec, JobState, NodeState
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
 from controlplane.reconcile.policyhost import PolicyBook, PolicyRequest
@@ -264,3 +264,18 @@ def test_a_bad_tenant_row_names_its_tenant_and_a_bad_job_row_shows_its_columns(t
     assert (shown.id, shown.tenant_id, shown.kind, shown.state) == (job.id, good.id, "hp", JobState.PENDING)
     assert shown.submitted_at == 7.0 and shown.spec.kind == "hp"
     assert shown.message is not None and shown.message.startswith("the stored job does not validate")
+
+
+def test_the_stand_in_of_a_bad_bag_job_row_keeps_its_bag(tmp_path: Path) -> None:
+    """The read views' stand-in carries the row's bag column, so the broken job stays in its
+    bag's listing."""
+    store = Store(tmp_path / "spotplane.db")
+    t, _ = store.create_tenant("acme", max_gpus=10)
+    bag, (job,) = store.create_bag(t.id, BagSpec(name="sweep", template=JobSpec(name="s", compute_hours=1),
+                                                 params=[{"lr": 0.1}]), now=7.0)
+    with sqlite3.connect(tmp_path / "spotplane.db") as con:
+        con.execute("UPDATE jobs SET body = '{}' WHERE id = ?", (job.id,))
+    shown = store.get_job(job.id)
+    assert shown.message is not None and shown.message.startswith("the stored job does not validate")
+    assert shown.bag_id == bag.id
+    assert [j.id for j in store.list_jobs(t.id, bag_id=bag.id)] == [job.id]

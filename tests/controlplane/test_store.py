@@ -398,3 +398,27 @@ def test_pruning_idempotency_keys_forgets_the_old_answers_and_keeps_the_new(stor
         False, False, False, True, True]
     assert st._q("SELECT COUNT(*) FROM idempotency")[0][0] == 2
     assert st.prune_idempotency(300.0) == 0 and len(st.list_jobs(t.id)) == 5
+
+
+def test_waiting_jobs_are_read_in_chunks_of_500_each_once(store_url: str) -> None:
+    """More ids than one chunk: every waiting job comes back exactly once, in submission order."""
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    jobs = st.submit_jobs(t.id, [JobSpec(name=f"j{i}", compute_hours=1) for i in range(1002)])
+    ids = [j.id for j in jobs]
+    waiting, bad = st.load_waiting_jobs(ids)
+    assert bad == []
+    assert [j.id for j in waiting] == ids
+
+
+def test_job_page_sorts_numeric_columns_as_numbers(store_url: str) -> None:
+    """Preemptions 9 before 10 (not as text), and progress as a fraction of the compute hours."""
+    st = Store(store_url)
+    t, _ = st.create_tenant("acme")
+    a, b, c = st.submit_jobs(t.id, [JobSpec(name=n, compute_hours=h)
+                                    for n, h in (("a", 10.0), ("b", 2.0), ("c", 4.0))])
+    a.preemptions, b.preemptions, c.preemptions = 10, 9, 2
+    a.progress_hours, b.progress_hours, c.progress_hours = 5.0, 0.5, 3.0  # 0.5, 0.25, 0.75
+    st.commit(jobs=[a, b, c])
+    assert [j.name for j in st.job_page(t.id, order_by="preemptions")[1]] == ["c", "b", "a"]
+    assert [j.name for j in st.job_page(t.id, order_by="progress")[1]] == ["b", "a", "c"]

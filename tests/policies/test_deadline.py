@@ -306,3 +306,19 @@ def test_up_loose_at_exactly_the_switch_fraction_is_plain_up_from_the_start() ->
     just below (6.99 / 10) it has no anchor yet."""
     assert UniformProgressLoose(DeadlineTask(7.0, 10.0, 0.2), tick_hours=G).state_dict()["t0"] == 0.0
     assert UniformProgressLoose(DeadlineTask(6.99, 10.0, 0.2), tick_hours=G).state_dict()["t0"] is None
+
+
+def test_up_loose_rejects_a_switch_outside_0_1_naming_the_field() -> None:
+    with pytest.raises(InvalidInput, match=r"must be in \(0, 1\], got 1.5") as err:
+        UniformProgressLoose(TASK, tick_hours=G, switch=1.5)
+    assert err.value.field == "switch"
+
+
+def test_time_sliced_goes_on_demand_when_the_slice_target_is_out_of_reach() -> None:
+    """C = 48, R = 60, d = 0.2, n = 4 (slices of 15 h, targets 12 C/48 per slice). At t = 20 h
+    (slice 2: t_2 = 30, target 24) with 12.4 h done the slice needs 11.6 h in 10 h: slack_2 =
+    (30 - 20) - (24 - 12.4) = -1.6 < the idle margin, so on-demand, although the global slack
+    (60 - 20) - (48 - 12.4) = 4.4 h would still allow idling. At t = 16 h with 14 h done slack_2
+    = 14 - 10 = 4 h: idle while spot is down."""
+    assert TimeSliced(TASK, 4, tick_hours=G).decide(obs(20.0, 12.4, Kind.IDLE, False)).kind is Kind.ON_DEMAND
+    assert TimeSliced(TASK, 4, tick_hours=G).decide(obs(16.0, 14.0, Kind.IDLE, False)).kind is Kind.IDLE

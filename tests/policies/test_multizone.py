@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from controlplane.core.errors import InvalidInput
-from policies.deadline import DeadlineTask, Kind, Observation, UniformProgress, ZoneView
+from policies.deadline import (
+    DeadlineTask,
+    Kind,
+    Observation,
+    UniformProgress,
+    ZoneView,
+    make_policy,
+)
 from policies.deadline_sim import PolicyError, simulate, simulate_zones, window_ticks
 from policies.multizone import (
     EagerFailover,
@@ -199,3 +206,26 @@ def test_spotplane_expected_run_is_at_least_the_current_run_and_the_prior_is_6_h
     assert pol.prior_run_hours == 6.0
     assert pol.expected_run("a") == pytest.approx(8.0)
     assert pol.expected_run("b") == pytest.approx(6.0)  # no run seen: the default prior alone
+
+
+def test_eager_failover_is_made_by_name_for_the_given_task() -> None:
+    task = DeadlineTask(10.0, 14.0, 0.2)
+    pol = make_policy("up_eager_failover", task, tick_hours=0.25)
+    assert isinstance(pol, EagerFailover)
+    assert (pol.task, pol.tick_hours) == (task, 0.25)
+
+
+def test_spotplane_migrates_only_when_the_target_zones_own_runs_pay_for_the_move() -> None:
+    """On spot in a ($1/h), b at $0.9/h up for 1 h, d = 0.2 h: a move pays when E[run_b] x 0.1 >
+    0.2 x 1.9 = 0.38. With b's record of ten 1-h runs E[run_b] = (10 + 6) / 11 = 1.45 h (saving
+    0.145): stay; with no record, the 6-h prior (saving 0.6): move."""
+    task = DeadlineTask(4.0, 20.0, 0.2)
+    zones = (ZoneView("a", True, 1.0, 3.0), ZoneView("b", True, 0.9, 3.0))
+    where = []
+    for runs_b in ([10.0, 10.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0]):
+        pol = SpotplaneMultiZone(task, tick_hours=0.1)
+        pol.load_state_dict({"name": "spotplane", "runs": {"a": [0.0, 0.0, 1.0, 1.0], "b": runs_b},
+                             "last_t": 2.0})
+        act = pol.decide(Observation(2.0, 1.0, Kind.SPOT, "a", True, zones))
+        where.append((act.kind, act.zone))
+    assert where == [(Kind.SPOT, "a"), (Kind.SPOT, "b")]

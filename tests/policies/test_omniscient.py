@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from controlplane.core.errors import InvalidInput
-from policies.deadline import DeadlineTask, Greedy, Kind, PlanPolicy, UniformProgress
+from policies.deadline import DeadlineTask, Greedy, Kind, Observation, PlanPolicy, UniformProgress
 from policies.deadline_sim import simulate, window_ticks
 from policies.omniscient import (
     Omniscient,
@@ -192,3 +192,25 @@ def test_partial_lookahead_plan_finishes_when_finishing_is_the_cheapest_rate() -
                       min_progress=0.5)
     assert (plan.feasible, plan.cost, plan.progress_hours, plan.changeovers) == (True, 1.0, 1.0, 1)
     assert plan.kinds() == [Kind.SPOT, Kind.IDLE, Kind.IDLE, Kind.IDLE]
+
+
+def test_partial_lookahead_at_exactly_c_follows_the_overrun_rule() -> None:
+    """Sec. 5.6: the estimate C reached (4 h of 4) but the job not done: a live spot is kept,
+    otherwise on-demand, whatever the slice's availability."""
+    task = DeadlineTask(4.0, 10.0, 0.2)
+    for up in (True, False):
+        for state, avail, want in ((Kind.IDLE, False, Kind.ON_DEMAND), (Kind.IDLE, True, Kind.ON_DEMAND),
+                                   (Kind.SPOT, True, Kind.SPOT), (Kind.ON_DEMAND, True, Kind.ON_DEMAND)):
+            pl = PartialLookahead(task, [up] * 20, n=4, tick_hours=0.5)
+            assert pl.decide(Observation(2.0, 4.0, state, None, avail)).kind is want
+
+
+def test_a_plan_that_ends_on_its_running_mode_finishes_when_its_work_is_done() -> None:
+    """C = 2 h, d = 0.5 h, spot always up, 1-h ticks: spot from t = 0 makes 0.5 h in the first
+    tick (the changeover), 1 h in the second and the last 0.5 h in the third on the same VM:
+    done at 2.5 h, paying 2.5 spot hours at $1."""
+    task = DeadlineTask(2.0, 6.0, 0.5)
+    up = np.ones(6, dtype=bool)
+    plan = plan_modes(single_zone_modes(task), np.vstack([up, up, up]), 1.0, 2.0, 6.0, 0.5)
+    assert plan.kinds() == [Kind.SPOT] * 3 + [Kind.IDLE] * 3
+    assert (plan.feasible, plan.cost, plan.finish_hours, plan.changeovers) == (True, 2.5, 2.5, 1)

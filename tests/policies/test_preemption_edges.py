@@ -125,3 +125,22 @@ def test_the_density_is_zero_outside_its_support() -> None:
     past = b.pdf(np.array([19.99, 20.5, 23.0]))
     assert past[0] == pytest.approx(0.5 * math.exp(-19.99) + math.exp(-0.02), rel=1e-9)
     assert past[1:].tolist() == [0.0, 0.0]
+
+
+def test_the_partial_expectation_of_no_points_is_empty() -> None:
+    """An empty array in, an empty array out (Gompertz-Makeham's quadrature included)."""
+    for model in (GM, BathtubModel(A=0.4, tau1=1.0, tau2=0.8, b=23.0)):
+        out = model.partial_expectation(np.array([]))
+        assert out.shape == (0,) and out.dtype == np.float64
+
+
+def test_a_least_squares_fit_whose_covariance_is_unknown_still_fits() -> None:
+    """Two preemptions among five VMs: the Kaplan-Meier CDF is 0.2 at 1 h and 0.4 at 3 h. A
+    two- or four-parameter curve through two points leaves curve_fit no covariance (its
+    OptimizeWarning is ignored, not raised); Weibull and the bathtub pass through both points."""
+    life = np.array([1.0, 3.0, 24.0, 24.0, 24.0])
+    pre = np.array([True, True, False, False, False])
+    for cls in (WeibullModel, BathtubModel):
+        m = cls.fit(life, pre, 24.0, method="km_lsq")
+        assert m.cdf(np.array([1.0, 3.0])) == pytest.approx([0.2, 0.4], abs=1e-9)
+    assert GompertzMakehamModel.fit(life, pre, 24.0, method="km_lsq").beta > 0
