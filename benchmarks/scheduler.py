@@ -9,8 +9,8 @@ Two tables: **quota-free** (every baseline as published, no spot quota) and **re
 authors' simulator runs it, as in the authors' code release); GFS's run is the same in both.
 With several ``--seeds`` each figure is the mean over the seeds, with its spread (standard
 deviation) beside it. The options where the paper's text and the release differ are flags
-(``--hp-demand``, ``--hourly``, ``--aggregation``, ``--eta-rate``, ``--pools``; defaults: the
-release's choice); ``--hp-peak`` and ``--gang-widths`` vary the gfs-a100 generator (robustness).
+(``--hp-demand``, ``--hourly``, ``--aggregation``, ``--eta-rate``, ``--pools``, ``--gfs-queue``;
+docs/gfs.md says which default is whose); ``--hp-peak`` and ``--gang-widths`` vary the gfs-a100 generator (robustness).
 Progress goes to stderr.
 
 ``--json`` prints exactly one object: ``{"workload", "seeds", "options", "tables": {"quota_free":
@@ -44,7 +44,7 @@ from controlplane.core.errors import BadDataFile, InvalidInput
 from policies.gpu_sim import OPTIONS, GpuSimulator, SimConfig, SimResult, simulate
 from policies.placement import TaskRequest
 from policies.quota import AGGREGATIONS, QuotaParams
-from policies.schedulers import QUOTA_BASELINES, SCHEDULERS, make_scheduler
+from policies.schedulers import GFS_QUEUES, QUOTA_BASELINES, SCHEDULERS, make_scheduler
 from policies.workloads import (
     LOAD_LEVELS,
     GfsA100Config,
@@ -136,8 +136,11 @@ def sim_config(options: dict[str, Any]) -> SimConfig:
 def _run_one(run: Run) -> tuple[Run, dict[str, float], float]:
     w = build_workload(run.workload, run.days, run.pods_file, run.seed, run.nodes, run.hp_peak, run.gang_widths)
     name = run.label.removesuffix(QUOTA)
+    opts = dict(run.options)
+    queue = opts.pop("gfs_queue", GFS_QUEUES[0])
     t0 = time.perf_counter()
-    r = simulate(w, make_scheduler(name, seed=run.seed, quota=run.label.endswith(QUOTA)), sim_config(dict(run.options)))
+    r = simulate(w, make_scheduler(name, seed=run.seed, quota=run.label.endswith(QUOTA), gfs_queue=queue),
+                 sim_config(opts))
     check_did_work(run.workload, run.label, w, r)
     return run, r.summary(), time.perf_counter() - t0
 
@@ -343,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aggregation", default=AGGREGATIONS[0], choices=AGGREGATIONS)
     ap.add_argument("--eta-rate", default=OPTIONS["eta_rate"][0], choices=OPTIONS["eta_rate"])
     ap.add_argument("--pools", default=OPTIONS["pools"][0], choices=OPTIONS["pools"])
+    ap.add_argument("--gfs-queue", default=GFS_QUEUES[0], choices=GFS_QUEUES,
+                    help="GFS's queue order: size (ascending GPUs per pod) or size_release (the authors' release)")
     ap.add_argument("--warmup-h", type=float, default=0.0,
                     help="count only tasks submitted after this many hours (default 0: all)")
     ap.add_argument("--hp-peak", type=float, default=1.0, help="gfs-a100: scale the HP diurnal peak (1.5, 2)")
@@ -371,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     options = {"hp_demand": a.hp_demand, "hourly": a.hourly, "aggregation": a.aggregation, "eta_rate": a.eta_rate,
                "pools": a.pools, "measure_from_s": a.warmup_h * 3600.0}
     sim_config(options)  # bad values fail before any run
+    options["gfs_queue"] = a.gfs_queue  # the scheduler's, not the simulator's: _run_one takes it out
     workload = "openb" if a.pods else a.workload
     free = names if "quota-free" in tables else [n for n in names if n == "gfs"]
     rel = release_labels(names) if "release" in tables else []

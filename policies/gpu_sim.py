@@ -463,6 +463,8 @@ class GpuSimulator:
         head = self.records[d[0]]
         if self.s.queue.order == "size":
             return (shape[1], shape[2], head.task.submit_s)  # Sec. 3.4.2: g, then w, then submission
+        if self.s.queue.order == "size_release":  # the authors' spot.py: -g, submission (HP); -g, w, submission (spot)
+            return (-shape[1], head.task.submit_s) if shape[0] == "hp" else (-shape[1], shape[2], head.task.submit_s)
         if self.s.queue.order == "size_desc":
             return (-shape[1] * shape[2], -shape[2], -shape[1], head.task.submit_s)
         return (head.task.submit_s,)
