@@ -164,6 +164,21 @@ class ClassMetrics:
         return self.evictions / n if n else 0.0
 
 
+@dataclass
+class PreemptionStats:
+    """The HP placements that evicted spot tasks at or after ``SimConfig.measure_from_s``: how
+    many, their victims and the victims' GPUs, and each victim run's age (s) when evicted."""
+
+    preemptions: int = 0
+    victims: int = 0
+    victim_gpus: float = 0.0
+    ages_s: list[float] = field(default_factory=list)
+
+    def share_younger_than(self, seconds: float) -> float:
+        """Share of the victims whose run had lasted less than ``seconds``."""
+        return sum(a < seconds for a in self.ages_s) / len(self.ages_s) if self.ages_s else 0.0
+
+
 @dataclass(frozen=True)
 class SimResult:
     scheduler: str
@@ -174,6 +189,7 @@ class SimResult:
     makespan_s: float
     schedule_calls: int
     records: dict[str, TaskRecord] = field(repr=False, default_factory=dict)
+    preemption: PreemptionStats = field(repr=False, default_factory=PreemptionStats)
 
     def summary(self) -> dict[str, float]:
         """The benchmark's JSON fields."""
@@ -329,6 +345,7 @@ class GpuSimulator:
                                           self.cfg, workload.start_hour) for c in self.pool_cap]
         self._lease_s = self.cfg.lease_release_s or getattr(scheduler, "lease_release_s", None)
         self._ticks = 0
+        self.preemption = PreemptionStats()
         self.unschedulable: list[str] = []
         self._ro = {k: _ro(v) for k, v in (("names", np.asarray(nodes.names)), ("models", np.asarray(nodes.gpu_model)),
                                             ("gpus", self.gpus), ("card_free", self.card_free), ("hp", self.hp),
@@ -538,6 +555,8 @@ class GpuSimulator:
     # ---- state changes -------------------------------------------------------------------
     def _start(self, rec: TaskRecord, p: Placement) -> None:
         req = rec.task.request
+        if p.victims and self.now >= self.cfg.measure_from_s:
+            self._count_preemption(p.victims)
         for vid in p.victims:
             self._evict(vid)
         cards = []
@@ -575,6 +594,15 @@ class GpuSimulator:
         self._push(self.now + rec.remaining_s, FINISH, req.id, rec.epoch)
         if self.cfg.check_invariants:
             self._check()
+
+    def _count_preemption(self, victims: tuple[str, ...]) -> None:
+        st = self.preemption
+        st.preemptions += 1
+        for vid in victims:
+            rt = self.running[vid]
+            st.victims += 1
+            st.victim_gpus += rt.total_gpus
+            st.ages_s.append(self.now - rt.started_s)
 
     def _release(self, tid: str) -> RunningTask:
         rt = self.running.pop(tid)
@@ -736,7 +764,7 @@ class GpuSimulator:
         span = self.last_arrival - self.first_arrival
         alloc = self._alloc_area / (self.total * span) if span > 0 and self.total > 0 else 0.0
         return SimResult(self.s.name, self.w.name, self._class(True), self._class(False), alloc, self.now,
-                         self.calls, self.records)
+                         self.calls, self.records, self.preemption)
 
 
 def simulate(workload: Workload, scheduler: FrameworkScheduler, config: SimConfig | None = None) -> SimResult:

@@ -46,6 +46,18 @@ def test_eviction_resumes_from_the_last_checkpoint() -> None:
     assert r.hp.jct_mean_s == pytest.approx(H) and r.spot.jct_mean_s == pytest.approx(4.5 * H)
 
 
+def test_preemption_stats_count_the_placements_that_evicted() -> None:
+    # the run above: one HP placement evicts the 8-GPU spot task 1.5 h after its start; a second HP
+    # task at 5 h finds the node idle and evicts nothing
+    w = wl([task("s", "spot", 8, 0, 3), task("h", "hp", 8, 1.5, 1), task("h2", "hp", 8, 5, 1)])
+    st = simulate(w, make_scheduler("gfs")).preemption
+    assert (st.preemptions, st.victims, st.victim_gpus) == (1, 1, 8.0)
+    assert st.ages_s == [pytest.approx(1.5 * H)]
+    assert st.share_younger_than(2 * H) == 1.0 and st.share_younger_than(H) == 0.0
+    late = simulate(w, make_scheduler("gfs"), SimConfig(measure_from_s=2 * H)).preemption
+    assert late.preemptions == 0 and late.share_younger_than(H) == 0.0  # before the measured window
+
+
 def test_checkpoint_interval_is_configurable() -> None:
     w = wl([task("s", "spot", 8, 0, 3), task("h", "hp", 8, 1.5, 1)])
     r = simulate(w, make_scheduler("yarn_cs"), SimConfig(checkpoint_s=0.5 * H))
