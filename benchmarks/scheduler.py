@@ -23,8 +23,9 @@ one ``schedule`` call on the full 4,278-node ``alibaba-spot-gpu`` cluster filled
 ``why`` runs the release setup and a control, GFS with YARN-CS's strict FCFS queue
 (``gfs/strict-fcfs``), and prints where the spot evictions come from: spot runs and evictions,
 runs per task, HP placements that preempted, victims and victim GPUs per such placement, and
-the share of victims evicted less than 600 s after their run started (``--json``: the same
-per label, means and ``spread``).
+the share of victims evicted less than 600 s after their run started, and the share of the
+quota loop's steps with eta at its upper clamp and with Eq. 10's forecast term setting the quota
+(``--json``: the same per label, means and ``spread``).
 ``--days``, ``--schedulers`` and ``--jobs`` shrink or parallelise a run.
 """
 
@@ -68,7 +69,8 @@ FIELDS = ("hp_jct", "hp_jct_p99", "hp_jqt", "spot_jct", "spot_jqt", "eviction_ra
           "allocation_rate")
 #: ``why`` mode: the fields of :func:`why_fields` beside spot JQT and the eviction rate.
 WHY_FIELDS = ("spot_jqt", "eviction_rate", "spot_runs", "spot_evictions", "spot_runs_per_task", "preemptions",
-              "victims_per_preemption", "victim_gpus_per_preemption", "young_victims")
+              "victims_per_preemption", "victim_gpus_per_preemption", "young_victims", "eta_at_max",
+              "forecast_binds")
 #: ``why`` mode's control: GFS with YARN-CS's strict FCFS queue (not a scheduler of the paper).
 STRICT_CONTROL = "gfs/strict-fcfs"
 YOUNG_S = 600.0
@@ -164,13 +166,16 @@ def scheduler_for(label: str, seed: int, gfs_queue: str = GFS_QUEUES[0]) -> Fram
 
 def why_fields(r: SimResult) -> dict[str, float]:
     """Where the spot evictions come from: runs per task, HP placements that preempted, their
-    victims and victim GPUs, and the share of victims evicted within 10 minutes of their start."""
+    victims and victim GPUs, the share of victims evicted within 10 minutes of their start, and
+    how often eta sat at its upper clamp and the forecast term set the quota (Eq. 10)."""
     st = r.preemption
     n = max(st.preemptions, 1)
     return {"spot_runs_per_task": r.spot.runs / max(r.spot.tasks, 1), "preemptions": float(st.preemptions),
             "victims_per_preemption": st.victims / n, "victim_gpus_per_preemption": st.victim_gpus / n,
             "young_victims": st.share_younger_than(YOUNG_S), "spot_runs": float(r.spot.runs),
-            "spot_evictions": float(r.spot.evictions)}
+            "spot_evictions": float(r.spot.evictions),
+            "eta_at_max": r.quota_stats.eta_at_max / max(r.quota_stats.pool_ticks, 1),
+            "forecast_binds": r.quota_stats.forecast_binds / max(r.quota_stats.pool_ticks, 1)}
 
 
 def release_labels(names: list[str]) -> list[str]:
@@ -453,13 +458,15 @@ def _print_why(workload: str, seeds: tuple[int, ...], options: dict[str, Any], r
                           "spread": spread}))
         return
     head = ("scheduler", "spot JQT s", "eviction %", "runs", "evictions", "runs/task", "preemptions",
-            "victims/preemption", "victim GPUs/preemption", f"victims < {YOUNG_S:.0f} s %")
+            "victims/preemption", "victim GPUs/preemption", f"victims < {YOUNG_S:.0f} s %", "eta at max %",
+            "forecast binds %")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k, m in res.items():
         lines.append(f"| {k} | {m['spot_jqt']:,.0f} | {100 * m['eviction_rate']:.2f} ± "
                      f"{100 * spread[k]['eviction_rate']:.2f} | {m['spot_runs']:,.0f} | {m['spot_evictions']:,.0f} | "
                      f"{m['spot_runs_per_task']:.3f} | {m['preemptions']:,.0f} | {m['victims_per_preemption']:.2f} | "
-                     f"{m['victim_gpus_per_preemption']:.1f} | {100 * m['young_victims']:.1f} |")
+                     f"{m['victim_gpus_per_preemption']:.1f} | {100 * m['young_victims']:.1f} | "
+                     f"{100 * m['eta_at_max']:.1f} | {100 * m['forecast_binds']:.1f} |")
     print(f"{workload}, seeds {','.join(map(str, seeds))}\n" + "\n".join(lines))
 
 

@@ -179,6 +179,17 @@ class PreemptionStats:
         return sum(a < seconds for a in self.ages_s) / len(self.ages_s) if self.ages_s else 0.0
 
 
+@dataclass
+class QuotaStats:
+    """The quota loop's 300 s steps at or after ``SimConfig.measure_from_s``, over the pools with a
+    forecast: how many, how many with eta at its upper clamp, and how many in which Eq. 10's
+    forecast term f(p, H) * eta (not the idle + spot GPUs S0 + Sa) set the quota."""
+
+    pool_ticks: int = 0
+    eta_at_max: int = 0
+    forecast_binds: int = 0
+
+
 @dataclass(frozen=True)
 class SimResult:
     scheduler: str
@@ -190,6 +201,7 @@ class SimResult:
     schedule_calls: int
     records: dict[str, TaskRecord] = field(repr=False, default_factory=dict)
     preemption: PreemptionStats = field(repr=False, default_factory=PreemptionStats)
+    quota_stats: QuotaStats = field(repr=False, default_factory=QuotaStats)
 
     def summary(self) -> dict[str, float]:
         """The benchmark's JSON fields."""
@@ -346,6 +358,7 @@ class GpuSimulator:
         self._lease_s = self.cfg.lease_release_s or getattr(scheduler, "lease_release_s", None)
         self._ticks = 0
         self.preemption = PreemptionStats()
+        self.quota_stats = QuotaStats()
         self.unschedulable: list[str] = []
         self._ro = {k: _ro(v) for k, v in (("names", np.asarray(nodes.names)), ("models", np.asarray(nodes.gpu_model)),
                                             ("gpus", self.gpus), ("card_free", self.card_free), ("hp", self.hp),
@@ -725,7 +738,12 @@ class GpuSimulator:
             if self._ticks % per_hour == 0:
                 ql.close_hour()
             idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
-            ql.update(self._eviction_rate(i), longest, idle, float(self.spot_pool[i]))
+            q = ql.update(self._eviction_rate(i), longest, idle, float(self.spot_pool[i]))
+            if q is not None and self.now >= self.cfg.measure_from_s:
+                st = self.quota_stats
+                st.pool_ticks += 1
+                st.eta_at_max += ql.allocator.eta >= ql.allocator.params.eta_max - EPS
+                st.forecast_binds += q < idle + float(self.spot_pool[i]) - EPS
 
     def _release_leases(self) -> None:
         """Chronus as released: every running task gives its GPUs back and queues again; it
@@ -764,7 +782,7 @@ class GpuSimulator:
         span = self.last_arrival - self.first_arrival
         alloc = self._alloc_area / (self.total * span) if span > 0 and self.total > 0 else 0.0
         return SimResult(self.s.name, self.w.name, self._class(True), self._class(False), alloc, self.now,
-                         self.calls, self.records, self.preemption)
+                         self.calls, self.records, self.preemption, self.quota_stats)
 
 
 def simulate(workload: Workload, scheduler: FrameworkScheduler, config: SimConfig | None = None) -> SimResult:

@@ -58,6 +58,27 @@ def test_preemption_stats_count_the_placements_that_evicted() -> None:
     assert late.preemptions == 0 and late.share_younger_than(H) == 0.0  # before the measured window
 
 
+def test_quota_stats_count_eta_at_its_clamp_and_the_forecast_term_binding() -> None:
+    # 8 idle GPUs, forecast HP demand 2 with no spread: f(p, H) = 6; eta 1 -> quota 6 < S0 + Sa = 8
+    # (the forecast term binds); eta 4 (its clamp) -> 24, so S0 + Sa = 8 sets the quota
+    def fresh(cfg: SimConfig) -> GpuSimulator:
+        sim = GpuSimulator(wl([task("x", "spot", 1, 0, 1)]), make_scheduler("gfs"), cfg)
+        sim.quota_loops[0].forecast = _MemoBound(Forecast(np.array([[2.0]]), np.array([[0.0]])))
+        sim._ticks = 1  # not an hour's end: the forecast stays
+        return sim
+    sim = fresh(SimConfig())
+    sim._quota_tick()
+    assert sim.quota_loops[0].quota == pytest.approx(6.0)
+    sim.quota_loops[0].allocator._eta = sim.quota_loops[0].allocator.params.eta_max
+    sim._quota_tick()
+    assert sim.quota_loops[0].quota == pytest.approx(8.0)
+    st = sim.quota_stats
+    assert (st.pool_ticks, st.eta_at_max, st.forecast_binds) == (2, 1, 1)
+    late = fresh(SimConfig(measure_from_s=H))
+    late._quota_tick()
+    assert late.quota_stats.pool_ticks == 0  # before the measured window
+
+
 def test_checkpoint_interval_is_configurable() -> None:
     w = wl([task("s", "spot", 8, 0, 3), task("h", "hp", 8, 1.5, 1)])
     r = simulate(w, make_scheduler("yarn_cs"), SimConfig(checkpoint_s=0.5 * H))
