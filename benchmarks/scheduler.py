@@ -140,8 +140,10 @@ class Run:
 
 
 def sim_config(options: dict[str, Any]) -> SimConfig:
-    """The simulator config of the named options (``aggregation`` goes to the quota params)."""
+    """The simulator config of the named options (``aggregation`` goes to the quota params;
+    ``gfs_queue``, the scheduler's, is left out), e.g. the ``options`` of a ``--json`` output."""
     opts = dict(options)
+    opts.pop("gfs_queue", None)  # the scheduler's option (make_scheduler), not the simulator's
     agg = opts.pop("aggregation", None)
     quota = QuotaParams(aggregation=agg) if agg else QuotaParams()
     return SimConfig(quota=quota, **opts)
@@ -409,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     options = {"hp_demand": a.hp_demand, "hourly": a.hourly, "aggregation": a.aggregation, "eta_rate": a.eta_rate,
                "pools": a.pools, "measure_from_s": a.warmup_h * 3600.0}
     sim_config(options)  # bad values fail before any run
-    options["gfs_queue"] = a.gfs_queue  # the scheduler's, not the simulator's: _run_one takes it out
+    options["gfs_queue"] = a.gfs_queue  # the scheduler's: _run_one passes it to make_scheduler
     workload = "openb" if a.pods else a.workload
     free = names if "quota-free" in tables else [n for n in names if n == "gfs"]
     rel = release_labels(names) if "release" in tables else []
