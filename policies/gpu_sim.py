@@ -10,7 +10,10 @@ every scheduler a fresh pass over its queue (Chronus preempts only on these leas
   ``SimConfig.measure_from_s``: JCT = finish - submit (mean, p99), JQT = the sum of all queueing
   segments, eviction rate = evictions / runs (Sec. 4.2) and evictions per guarantee hour
   (evictions / (evictions + guarantee hours completed + completions)), and the GPU allocation
-  rate = time-averaged allocated / total GPUs between the first and the last arrival.
+  rate = time-averaged allocated / total GPUs between the first and the last arrival. From
+  ``measure_from_s`` on the run also counts the HP placements that preempted, their victims and
+  the victims' ages (:class:`PreemptionStats`), and the quota steps with eta at its clamp or
+  with Eq. 10's forecast term setting the quota (:class:`QuotaStats`).
 * The spot quota loop (GFS family, or a baseline made with ``quota=True``): one quota per GPU
   pool (one per GPU model by default, ``pools='cluster'``: one for the cluster). The HP demand of
   each tenant in each pool (GPUs held by running HP tasks; ``hp_demand='held_queued'`` adds the
