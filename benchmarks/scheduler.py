@@ -3,14 +3,15 @@
     python -m benchmarks.scheduler --workload gfs-a100-medium [--seeds 2,3,4] [--json] [--plot FILE.png]
     python -m benchmarks.scheduler --workload openb [--pods FILE] [--json]
     python -m benchmarks.scheduler scale [--json]
+    python -m benchmarks.scheduler why --workload gfs-a100-medium --schedulers gfs,yarn_cs [--seeds 2,3,4]
 
 Two tables: **quota-free** (every baseline as published, no spot quota) and **release setup**
 (YARN-CS, Lyra and FGD behind GFS's forecast-driven spot quota and eta, and Chronus as its
 authors' simulator runs it, as in the authors' code release); GFS's run is the same in both.
 With several ``--seeds`` each figure is the mean over the seeds, with its spread (standard
 deviation) beside it. The options where the paper's text and the release differ are flags
-(``--hp-demand``, ``--hourly``, ``--aggregation``, ``--eta-rate``, ``--pools``; defaults: the
-release's choice); ``--hp-peak`` and ``--gang-widths`` vary the gfs-a100 generator (robustness).
+(``--hp-demand``, ``--hourly``, ``--aggregation``, ``--eta-rate``, ``--pools``, ``--gfs-queue``;
+docs/gfs.md says which default is whose); ``--hp-peak`` and ``--gang-widths`` vary the gfs-a100 generator (robustness).
 Progress goes to stderr.
 
 ``--json`` prints exactly one object: ``{"workload", "seeds", "options", "tables": {"quota_free":
@@ -19,6 +20,12 @@ Progress goes to stderr.
 {NAME: {...}}}`` (means over the seeds; times in seconds, rates in [0, 1]; a quota'd baseline is
 named ``NAME+quota``); ``scale --json`` prints ``{"nodes", "p50_ms", "p99_ms"}``: the latency of
 one ``schedule`` call on the full 4,278-node ``alibaba-spot-gpu`` cluster filled by a replay.
+``why`` runs the release setup and a control, GFS with YARN-CS's strict FCFS queue
+(``gfs/strict-fcfs``), and prints where the spot evictions come from: spot runs and evictions,
+runs per task, HP placements that preempted, victims and victim GPUs per such placement, and
+the share of victims evicted less than 600 s after their run started, and the share of the
+quota loop's steps with eta at its upper clamp and with Eq. 10's forecast term setting the quota
+(``--json``: the same per label, means and ``spread``).
 ``--days``, ``--schedulers`` and ``--jobs`` shrink or parallelise a run.
 """
 
@@ -31,7 +38,7 @@ import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +49,9 @@ from clusters.traces import DataCatalog, PodList, load_openb_pods
 from controlplane.core.config import data_dir
 from controlplane.core.errors import BadDataFile, InvalidInput
 from policies.gpu_sim import OPTIONS, GpuSimulator, SimConfig, SimResult, simulate
-from policies.placement import TaskRequest
+from policies.placement import FrameworkScheduler, QueueRule, TaskRequest
 from policies.quota import AGGREGATIONS, QuotaParams
-from policies.schedulers import QUOTA_BASELINES, SCHEDULERS, make_scheduler
+from policies.schedulers import GFS_QUEUES, QUOTA_BASELINES, SCHEDULERS, make_scheduler
 from policies.workloads import (
     LOAD_LEVELS,
     GfsA100Config,
@@ -60,6 +67,13 @@ log = logging.getLogger(__name__)
 WORKLOADS = ("gfs-a100-low", "gfs-a100-medium", "gfs-a100-high", "openb")
 FIELDS = ("hp_jct", "hp_jct_p99", "hp_jqt", "spot_jct", "spot_jqt", "eviction_rate", "eviction_per_gh",
           "allocation_rate")
+#: ``why`` mode: the fields of :func:`why_fields` beside spot JQT and the eviction rate.
+WHY_FIELDS = ("spot_jqt", "eviction_rate", "spot_runs", "spot_evictions", "spot_runs_per_task", "preemptions",
+              "victims_per_preemption", "victim_gpus_per_preemption", "young_victims", "eta_at_max",
+              "forecast_binds")
+#: ``why`` mode's control: GFS with YARN-CS's strict FCFS queue (not a scheduler of the paper).
+STRICT_CONTROL = "gfs/strict-fcfs"
+YOUNG_S = 600.0
 QUOTA = "+quota"
 #: The baselines as the paper describes them (the openb targets compare GFS with these).
 PUBLISHED = ("yarn_cs", "chronus", "lyra", "fgd")
@@ -126,8 +140,10 @@ class Run:
 
 
 def sim_config(options: dict[str, Any]) -> SimConfig:
-    """The simulator config of the named options (``aggregation`` goes to the quota params)."""
+    """The simulator config of the named options (``aggregation`` goes to the quota params;
+    ``gfs_queue``, the scheduler's, is left out), e.g. the ``options`` of a ``--json`` output."""
     opts = dict(options)
+    opts.pop("gfs_queue", None)  # the scheduler's option (make_scheduler), not the simulator's
     agg = opts.pop("aggregation", None)
     quota = QuotaParams(aggregation=agg) if agg else QuotaParams()
     return SimConfig(quota=quota, **opts)
@@ -135,11 +151,33 @@ def sim_config(options: dict[str, Any]) -> SimConfig:
 
 def _run_one(run: Run) -> tuple[Run, dict[str, float], float]:
     w = build_workload(run.workload, run.days, run.pods_file, run.seed, run.nodes, run.hp_peak, run.gang_widths)
-    name = run.label.removesuffix(QUOTA)
+    opts = dict(run.options)
+    queue = opts.pop("gfs_queue", GFS_QUEUES[0])
     t0 = time.perf_counter()
-    r = simulate(w, make_scheduler(name, seed=run.seed, quota=run.label.endswith(QUOTA)), sim_config(dict(run.options)))
+    r = simulate(w, scheduler_for(run.label, run.seed, queue), sim_config(opts))
     check_did_work(run.workload, run.label, w, r)
-    return run, r.summary(), time.perf_counter() - t0
+    return run, {**r.summary(), **why_fields(r)}, time.perf_counter() - t0
+
+
+def scheduler_for(label: str, seed: int, gfs_queue: str = GFS_QUEUES[0]) -> FrameworkScheduler:
+    """``NAME``, ``NAME+quota`` or :data:`STRICT_CONTROL` (GFS with YARN-CS's strict FCFS queue)."""
+    if label == STRICT_CONTROL:
+        return replace(make_scheduler("gfs", seed=seed), queue=QueueRule("fcfs", strict=True))
+    return make_scheduler(label.removesuffix(QUOTA), seed=seed, quota=label.endswith(QUOTA), gfs_queue=gfs_queue)
+
+
+def why_fields(r: SimResult) -> dict[str, float]:
+    """Where the spot evictions come from: runs per task, HP placements that preempted, their
+    victims and victim GPUs, the share of victims evicted within 10 minutes of their start, and
+    how often eta sat at its upper clamp and the forecast term set the quota (Eq. 10)."""
+    st = r.preemption
+    n = max(st.preemptions, 1)
+    return {"spot_runs_per_task": r.spot.runs / max(r.spot.tasks, 1), "preemptions": float(st.preemptions),
+            "victims_per_preemption": st.victims / n, "victim_gpus_per_preemption": st.victim_gpus / n,
+            "young_victims": st.share_younger_than(YOUNG_S), "spot_runs": float(r.spot.runs),
+            "spot_evictions": float(r.spot.evictions),
+            "eta_at_max": r.quota_stats.eta_at_max / max(r.quota_stats.pool_ticks, 1),
+            "forecast_binds": r.quota_stats.forecast_binds / max(r.quota_stats.pool_ticks, 1)}
 
 
 def release_labels(names: list[str]) -> list[str]:
@@ -181,16 +219,16 @@ def _progress(i: int, n: int, got: tuple[Run, dict[str, float], float], t0: floa
     return got
 
 
-def summarise(results: list[tuple[Run, dict[str, float], float]]
+def summarise(results: list[tuple[Run, dict[str, float], float]], fields: tuple[str, ...] = FIELDS
               ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, float]]:
-    """Per scheduler label: mean and standard deviation of every field over the seeds; mean seconds."""
+    """Per scheduler label: mean and standard deviation of each field over the seeds; mean seconds."""
     by: dict[str, list[dict[str, float]]] = {}
     secs: dict[str, list[float]] = {}
     for run, m, sec in results:
         by.setdefault(run.label, []).append(m)
         secs.setdefault(run.label, []).append(sec)
-    mean = {k: {f: float(np.mean([m[f] for m in v])) for f in FIELDS} for k, v in by.items()}
-    sd = {k: {f: float(np.std([m[f] for m in v])) for f in FIELDS} for k, v in by.items()}
+    mean = {k: {f: float(np.mean([m[f] for m in v])) for f in fields} for k, v in by.items()}
+    sd = {k: {f: float(np.std([m[f] for m in v])) for f in fields} for k, v in by.items()}
     return mean, sd, {k: float(np.mean(v)) for k, v in secs.items()}
 
 
@@ -329,7 +367,7 @@ def _plot(path: str, workload: str, res: dict[str, dict[str, float]]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scheduler", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", nargs="?", default="compare", choices=("compare", "scale"))
+    ap.add_argument("mode", nargs="?", default="compare", choices=("compare", "scale", "why"))
     ap.add_argument("--workload", default="gfs-a100-medium", choices=WORKLOADS)
     ap.add_argument("--pods", help="replay this pod list (openb CSV format) on the openb nodes")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
@@ -343,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aggregation", default=AGGREGATIONS[0], choices=AGGREGATIONS)
     ap.add_argument("--eta-rate", default=OPTIONS["eta_rate"][0], choices=OPTIONS["eta_rate"])
     ap.add_argument("--pools", default=OPTIONS["pools"][0], choices=OPTIONS["pools"])
+    ap.add_argument("--gfs-queue", default=GFS_QUEUES[0], choices=GFS_QUEUES,
+                    help="GFS's queue order: size (ascending GPUs per pod) or size_release (the authors' release)")
     ap.add_argument("--warmup-h", type=float, default=0.0,
                     help="count only tasks submitted after this many hours (default 0: all)")
     ap.add_argument("--hp-peak", type=float, default=1.0, help="gfs-a100: scale the HP diurnal peak (1.5, 2)")
@@ -371,12 +411,19 @@ def main(argv: list[str] | None = None) -> int:
     options = {"hp_demand": a.hp_demand, "hourly": a.hourly, "aggregation": a.aggregation, "eta_rate": a.eta_rate,
                "pools": a.pools, "measure_from_s": a.warmup_h * 3600.0}
     sim_config(options)  # bad values fail before any run
+    options["gfs_queue"] = a.gfs_queue  # the scheduler's: _run_one passes it to make_scheduler
     workload = "openb" if a.pods else a.workload
     free = names if "quota-free" in tables else [n for n in names if n == "gfs"]
     rel = release_labels(names) if "release" in tables else []
     labels = list(dict.fromkeys(free + rel))
+    if a.mode == "why":
+        labels = rel + ([STRICT_CONTROL] if "gfs" in names else [])
     runs = [Run(lab, workload, seed, a.days, a.pods, a.nodes, a.hp_peak, widths, tuple(options.items()))
             for seed in seeds for lab in labels]
+    if a.mode == "why":
+        res, spread, _ = summarise(run_all(runs, a.jobs), WHY_FIELDS)
+        _print_why(workload, seeds, options, res, spread, a.json)
+        return 0
     res, spread, secs = summarise(run_all(runs, a.jobs))
     label = workload + (f" hp-peak x{a.hp_peak:g}" if a.hp_peak != 1.0 else "") + (
         f" gangs {a.gang_widths}" if widths else "")
@@ -403,6 +450,26 @@ def main(argv: list[str] | None = None) -> int:
 
 def _targets_text(t: dict[str, bool]) -> str:
     return "\n".join(["targets:"] + [f"  {k}: {'PASS' if ok else 'MISS'}" for k, ok in t.items()]) if t else ""
+
+
+def _print_why(workload: str, seeds: tuple[int, ...], options: dict[str, Any], res: dict[str, dict[str, float]],
+               spread: dict[str, dict[str, float]], as_json: bool) -> None:
+    """The ``why`` table: release-setup labels and the strict-FCFS control, means over the seeds."""
+    if as_json:
+        print(json.dumps({"workload": workload, "seeds": list(seeds), "options": options, "schedulers": res,
+                          "spread": spread}))
+        return
+    head = ("scheduler", "spot JQT s", "eviction %", "runs", "evictions", "runs/task", "preemptions",
+            "victims/preemption", "victim GPUs/preemption", f"victims < {YOUNG_S:.0f} s %", "eta at max %",
+            "forecast binds %")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k, m in res.items():
+        lines.append(f"| {k} | {m['spot_jqt']:,.0f} | {100 * m['eviction_rate']:.2f} ± "
+                     f"{100 * spread[k]['eviction_rate']:.2f} | {m['spot_runs']:,.0f} | {m['spot_evictions']:,.0f} | "
+                     f"{m['spot_runs_per_task']:.3f} | {m['preemptions']:,.0f} | {m['victims_per_preemption']:.2f} | "
+                     f"{m['victim_gpus_per_preemption']:.1f} | {100 * m['young_victims']:.1f} | "
+                     f"{100 * m['eta_at_max']:.1f} | {100 * m['forecast_binds']:.1f} |")
+    print(f"{workload}, seeds {','.join(map(str, seeds))}\n" + "\n".join(lines))
 
 
 def _ints(flag: str, text: str) -> tuple[int, ...]:

@@ -10,7 +10,10 @@ every scheduler a fresh pass over its queue (Chronus preempts only on these leas
   ``SimConfig.measure_from_s``: JCT = finish - submit (mean, p99), JQT = the sum of all queueing
   segments, eviction rate = evictions / runs (Sec. 4.2) and evictions per guarantee hour
   (evictions / (evictions + guarantee hours completed + completions)), and the GPU allocation
-  rate = time-averaged allocated / total GPUs between the first and the last arrival.
+  rate = time-averaged allocated / total GPUs between the first and the last arrival. From
+  ``measure_from_s`` on the run also counts the HP placements that preempted, their victims and
+  the victims' ages (:class:`PreemptionStats`), and the quota steps with eta at its clamp or
+  with Eq. 10's forecast term setting the quota (:class:`QuotaStats`).
 * The spot quota loop (GFS family, or a baseline made with ``quota=True``): one quota per GPU
   pool (one per GPU model by default, ``pools='cluster'``: one for the cluster). The HP demand of
   each tenant in each pool (GPUs held by running HP tasks; ``hp_demand='held_queued'`` adds the
@@ -164,6 +167,32 @@ class ClassMetrics:
         return self.evictions / n if n else 0.0
 
 
+@dataclass
+class PreemptionStats:
+    """The HP placements that evicted spot tasks at or after ``SimConfig.measure_from_s``: how
+    many, their victims and the victims' GPUs, and each victim run's age (s) when evicted."""
+
+    preemptions: int = 0
+    victims: int = 0
+    victim_gpus: float = 0.0
+    ages_s: list[float] = field(default_factory=list)
+
+    def share_younger_than(self, seconds: float) -> float:
+        """Share of the victims whose run had lasted less than ``seconds``."""
+        return sum(a < seconds for a in self.ages_s) / len(self.ages_s) if self.ages_s else 0.0
+
+
+@dataclass
+class QuotaStats:
+    """The quota loop's 300 s steps at or after ``SimConfig.measure_from_s``, over the pools with a
+    forecast: how many, how many with eta at its upper clamp, and how many in which Eq. 10's
+    forecast term f(p, H) * eta (not the idle + spot GPUs S0 + Sa) set the quota."""
+
+    pool_ticks: int = 0
+    eta_at_max: int = 0
+    forecast_binds: int = 0
+
+
 @dataclass(frozen=True)
 class SimResult:
     scheduler: str
@@ -174,6 +203,8 @@ class SimResult:
     makespan_s: float
     schedule_calls: int
     records: dict[str, TaskRecord] = field(repr=False, default_factory=dict)
+    preemption: PreemptionStats = field(repr=False, default_factory=PreemptionStats)
+    quota_stats: QuotaStats = field(repr=False, default_factory=QuotaStats)
 
     def summary(self) -> dict[str, float]:
         """The benchmark's JSON fields."""
@@ -329,6 +360,8 @@ class GpuSimulator:
                                           self.cfg, workload.start_hour) for c in self.pool_cap]
         self._lease_s = self.cfg.lease_release_s or getattr(scheduler, "lease_release_s", None)
         self._ticks = 0
+        self.preemption = PreemptionStats()
+        self.quota_stats = QuotaStats()
         self.unschedulable: list[str] = []
         self._ro = {k: _ro(v) for k, v in (("names", np.asarray(nodes.names)), ("models", np.asarray(nodes.gpu_model)),
                                             ("gpus", self.gpus), ("card_free", self.card_free), ("hp", self.hp),
@@ -463,6 +496,8 @@ class GpuSimulator:
         head = self.records[d[0]]
         if self.s.queue.order == "size":
             return (shape[1], shape[2], head.task.submit_s)  # Sec. 3.4.2: g, then w, then submission
+        if self.s.queue.order == "size_release":  # the authors' spot.py: -g, submission (HP); -g, w, submission (spot)
+            return (-shape[1], head.task.submit_s) if shape[0] == "hp" else (-shape[1], shape[2], head.task.submit_s)
         if self.s.queue.order == "size_desc":
             return (-shape[1] * shape[2], -shape[2], -shape[1], head.task.submit_s)
         return (head.task.submit_s,)
@@ -536,6 +571,8 @@ class GpuSimulator:
     # ---- state changes -------------------------------------------------------------------
     def _start(self, rec: TaskRecord, p: Placement) -> None:
         req = rec.task.request
+        if p.victims and self.now >= self.cfg.measure_from_s:
+            self._count_preemption(p.victims)
         for vid in p.victims:
             self._evict(vid)
         cards = []
@@ -573,6 +610,15 @@ class GpuSimulator:
         self._push(self.now + rec.remaining_s, FINISH, req.id, rec.epoch)
         if self.cfg.check_invariants:
             self._check()
+
+    def _count_preemption(self, victims: tuple[str, ...]) -> None:
+        st = self.preemption
+        st.preemptions += 1
+        for vid in victims:
+            rt = self.running[vid]
+            st.victims += 1
+            st.victim_gpus += rt.total_gpus
+            st.ages_s.append(self.now - rt.started_s)
 
     def _release(self, tid: str) -> RunningTask:
         rt = self.running.pop(tid)
@@ -695,7 +741,12 @@ class GpuSimulator:
             if self._ticks % per_hour == 0:
                 ql.close_hour()
             idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
-            ql.update(self._eviction_rate(i), longest, idle, float(self.spot_pool[i]))
+            q = ql.update(self._eviction_rate(i), longest, idle, float(self.spot_pool[i]))
+            if q is not None and self.now >= self.cfg.measure_from_s:
+                st = self.quota_stats
+                st.pool_ticks += 1
+                st.eta_at_max += ql.allocator.eta >= ql.allocator.params.eta_max - EPS
+                st.forecast_binds += q < idle + float(self.spot_pool[i]) - EPS
 
     def _release_leases(self) -> None:
         """Chronus as released: every running task gives its GPUs back and queues again; it
@@ -734,7 +785,7 @@ class GpuSimulator:
         span = self.last_arrival - self.first_arrival
         alloc = self._alloc_area / (self.total * span) if span > 0 and self.total > 0 else 0.0
         return SimResult(self.s.name, self.w.name, self._class(True), self._class(False), alloc, self.now,
-                         self.calls, self.records)
+                         self.calls, self.records, self.preemption, self.quota_stats)
 
 
 def simulate(workload: Workload, scheduler: FrameworkScheduler, config: SimConfig | None = None) -> SimResult:

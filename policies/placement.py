@@ -660,6 +660,9 @@ class Preemptor:
 # ---------------------------------------------------------------------------------------------
 # the framework (Algorithms 1 and 3)
 # ---------------------------------------------------------------------------------------------
+QueueOrder = Literal["size", "size_release", "size_desc", "fcfs"]
+
+
 @dataclass(frozen=True)
 class QueueRule:
     """How the simulator (or the control plane) orders and drains the pending queue.
@@ -667,12 +670,16 @@ class QueueRule:
     ``order='size'``: GFS, Sec. 3.4.2 "sorts tasks in the queue based on their GPU requests, pod
     requests, and submission times": HP first, then fewer GPUs per pod (g), fewer pods (w),
     earlier submission (the paper gives no direction; ascending, like its submission-time key);
+    ``'size_release'``: the same keys in the directions of the authors' release (``spot.py``):
+    HP by more GPUs per pod, then earlier submission; spot by more GPUs per pod, then fewer pods,
+    then earlier submission (later tasks still backfill: the release skips only the tasks that
+    ask for at least the GPUs per pod of one that failed);
     ``'size_desc'``: more GPUs first (first-fit decreasing);
     ``'fcfs'``: HP first, then submission time. ``strict``: the head of each priority class
     blocks the tasks behind it (YARN-CS FCFS); otherwise later tasks may backfill.
     """
 
-    order: Literal["size", "size_desc", "fcfs"] = "size"
+    order: QueueOrder = "size"
     strict: bool = False
 
 

@@ -30,6 +30,7 @@ fgd        fragmentation-aware placement (FGD adapted from in-card to in-node), 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import cast
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from policies.placement import (
     GpuModelFilter,
     PackingScore,
     Preemptor,
+    QueueOrder,
     QueueRule,
     QuotaRule,
     ScorePlugin,
@@ -64,6 +66,9 @@ BASELINES = ("yarn_cs", "chronus", "chronus_rel", "lyra", "fgd")
 #: The baselines the authors' release runs behind GFS's spot quota (``quota=True``).
 QUOTA_BASELINES = ("yarn_cs", "lyra", "fgd")
 ABLATIONS = ("gfs_e", "gfs_d", "gfs_s", "gfs_p", "gfs_sp")
+#: GFS's queue order (Sec. 3.4.2 names the keys, not their directions): ``size`` ascending GPUs
+#: per pod and pods; ``size_release`` the authors' release (descending GPUs per pod).
+GFS_QUEUES = ("size", "size_release")
 
 #: Chronus lease lengths (paper Sec. 4.1): HP (SLO) 20 min, spot (best-effort) 5 min.
 CHRONUS_HP_LEASE_S = 1200.0
@@ -106,12 +111,18 @@ def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = 
                    scores=scheduler.scores + ((score,) if score else ()))
 
 
-def make_scheduler(name: str, *, seed: int = 0, quota: bool = False) -> FrameworkScheduler:
+def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: str = GFS_QUEUES[0]
+                   ) -> FrameworkScheduler:
     """One of :data:`SCHEDULERS` by name (see the module table); ``quota=True`` puts a baseline
-    behind GFS's spot quota (OrgLinear, adaptive eta), as the authors' release runs them."""
+    behind GFS's spot quota (OrgLinear, adaptive eta), as the authors' release runs them;
+    ``gfs_queue`` (one of :data:`GFS_QUEUES`) is the queue order of GFS and its ablations."""
+    if gfs_queue not in GFS_QUEUES:
+        raise InvalidInput("gfs_queue", f"unknown queue order {gfs_queue!r}", fix=f"use one of {', '.join(GFS_QUEUES)}")
     s = _make(name, seed)
     if quota and s.quota is None:
         s.quota = QuotaRule()
+    if name == "gfs" or name in ABLATIONS:
+        s.queue = QueueRule(cast(QueueOrder, gfs_queue), strict=False)
     return s
 
 

@@ -135,3 +135,18 @@ def test_plot_uses_a_log_scale_when_times_span_orders_of_magnitude(tmp_path) -> 
     scales = {ax.get_title(): ax.get_yscale() for ax in fig.axes}
     assert scales["spot JQT (s), log"] == "log" and scales["eviction rate"] == "linear"
     assert scales["spot JCT (s)"] == "linear"  # all 1.0: nothing to squash
+
+
+def test_why_mode_runs_the_release_setup_and_the_strict_fcfs_control(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = bench.main(["why", "--workload", "gfs-a100-high", "--days", "0.5", "--nodes", "16",
+                     "--schedulers", "gfs,yarn_cs", "--gfs-queue", "size_release", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert list(out["schedulers"]) == ["gfs", "yarn_cs+quota", bench.STRICT_CONTROL]
+    assert out["options"]["gfs_queue"] == "size_release"
+    for m in out["schedulers"].values():
+        assert set(m) == set(bench.WHY_FIELDS)
+        assert m["spot_runs"] >= m["spot_evictions"] >= 0 and m["spot_runs_per_task"] >= 1
+        assert 0 <= m["young_victims"] <= 1
+    control = bench.scheduler_for(bench.STRICT_CONTROL, 2)
+    assert control.queue.order == "fcfs" and control.queue.strict and control.name == "gfs"

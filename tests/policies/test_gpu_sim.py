@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import numpy as np
 import pytest
 
+from controlplane.core.errors import InvalidInput
 from policies.forecast import Forecast
-from policies.gpu_sim import GpuSimulator, QuotaLoop, SimConfig, _MemoBound, shape_key, simulate
+from policies.gpu_sim import (
+    GpuSimulator,
+    QuotaLoop,
+    SimConfig,
+    TaskRecord,
+    _MemoBound,
+    shape_key,
+    simulate,
+)
 from policies.placement import TaskRequest
 from policies.schedulers import SCHEDULERS, make_scheduler
 from policies.workloads import GfsA100Config, NodeSpec, SimTask, Workload, gfs_a100
@@ -36,6 +46,39 @@ def test_eviction_resumes_from_the_last_checkpoint() -> None:
     assert r.hp.jct_mean_s == pytest.approx(H) and r.spot.jct_mean_s == pytest.approx(4.5 * H)
 
 
+def test_preemption_stats_count_the_placements_that_evicted() -> None:
+    # the run above: one HP placement evicts the 8-GPU spot task 1.5 h after its start; a second HP
+    # task at 5 h finds the node idle and evicts nothing
+    w = wl([task("s", "spot", 8, 0, 3), task("h", "hp", 8, 1.5, 1), task("h2", "hp", 8, 5, 1)])
+    st = simulate(w, make_scheduler("gfs")).preemption
+    assert (st.preemptions, st.victims, st.victim_gpus) == (1, 1, 8.0)
+    assert st.ages_s == [pytest.approx(1.5 * H)]
+    assert st.share_younger_than(2 * H) == 1.0 and st.share_younger_than(H) == 0.0
+    late = simulate(w, make_scheduler("gfs"), SimConfig(measure_from_s=2 * H)).preemption
+    assert late.preemptions == 0 and late.share_younger_than(H) == 0.0  # before the measured window
+
+
+def test_quota_stats_count_eta_at_its_clamp_and_the_forecast_term_binding() -> None:
+    # 8 idle GPUs, forecast HP demand 2 with no spread: f(p, H) = 6; eta 1 -> quota 6 < S0 + Sa = 8
+    # (the forecast term binds); eta 4 (its clamp) -> 24, so S0 + Sa = 8 sets the quota
+    def fresh(cfg: SimConfig) -> GpuSimulator:
+        sim = GpuSimulator(wl([task("x", "spot", 1, 0, 1)]), make_scheduler("gfs"), cfg)
+        sim.quota_loops[0].forecast = _MemoBound(Forecast(np.array([[2.0]]), np.array([[0.0]])))
+        sim._ticks = 1  # not an hour's end: the forecast stays
+        return sim
+    sim = fresh(SimConfig())
+    sim._quota_tick()
+    assert sim.quota_loops[0].quota == pytest.approx(6.0)
+    sim.quota_loops[0].allocator._eta = sim.quota_loops[0].allocator.params.eta_max
+    sim._quota_tick()
+    assert sim.quota_loops[0].quota == pytest.approx(8.0)
+    st = sim.quota_stats
+    assert (st.pool_ticks, st.eta_at_max, st.forecast_binds) == (2, 1, 1)
+    late = fresh(SimConfig(measure_from_s=H))
+    late._quota_tick()
+    assert late.quota_stats.pool_ticks == 0  # before the measured window
+
+
 def test_checkpoint_interval_is_configurable() -> None:
     w = wl([task("s", "spot", 8, 0, 3), task("h", "hp", 8, 1.5, 1)])
     r = simulate(w, make_scheduler("yarn_cs"), SimConfig(checkpoint_s=0.5 * H))
@@ -61,6 +104,34 @@ def test_strict_fcfs_blocks_behind_the_head_but_backfill_does_not() -> None:
     lyra = simulate(wl(tasks), make_scheduler("lyra"))
     assert yarn.records["small"].jqt_s == pytest.approx(2.8 * H)  # waits for "big" (2 h to 3 h)
     assert lyra.records["small"].jqt_s == 0.0  # backfills the 2 free cards
+
+
+def test_gfs_queue_order_size_vs_the_releases() -> None:
+    # one 8-GPU node held by HP for 1 h; queued spot: "small" 2 GPUs (0.1 h), "big" 8 GPUs (0.2 h).
+    # size (ascending g): "small" starts at 1 h, "big" waits for it (1 h to 2 h) and starts at 2 h;
+    # size_release (descending g, spot.py): "big" starts at 1 h, "small" at 2 h
+    tasks = [task("h", "hp", 8, 0, 1), task("small", "spot", 2, 0.1, 1), task("big", "spot", 8, 0.2, 1)]
+    size = simulate(wl(tasks), make_scheduler("gfs"))
+    rel = simulate(wl(tasks), make_scheduler("gfs", gfs_queue="size_release"))
+    assert size.records["small"].jqt_s == pytest.approx(0.9 * H) and size.records["big"].jqt_s == pytest.approx(1.8 * H)
+    assert rel.records["big"].jqt_s == pytest.approx(0.8 * H) and rel.records["small"].jqt_s == pytest.approx(1.9 * H)
+
+
+def test_gfs_queue_order_release_puts_more_gpus_first_for_hp_and_fewer_pods_first_for_spot() -> None:
+    sim = GpuSimulator(wl([task("x", "hp", 1, 0, 1)]), make_scheduler("gfs", gfs_queue="size_release"))
+    sim.records = {t: _rec(t, s) for t, s in (("a", 0.0), ("b", 5.0))}
+    hp1, hp8 = ("hp", 1.0, 4, None), ("hp", 8.0, 1, None)
+    sp_w1, sp_w4, sp_g1 = ("spot", 4.0, 1, None), ("spot", 4.0, 4, None), ("spot", 1.0, 1, None)
+    key = sim._order_key
+    assert key(hp8, deque(["b"])) < key(hp1, deque(["a"]))  # more GPUs per pod first, then submission
+    assert key(sp_w1, deque(["b"])) < key(sp_w4, deque(["a"])) < key(sp_g1, deque(["a"]))
+    with pytest.raises(InvalidInput, match="gfs_queue"):
+        make_scheduler("gfs", gfs_queue="fcfs")
+    assert make_scheduler("yarn_cs", gfs_queue="size_release").queue.order == "fcfs"  # GFS family only
+
+
+def _rec(tid: str, submit_s: float) -> TaskRecord:
+    return TaskRecord(SimTask(TaskRequest(tid, "spot", 1.0), submit_s, 1.0), 1.0, submit_s)
 
 
 @pytest.mark.parametrize("name", SCHEDULERS)
