@@ -83,6 +83,9 @@ class AdvanceJobs:
                      f"all {len(nodes)} workers ready in {job.zone} ({job.market})", up)
             workload.start(job, max(node_age_hours(n, up) for n in nodes))
             job.accounted_at = up
+        if report is not None and report.finished and job.state in (JobState.RUNNING,
+                                                                    JobState.CHECKPOINTING):
+            lost, missing = [], False  # it finished before its nodes went: not a preemption
         if lost and not missing and self._replace_replicas(job, nodes, lost, now):
             lost = []
         if lost or missing:
