@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ADMIN = "spa_byo-admin-token"
 SPEED = 900.0  # simulated seconds per wall second: a wall second is a quarter hour
 RAY = str(Path(sys.executable).with_name("ray"))
-STEPS, SEED, STEP_S = 240, 5, 0.1
+STEPS, SEED, STEP_S = 240, 5, 0.05
 
 HELPER = '''
 import hashlib
@@ -137,7 +137,7 @@ with sdk.session() as s:
     while state["step"] < a.steps:
         hold(state["step"], a)
         state["step"] += 1
-        time.sleep(0.1)
+        time.sleep(0.05)
         s.progress(state["step"] / a.steps)
         if s.should_checkpoint():
             s.save(state)
@@ -376,7 +376,7 @@ def test_a_gang_starts_in_its_placement_group_and_restarts_together(world: World
         runtime_env={"working_dir": str(folder)}, entrypoint_num_gpus=1,
         metadata={"spotplane.kind": "hp", "spotplane.accelerator": "V100",
                   "spotplane.workers": "2", "spotplane.checkpoint_hours": "0.02",
-                  "spotplane.compute_hours": str(steps * 0.1 * SPEED / 3600)})
+                  "spotplane.compute_hours": str(steps * 0.05 * SPEED / 3600)})
     wait_for(lambda: world.store.get_job(sid).state is JobState.RUNNING
              and world.store.get_job(sid).checkpoints >= 1
              and "holding at step" in world.executor.logs(sid), 300,
