@@ -146,8 +146,11 @@ def test_preempted_three_times_with_a_corrupt_artifact_ends_bit_identical(
             blob = store.path_of(newest.blob_key)
             blob.write_bytes(blob.read_bytes()[:-8] + b"garbage!")
             previous_step = store.list(job)[-2].meta["step"]
+    # the last attempt is never stopped: it runs without the per-step sleep (the only thing
+    # --step-seconds changes), so the weights it ends with are the same
     rep = executor.start_replica(
-        job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * step_s, node_id="node-d"
+        job_id=job, replica_id="r0", entrypoint=_entry(steps, seed, 0.0),
+        work_hours=steps * step_s, node_id="node-d"
     )
     wait_for(
         lambda: executor.replica_status(rep)["state"] in ("SUCCEEDED", "FAILED"),
