@@ -10,6 +10,7 @@ reverse order and keeps the state directory for the next ``up``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import importlib.util
 import logging
@@ -23,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -396,9 +398,17 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     t0 = time.monotonic()
     print(f"spotplane: starting Ray, the control plane ({args.fleet} fleet"
           + (f", x{speed:g} speed" if args.fleet == "sim" else "") + ") and the API...", flush=True)
-    start_ray(args.fleet)
-    started["ray"] = True
-    workload = start_workload(args, state_dir, started)
+    with ThreadPoolExecutor(1, thread_name_prefix="workload-ray") as pool:
+        # the tenants' Ray (a child process) starts while this process starts its own
+        pending = pool.submit(start_workload, args, state_dir, started)
+        try:
+            start_ray(args.fleet)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                pending.result()  # in `started`: stopped with the rest
+            raise
+        started["ray"] = True
+        workload = pending.result()
     if not getattr(args, "debug", False):
         logging.getLogger("ray.serve").setLevel(logging.WARNING)  # keep the terminal for our table
     if threading.current_thread() is threading.main_thread():
