@@ -17,7 +17,8 @@ The real :class:`~controlplane.reconcile.controller.Controller`, store and simul
   before reuse by age);
 * ``always_fresh``: every job gets a fresh VM; idle nodes are terminated at once.
 
-Per arm: preemptions per job, wasted GPU hours (billed minus computed), start latency
+Per arm: preemptions per job, spot VMs lost by cause (the fleet's: a zone outage, a drawn
+lifetime, Google's 24 h stop; idle spares' included), wasted GPU hours (billed minus computed), start latency
 (submission to first RUNNING: provisioning avoided) and the total cost, idle nodes included
 (hot spares' idle cost apart). Targets: ``by_age`` >= 30 % fewer preemptions per job than
 ``always_reuse``, total cost <= ``always_fresh``, median start latency >= 50 % below it.
@@ -111,9 +112,10 @@ def run_arm(arm: str, bag: Bag, seed: int, state: Path) -> dict[str, Any]:
                                fix="fewer jobs, or a larger MAX_HOURS")
     jobs = [store.get_job(i) for i in ids]
     metrics = store.metrics()
+    lost = dict(sorted(fleet.preemptions.items()))
     store.close()
     fleet.close()
-    return summarise(arm, jobs, metrics, ticks)
+    return {**summarise(arm, jobs, metrics, ticks), "vms_lost_by_cause": lost}
 
 
 def summarise(arm: str, jobs: list[Job], metrics: dict[str, float], ticks: int) -> dict[str, Any]:
@@ -174,6 +176,9 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_start_latency_s": round(statistics.median(r["median_start_latency_s"] for r in rows), 1),
         **{k: round(sum(r[k] for r in rows), 2)
            for k in ("job_cost", "idle_cost", "spare_idle_cost", "total_cost")},
+        "vms_lost_by_cause": {c: sum(r.get("vms_lost_by_cause", {}).get(c, 0) for r in rows)
+                              for c in sorted({c for r in rows
+                                               for c in r.get("vms_lost_by_cause", {})})},
     }
 
 
@@ -199,6 +204,9 @@ def render(out: dict[str, Any]) -> str:
              f"{'arm':<14}" + "".join(f"{c:>24}" for c in cols)]
     for arm, r in out["arms"].items():
         lines.append(f"{arm:<14}" + "".join(f"{r[c]:>24}" for c in cols))
+    for arm, r in out["arms"].items():
+        lines.append(f"{arm:<14} VMs lost: " + ", ".join(
+            f"{c} {k}" for c, k in r["vms_lost_by_cause"].items()))
     t = out["targets"]
     lines.append(f"by_age: {t['preemptions_fewer_than_always_reuse_pct']}% fewer preemptions per "
                  f"job than always_reuse (target >= 30; "
