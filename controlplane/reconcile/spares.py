@@ -111,7 +111,9 @@ class HotSpares:
         By age: the VMs on which a typical job saves hours against a fresh VM, best first; the
         i-th is kept while the jobs ahead of it, (i - 1) / rate hours of arrivals, come within
         its saving (so a spare's idle cost stays below what its reuse saves), and at most
-        1 + rate x ``hot_spare_seconds`` of them.
+        1 + rate x ``hot_spare_seconds`` of them. With ``spare_prices``, a VM on which a typical
+        job costs more dollars than on the fresh VM a launch would get now is none
+        (:meth:`priced_saving` <= 0).
         """
         if self.settings.hot_spare_seconds <= 0 or self.plugin.mode == "never" or not nodes:
             return set()
