@@ -10,12 +10,15 @@ The real :class:`~controlplane.reconcile.controller.Controller`, store and simul
 
 * ``by_age``: the defaults: :class:`policies.reuse.ReuseByAge` decides reuse vs a fresh VM
   and idle nodes past infant mortality are kept up to an hour as hot spares;
+* ``by_age_priced``: as ``by_age``, but an idle node is no hot spare while a typical job would
+  cost more dollars on it than on the fresh VM a launch would get now (``spare_prices``);
 * ``always_reuse``: any idle node is reused and kept the same hour (the memoryless policy);
 * ``always_reuse_120s``: any idle node is reused, idle nodes go after 120 s (the live plane
   before reuse by age);
 * ``always_fresh``: every job gets a fresh VM; idle nodes are terminated at once.
 
-Per arm: preemptions per job, wasted GPU hours (billed minus computed), start latency
+Per arm: preemptions per job, spot VMs lost by cause (the fleet's: a zone outage, a drawn
+lifetime, Google's 24 h stop; idle spares' included), wasted GPU hours (billed minus computed), start latency
 (submission to first RUNNING: provisioning avoided) and the total cost, idle nodes included
 (hot spares' idle cost apart). Targets: ``by_age`` >= 30 % fewer preemptions per job than
 ``always_reuse``, total cost <= ``always_fresh``, median start latency >= 50 % below it.
@@ -49,11 +52,13 @@ from policies.preemption import default_gce_model
 TICK_SECONDS = 60.0
 START_HOURS = 7.0  # hours of the fleet's traces before the first job (as benchmarks.replay)
 MAX_HOURS = 24 * 8.0
+FAST_START_SECONDS = 90.0  # a start this soon took a node already up (a fresh VM takes 150 s +- 20 %)
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 LIVE = frozenset({NodeState.REQUESTED, NodeState.PROVISIONING, NodeState.READY,
                   NodeState.NOTICED, NodeState.TERMINATING})
 ARMS: dict[str, dict[str, Any]] = {
     "by_age": {"reuse": "by_age", "hot_spare_seconds": 3600.0},
+    "by_age_priced": {"reuse": "by_age", "hot_spare_seconds": 3600.0, "spare_prices": True},
     "always_reuse": {"reuse": "always", "hot_spare_seconds": 3600.0},
     "always_reuse_120s": {"reuse": "always", "hot_spare_seconds": 0.0},
     "always_fresh": {"reuse": "never", "hot_spare_seconds": 0.0, "idle_node_seconds": 0.0},
@@ -107,9 +112,10 @@ def run_arm(arm: str, bag: Bag, seed: int, state: Path) -> dict[str, Any]:
                                fix="fewer jobs, or a larger MAX_HOURS")
     jobs = [store.get_job(i) for i in ids]
     metrics = store.metrics()
+    lost = dict(sorted(fleet.preemptions.items()))
     store.close()
     fleet.close()
-    return summarise(arm, jobs, metrics, ticks)
+    return {**summarise(arm, jobs, metrics, ticks), "vms_lost_by_cause": lost}
 
 
 def summarise(arm: str, jobs: list[Job], metrics: dict[str, float], ticks: int) -> dict[str, Any]:
@@ -118,8 +124,10 @@ def summarise(arm: str, jobs: list[Job], metrics: dict[str, float], ticks: int) 
     job_cost = sum(j.cost for j in jobs)
     idle = metrics.get("idle_cost_dollars", 0.0)
     wasted = sum(j.gpu_hours - j.spec.compute_hours * j.spec.gpus for j in jobs)
+    fast = sum(1 for x in latency if x < FAST_START_SECONDS)
     return {
         "arm": arm, "jobs": len(jobs), "ticks": ticks,
+        "fast_starts": fast,
         "succeeded": sum(j.state is JobState.SUCCEEDED for j in jobs),
         "preemptions_per_job": round(sum(j.preemptions for j in jobs) / len(jobs), 4),
         "wasted_gpu_hours": round(wasted, 2),
@@ -136,7 +144,13 @@ def targets(arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
     a, r, f = arms["by_age"], arms["always_reuse"], arms["always_fresh"]
     fewer = _fewer(a, r)
     lat = 1.0 - a["median_start_latency_s"] / f["median_start_latency_s"]
+    p = arms["by_age_priced"]
+    p_lat = 1.0 - p["median_start_latency_s"] / f["median_start_latency_s"]
     return {
+        "by_age_priced": {
+            "preemptions_fewer_than_always_reuse_pct": round(100 * _fewer(p, r), 1),
+            "cost_vs_always_fresh_pct": round(100 * (p["total_cost"] / f["total_cost"] - 1), 2),
+            "median_latency_below_always_fresh_pct": round(100 * p_lat, 1)},
         "preemptions_fewer_than_always_reuse_pct": round(100 * fewer, 1),
         "preemptions_fewer_than_always_reuse_120s_pct": round(
             100 * _fewer(a, arms["always_reuse_120s"]), 1),
@@ -156,11 +170,15 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
     n = sum(r["jobs"] for r in rows)
     return {
         "arm": rows[0]["arm"], "jobs": n, "succeeded": sum(r["succeeded"] for r in rows),
+        "fast_start_share": round(sum(r["fast_starts"] for r in rows) / n, 3),
         "preemptions_per_job": round(sum(r["preemptions_per_job"] * r["jobs"] for r in rows) / n, 4),
         "wasted_gpu_hours": round(sum(r["wasted_gpu_hours"] for r in rows), 2),
         "median_start_latency_s": round(statistics.median(r["median_start_latency_s"] for r in rows), 1),
         **{k: round(sum(r[k] for r in rows), 2)
            for k in ("job_cost", "idle_cost", "spare_idle_cost", "total_cost")},
+        "vms_lost_by_cause": {c: sum(r.get("vms_lost_by_cause", {}).get(c, 0) for r in rows)
+                              for c in sorted({c for r in rows
+                                               for c in r.get("vms_lost_by_cause", {})})},
     }
 
 
@@ -179,18 +197,27 @@ def bench(n_jobs: int, days: float, seeds: list[int]) -> dict[str, Any]:
 
 
 def render(out: dict[str, Any]) -> str:
-    cols = ("preemptions_per_job", "wasted_gpu_hours", "median_start_latency_s", "job_cost",
+    cols = ("preemptions_per_job", "wasted_gpu_hours", "median_start_latency_s",
+            "fast_start_share", "job_cost",
             "spare_idle_cost", "idle_cost", "total_cost")
     lines = [f"{out['jobs']} jobs of 2-8 h over {out['days']} days, seeds {out['seeds']}",
              f"{'arm':<14}" + "".join(f"{c:>24}" for c in cols)]
     for arm, r in out["arms"].items():
         lines.append(f"{arm:<14}" + "".join(f"{r[c]:>24}" for c in cols))
+    for arm, r in out["arms"].items():
+        lines.append(f"{arm:<14} VMs lost: " + ", ".join(
+            f"{c} {k}" for c, k in r["vms_lost_by_cause"].items()))
     t = out["targets"]
     lines.append(f"by_age: {t['preemptions_fewer_than_always_reuse_pct']}% fewer preemptions per "
                  f"job than always_reuse (target >= 30; "
                  f"{t['preemptions_fewer_than_always_reuse_120s_pct']}% than always_reuse_120s), cost {t['cost_vs_always_fresh_pct']:+}% "
                  f"vs always_fresh (target <= 0), median start latency "
                  f"{t['median_latency_below_always_fresh_pct']}% below always_fresh (target >= 50)")
+    q = t["by_age_priced"]
+    lines.append(f"by_age_priced: {q['preemptions_fewer_than_always_reuse_pct']}% fewer "
+                 f"preemptions per job than always_reuse, cost {q['cost_vs_always_fresh_pct']:+}% "
+                 f"vs always_fresh, median start latency "
+                 f"{q['median_latency_below_always_fresh_pct']}% below always_fresh")
     return "\n".join(lines)
 
 

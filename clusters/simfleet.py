@@ -162,6 +162,10 @@ class SimulatedFleet(FleetProvider):
         self._lock = threading.RLock()
         self._sims: dict[str, _Sim] = {}
         self._by_intent: dict[str, list[str]] = {}
+        # why each spot instance of this process dies ('zone outage', 'lifetime' or '24 h stop':
+        # the first of its zone's next outage and its drawn lifetime) and how many died so
+        self._causes: dict[str, str] = {}
+        self.preemptions: dict[str, int] = {}
         self._failed: dict[str, str] = {}  # intent -> zone of a launch refused for capacity
         self._queue: list[tuple[float, int, str, str]] = []  # (at, seq, kind, instance)
         self._seq = 0
@@ -299,12 +303,16 @@ class SimulatedFleet(FleetProvider):
         spot = req.market is Market.SPOT
         if spot:
             preempt = self.epoch - self.trace_offset + z.next_down(self._rel(now))
+            cause = "zone outage"
             if z.cloud == "gcp":
                 life = GCP_SPOT_MAX_HOURS
                 if self.lifetimes is not None:
                     life = min(life, float(self.lifetimes.sample(1, rng)[0]))
-                preempt = min(preempt, now + life * HOUR)
+                if now + life * HOUR < preempt:
+                    preempt = now + life * HOUR
+                    cause = "24 h stop" if life >= GCP_SPOT_MAX_HOURS else "lifetime"
             preempt = max(preempt, now + 1.0)
+            self._causes[iid] = cause
             notice = max(now, preempt - NOTICE_SECONDS[z.cloud])
         inst = Instance(instance_id=iid, cloud=z.cloud, zone=z.zone,
                         instance_type=z.trace.instance_type, market=req.market,
@@ -349,6 +357,8 @@ class SimulatedFleet(FleetProvider):
                                                at, seconds_left=left))
             elif kind == "preempt" and st in _LIVE:
                 sim.inst = replace(sim.inst, state=InstanceState.PREEMPTED)
+                cause = self._causes.get(iid, "reclaimed")
+                self.preemptions[cause] = self.preemptions.get(cause, 0) + 1
                 self._events.append(FleetEvent(EventKind.PREEMPTED, iid, sim.inst.zone, at,
                                                detail="spot capacity reclaimed"))
             else:

@@ -232,3 +232,18 @@ class ReuseByAge:
             return 0.0
         new = self.expected_hours(key, typical_hours, 0.0) + self.provision_hours
         return max(0.0, new - self.expected_hours(key, typical_hours, age_hours))
+
+    def spare_saving_dollars(self, key: str, typical_hours: float, age_hours: float,
+                             spare_price: float, fresh_price: float) -> float:
+        """Dollars a typical job saves on this idle VM against the fresh VM a launch would get:
+        p_f (E[M_0(T)] + provisioning) - p_s E[M_s(T)] (negative when the spare's zone costs
+        more than its stability saves; a VM past its model's end saves nothing, -inf)."""
+        for name, p in (("spare_price", spare_price), ("fresh_price", fresh_price)):
+            if not (math.isfinite(p) and p >= 0):
+                raise InvalidInput(name, f"must be a finite price >= 0 per hour, got {p!r}",
+                                   fix="pass the offer's spot price per hour")
+        pol = self.policy(key)
+        if pol is not None and float(pol.model.sf(np.array(age_hours))) <= 0.0:
+            return -math.inf
+        new = self.expected_hours(key, typical_hours, 0.0) + self.provision_hours
+        return fresh_price * new - spare_price * self.expected_hours(key, typical_hours, age_hours)

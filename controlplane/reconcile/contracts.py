@@ -30,6 +30,9 @@ class ControllerSettings:
     # an idle node past infant mortality whose remaining life still covers typical jobs is kept
     # this long as a hot spare (by_age; 'always' keeps every idle node this long; 0: no spares)
     hot_spare_seconds: float = 3600.0
+    # priced spares (by_age): an idle node is no spare while a typical job costs more on it than
+    # on the fresh VM a launch would get now (policies.reuse.ReuseByAge.spare_saving_dollars)
+    spare_prices: bool = False
     typical_job_hours: float | None = None  # None: the median expected hours of active jobs
     max_placements_per_tick: int = 64
     # Bounded admission: at most ``ingest_batch`` stored jobs (new submissions, and queued jobs

@@ -33,6 +33,29 @@ from controlplane.store import BadRow, Intent
 log = logging.getLogger(__name__)
 
 
+def spot_offers(state: LoopState, settings: ControllerSettings, offers: list[Offer], now: float,
+                *, chosen: bool = False) -> list[Offer]:
+    """``offers`` where a spot launch may go now, best first: available and not recently
+    refused (a deadline policy's ``chosen`` zone is tried on evidence), by price x (1 + penalty
+    x recent preemptions in the zone)."""
+    s = state
+    horizon = now - settings.zone_memory_seconds
+    if settings.zone_observation == "evidence":
+        # zones known from evidence: a launch is how a zone is learned (a refusal is free),
+        # so a policy's chosen zone is tried; other jobs skip only a zone that just refused
+        ok = offers if chosen else [
+            o for o in offers if s.refused.get(o.zone, -1e18) < now - settings.refused_seconds]
+    else:
+        ok = [o for o in offers if s.availability.get(o.zone, False)
+              and s.refused.get(o.zone, -1e18) < now - settings.refused_seconds]
+
+    def score(o: Offer) -> tuple[float, str]:
+        recent = sum(1 for t in s.zone_preemptions.get(o.zone, ()) if t >= horizon)
+        return (o.spot_price * (1 + settings.zone_penalty * recent), o.zone)
+
+    return sorted(ok, key=score)
+
+
 class NodeOps:
     """Zones, launches, terminations, releases, preemptions and quarantines of one loop."""
 
@@ -51,22 +74,7 @@ class NodeOps:
         offers = chosen or offers
         if market is Market.ON_DEMAND:
             return sorted(offers, key=lambda o: (o.on_demand_price, o.zone))
-        s = self.state
-        horizon = now - self.settings.zone_memory_seconds
-        if self.settings.zone_observation == "evidence":
-            # zones known from evidence: a launch is how a zone is learned (a refusal is free),
-            # so a policy's chosen zone is tried; other jobs skip only a zone that just refused
-            ok = chosen or [o for o in offers
-                            if s.refused.get(o.zone, -1e18) < now - self.settings.refused_seconds]
-        else:
-            ok = [o for o in offers if s.availability.get(o.zone, False)
-                  and s.refused.get(o.zone, -1e18) < now - self.settings.refused_seconds]
-
-        def score(o: Offer) -> tuple[float, str]:
-            recent = sum(1 for t in s.zone_preemptions.get(o.zone, ()) if t >= horizon)
-            return (o.spot_price * (1 + self.settings.zone_penalty * recent), o.zone)
-
-        return sorted(ok, key=score)
+        return spot_offers(self.state, self.settings, offers, now, chosen=bool(chosen))
 
     # -- launch and terminate --------------------------------------------------------------------
     def launch(self, job: Job, offer: Offer, market: Market, count: int,

@@ -10,6 +10,7 @@ their idle cost is counted apart from job costs (``spare_idle_cost_dollars``).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import replace
@@ -19,6 +20,7 @@ from controlplane.core.errors import InvalidInput
 from controlplane.core.models import Node
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.nodeops import spot_offers
 from controlplane.reconcile.pool import lifetime_key, node_age_hours
 from controlplane.reconcile.state import LoopState
 from policies.preemption import BathtubModel, PreemptionModel, default_gce_model
@@ -85,6 +87,23 @@ class HotSpares:
             self._arrivals.popleft()
         return len(self._arrivals) / (ARRIVAL_WINDOW_SECONDS / HOUR)
 
+    def fresh_price(self, node: Node, now: float) -> float | None:
+        """The spot price per hour of the VM a launch of ``node``'s type would get now (the
+        launch's own zone order, :func:`spot_offers`), or None where no zone would take one."""
+        same = [o for o in self.state.offers if o.instance_type == node.instance_type]
+        best = spot_offers(self.state, self.settings, same, now)
+        return best[0].spot_price if best else None
+
+    def priced_saving(self, node: Node, typical: float, now: float) -> float:
+        """Dollars a typical job saves on ``node`` against a fresh VM now (+inf where no fresh
+        VM can be had: the spare is the only capacity)."""
+        fresh = self.fresh_price(node, now)
+        if fresh is None:
+            return math.inf
+        return self.plugin.spare_saving_dollars(lifetime_key(node), typical,
+                                                node_age_hours(node, now), node.price_per_hour,
+                                                fresh)
+
     def select(self, nodes: list[Node], now: float) -> set[str]:
         """The ids of the idle ready ``nodes`` kept as hot spares now (marked as spares once
         idle past ``idle_node_seconds``).
@@ -92,7 +111,9 @@ class HotSpares:
         By age: the VMs on which a typical job saves hours against a fresh VM, best first; the
         i-th is kept while the jobs ahead of it, (i - 1) / rate hours of arrivals, come within
         its saving (so a spare's idle cost stays below what its reuse saves), and at most
-        1 + rate x ``hot_spare_seconds`` of them.
+        1 + rate x ``hot_spare_seconds`` of them. With ``spare_prices``, a VM on which a typical
+        job costs more dollars than on the fresh VM a launch would get now is none
+        (:meth:`priced_saving` <= 0).
         """
         if self.settings.hot_spare_seconds <= 0 or self.plugin.mode == "never" or not nodes:
             return set()
@@ -102,8 +123,11 @@ class HotSpares:
             typical, rate = self.typical_hours(), self.arrival_rate(now)
             saving = {n.id: self.plugin.spare_saving_hours(
                 lifetime_key(n), typical, node_age_hours(n, now)) for n in nodes}
+            if self.settings.spare_prices:
+                saving = {n.id: h if self.priced_saving(n, typical, now) > 0 else 0.0
+                          for n in nodes if (h := saving[n.id]) > 0}
             order = {n.id: i for i, n in enumerate(nodes)}  # ties: the loop's node order
-            ranked = sorted((n for n in nodes if saving[n.id] > 0),
+            ranked = sorted((n for n in nodes if saving.get(n.id, 0.0) > 0),
                             key=lambda n: (-saving[n.id], order[n.id]))
             cap = rate * self.settings.hot_spare_seconds / HOUR
             keep = [n for i, n in enumerate(ranked, 1) if i <= rate * saving[n.id] + SPARE_SLACK and i <= cap + 1]

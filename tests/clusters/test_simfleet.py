@@ -83,6 +83,7 @@ def test_notice_then_preemption_at_the_trace_drop(catalog: DataCatalog, data_roo
     assert pre.at == pytest.approx(drop * trace.gap_seconds)
     assert pre.at - notice.at == pytest.approx(120.0) and notice.seconds_left == pytest.approx(120.0)
     assert f.describe([inst.instance_id])[0].state is InstanceState.PREEMPTED
+    assert f.preemptions == {"zone outage": 1}
 
 
 def test_gcp_spot_lifetimes_capped_and_deterministic(data_root: Path) -> None:
@@ -101,3 +102,23 @@ def test_gcp_spot_lifetimes_capped_and_deterministic(data_root: Path) -> None:
     assert a == b and a != c
     assert len(a) == 40 and max(a) <= 24 * 3600 + 1e-6
     assert np.median(a) < 20 * 3600  # the bathtub's early failures show
+
+
+@pytest.mark.parametrize(("zone", "counts", "outage_hours"), [
+    ("europe-west1-c", {"lifetime": 18, "24 h stop": 22}, None),
+    ("us-east4-a", {"lifetime": 16, "zone outage": 24}, 18.33),
+])
+def test_gcp_spot_deaths_are_counted_by_cause(data_root: Path, zone: str, counts: dict[str, int],
+                                              outage_hours: float | None) -> None:
+    """40 VMs launched at 0 (seed 1): each dies at the first of its drawn lifetime, Google's
+    24 h stop and its zone's next outage (europe-west1-c has none in 24 h; us-east4-a's takes
+    the 24 VMs still alive at 18.33 h at once), and the fleet counts them by that cause."""
+    clock = SimClock()
+    f = _fleet(data_root, clock, seed=1, zones=[zone], spot_capacity=500)
+    f.launch(LaunchRequest("x", zone, "a3-highgpu-8g", Market.SPOT, count=40))
+    clock.advance(48 * 3600)
+    pre = [e.at / 3600 for e in f.poll_events() if e.kind is EventKind.PREEMPTED]
+    assert f.preemptions == counts and len(pre) == 40
+    last = 24.0 if outage_hours is None else outage_hours
+    assert sum(1 for t in pre if t == pytest.approx(last, abs=0.005)) == 40 - counts["lifetime"]
+    assert max(pre) == pytest.approx(last, abs=0.005)

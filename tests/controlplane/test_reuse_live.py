@@ -235,3 +235,63 @@ def test_the_typical_job_is_the_median_of_the_live_jobs_not_the_finished_ones(st
         if not job.terminal:
             del state.jobs[job.id]
     assert len(state.jobs) == 2 and spares.typical_hours() == 1.0
+
+
+US_EAST4, EUROPE_WEST1, US_CENTRAL1 = 14.85344, 16.35632, 18.979008  # a3-highgpu-8g spot $/h
+
+
+def test_a_spare_saves_dollars_only_where_its_zone_is_not_dearer_than_a_fresh_vm() -> None:
+    """A typical 5-h job: E[M_0] = 5.9426 h (+ 200 s provisioning), E[M_10] = 5.0901 h. On a
+    10-h VM in us-east4 while a fresh one would go to europe-west1: 16.36 x 5.9981 - 14.85 x
+    5.0901 = $22.50 saved; the other way round (a $18.98 spare, fresh at $14.85) a loss of $7.51;
+    at the 24 h stop nothing is left to save."""
+    s = ControllerSettings()
+    plugin = reuse_plugin(s, MODELS, s.provision_hours)
+    assert plugin.spare_saving_dollars("gcp", 5.0, 10.0, US_EAST4, EUROPE_WEST1) == \
+        pytest.approx(22.5027, abs=1e-4)
+    assert plugin.spare_saving_dollars("gcp", 5.0, 10.0, US_CENTRAL1, US_EAST4) == \
+        pytest.approx(-7.5112, abs=1e-4)
+    assert plugin.spare_saving_dollars("gcp", 5.0, 10.0, PRICE, PRICE) == pytest.approx(
+        PRICE * (5.9426 + 200 / HOUR - 5.0901), abs=1e-2)
+    assert plugin.spare_saving_dollars("gcp", 5.0, 24.0, US_EAST4, EUROPE_WEST1) == -np.inf
+    assert plugin.spare_saving_dollars("", 5.0, 10.0, 3.0, 2.0) == pytest.approx(5 * 2.0 + 200 / HOUR * 2.0 - 5 * 3.0)
+    with pytest.raises(InvalidInput, match="fresh_price: must be a finite price >= 0"):
+        plugin.spare_saving_dollars("gcp", 5.0, 10.0, US_EAST4, float("nan"))
+
+
+def test_priced_spares_drop_a_vm_dearer_than_the_fresh_one_a_launch_would_get(
+        tmp_path: Path, store: Store) -> None:
+    """Two stable 10-h spares, one in us-east4 ($14.85) and one in us-central1 ($18.98), 2
+    arrivals an hour: unpriced both are kept; priced, while us-east4 takes launches a typical
+    job costs $7.51 more on the us-central1 spare than on a fresh VM, so it goes; once us-east4
+    is down (a fresh VM would cost $18.98 too) it is a spare again; with no zone up both stay."""
+    from clusters.fleet import Offer  # a test helper import: the offers of the two zones
+
+    tenant = store.create_tenant("t")[0].id
+    cheap, dear = (_node(i, 10.0, 100 * HOUR, idle_since=100 * HOUR - 150) for i in range(2))
+    dear.zone, dear.price_per_hour = "us-central1-a", US_CENTRAL1
+    cheap.price_per_hour = US_EAST4
+    offers = [Offer("gcp", z, "a3-highgpu-8g", "H100", 8, p, 88.0)
+              for z, p in (("us-east4-a", US_EAST4), ("us-central1-a", US_CENTRAL1))]
+    kept = {}
+    for priced in (False, True):
+        state, _, spares = _reaper(tmp_path, store, spare_prices=priced)
+        state.offers = offers
+        state.availability = {"us-east4-a": True, "us-central1-a": True}
+        now = 100 * HOUR
+        for k in range(8):
+            job = _job(store, tenant, 5.0)
+            job.submitted_at = now - k * 0.5 * HOUR
+            state.jobs[job.id] = job
+        kept[priced] = spares.select([cheap, dear], now)
+        if priced:
+            assert spares.fresh_price(dear, now) == US_EAST4
+            assert spares.priced_saving(dear, 5.0, now) == pytest.approx(-7.5112, abs=1e-4)
+            state.availability["us-east4-a"] = False
+            assert spares.fresh_price(dear, now) == US_CENTRAL1
+            assert spares.select([cheap, dear], now) == {cheap.id, dear.id}
+            state.availability["us-central1-a"] = False
+            assert spares.fresh_price(dear, now) is None
+            assert spares.priced_saving(dear, 5.0, now) == np.inf
+            assert spares.select([cheap, dear], now) == {cheap.id, dear.id}
+    assert kept == {False: {cheap.id, dear.id}, True: {cheap.id}}
