@@ -99,8 +99,9 @@ def test_the_workload_ray_refuses_a_client_without_its_token(workload_ray: Any, 
 
     wrong = tmp_path / "wrong_token"
     wrong.write_text("f" * 64)
-    tries = {"no token": {"RAY_AUTH_MODE": "disabled"},
-             "wrong token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong)},
+    give_up = {"RAY_gcs_server_port_wait_time_s": "3"}  # a refused client retries 3 s, not 20
+    tries = {"no token": {"RAY_AUTH_MODE": "disabled", **give_up},
+             "wrong token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(wrong), **give_up},
              "its token": {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": workload_ray.token_path}}
     procs = {name: join(extra) for name, extra in tries.items()}  # the three clients at once
     said = {name: (p.communicate(timeout=180), p.returncode) for name, p in procs.items()}
