@@ -12,20 +12,25 @@ import time
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = REPO / "examples" / "train_numpy.py"
+T = TypeVar("T")
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, what: str, poll: float = 0.05) -> None:
-    """Return once ``cond()`` holds; fail naming ``what`` after ``timeout`` seconds."""
+def wait_until(cond: Callable[[], T], timeout: float, what: str, poll: float = 0.05,
+               why: Callable[[], str] | None = None) -> T:
+    """``cond()``'s first truthy answer, polled every ``poll`` seconds; after ``timeout`` seconds
+    an AssertionError naming ``what`` (and what ``why()`` tells, e.g. the job's logs)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if cond():
-            return
+        value = cond()
+        if value:
+            return value
         time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    told = f"\n{why()}" if why is not None else ""
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}{told}")
 
 
 def free_port() -> int:

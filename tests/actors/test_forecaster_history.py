@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +16,7 @@ from actors.forecaster import ForecasterActor
 from actors.quota import quota_actor
 from controlplane.core.models import JobSpec
 from controlplane.store import Store
-
-
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.support import wait_until
 
 
 def _advance(store: Store, fc: ForecasterActor, times: int) -> None:
@@ -34,7 +24,7 @@ def _advance(store: Store, fc: ForecasterActor, times: int) -> None:
     for _ in range(times):
         seen = fc.skipped + fc.fits
         store.commit(control_time=store.control_time() + 300.0)
-        _wait(lambda s=seen: fc.skipped + fc.fits > s, 30, "the forecaster to look")  # type: ignore[misc]
+        wait_until(lambda s=seen: fc.skipped + fc.fits > s, 30, "the forecaster to look")  # type: ignore[misc]
 
 
 def test_no_tenants_no_refit_and_one_info_line(tmp_path: Path,
@@ -45,7 +35,7 @@ def test_no_tenants_no_refit_and_one_info_line(tmp_path: Path,
         fc = ForecasterActor(str(tmp_path / "spotplane.db"), None, "unused", every_seconds=300.0,
                              poll_wall_seconds=0.005, min_wall_seconds=0.0, detached=False)
         try:
-            _wait(lambda: fc.skipped == 1, 30, "the first look")
+            wait_until(lambda: fc.skipped == 1, 30, "the first look")
             _advance(store, fc, 25)
         finally:
             fc.stop()
@@ -72,7 +62,7 @@ def test_tenants_without_demand_wait_then_the_first_demand_is_fitted(
         fc = ForecasterActor(db, quota, ns, every_seconds=300.0, poll_wall_seconds=0.005,
                              min_wall_seconds=0.0, detached=False)
         try:
-            _wait(lambda: fc.skipped == 1, 60, "the first look")
+            wait_until(lambda: fc.skipped == 1, 60, "the first look")
             _advance(store, fc, 20)
             assert (fc.fits, fc.skipped) == (0, 21)
             assert store.quotas() == []

@@ -19,18 +19,10 @@ from controlplane.core.models import TERMINAL_STATES, JobSpec
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from tests.actors.test_control_plane import _assert_exactly_once, _jobs, _settings, _wait_done
-from tests.support import assert_no_tick_failed
+from tests.support import assert_no_tick_failed, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 TTL_S = 3.0
-
-
-def _wait(what: str, cond: Any, timeout: float) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.05)
 
 
 def test_standby_takes_over_from_a_sigkilled_controller(ray_cluster: Any, tmp_path: Path) -> None:
@@ -46,15 +38,14 @@ def test_standby_takes_over_from_a_sigkilled_controller(ray_cluster: Any, tmp_pa
         assert before["active"] and before["epoch"] == 1
         standby = ray.get(h.standby.status.remote())
         assert not standby["active"] and standby["ticks"] == 0  # waiting on the lease
-        _wait("a job running", lambda: store.job_counts().get("RUNNING", 0) > 0
-              and store.control_time() > 3600, 60)
+        wait_until(lambda: store.job_counts().get("RUNNING", 0) > 0
+                   and store.control_time() > 3600, 60, "a job running")
         assert any(store.get_job(i).state not in TERMINAL_STATES for i in ids)
         os.kill(before["pid"], signal.SIGKILL)
         killed = time.monotonic()
         at_kill = store.control_time()
-        _wait("a newer epoch's committed tick",
-              lambda: store.controller_lease()["epoch"] > 1 and store.control_time() > at_kill,
-              TTL_S + 20)
+        wait_until(lambda: store.controller_lease()["epoch"] > 1 and store.control_time() > at_kill,
+                   TTL_S + 20, "a newer epoch's committed tick")
         took_s = time.monotonic() - killed
         assert took_s >= TTL_S * 0.5  # no one took the lease before it could have expired
         lease = store.controller_lease()
@@ -67,7 +58,7 @@ def test_standby_takes_over_from_a_sigkilled_controller(ray_cluster: Any, tmp_pa
         assert active is not None
         _wait_done(store, ids, 120)
         ray.get(active.pause.remote())  # no new tick (an idle node's release) while we count
-        _wait("the last tick's intents carried out", lambda: not store.pending_intents(), 30)
+        wait_until(lambda: not store.pending_intents(), 30, "the last tick's intents carried out")
         status = ray.get(active.status.remote())
         assert status["epoch"] == lease["epoch"] and status["holder"] == lease["holder"]
         _assert_exactly_once(store, ids, ray.get(active.launches_per_intent.remote()))
@@ -90,7 +81,7 @@ def test_a_standby_does_not_take_a_renewed_lease(ray_cluster: Any, tmp_path: Pat
     h = start_control_plane(s)
     try:
         first = store.controller_lease()
-        _wait("several lease lifetimes", lambda: store.controller_lease()["until"] > first["until"] + 3, 30)
+        wait_until(lambda: store.controller_lease()["until"] > first["until"] + 3, 30, "several lease lifetimes")
         assert store.controller_lease()["epoch"] == 1  # renewed every ttl/4: the standby waits
         assert not ray.get(h.standby.status.remote())["active"]
     finally:
@@ -105,15 +96,15 @@ def test_a_fenced_controller_stands_by_and_takes_the_lease_back_when_it_expires(
     store = Store(s.db_path)
     actor = ControllerActor(s.actor_config())  # in this process: no Ray needed
     try:
-        _wait("ticks", lambda: actor.status()["ticks"] > 3, 30)
+        wait_until(lambda: actor.status()["ticks"] > 3, 30, "ticks")
         assert store.claim_controller_lease("intruder", 1.0, force=True) == 2  # and never renews
-        _wait("the controller stands by", lambda: not actor.status()["active"], 10)
+        wait_until(lambda: not actor.status()["active"], 10, "the controller stands by")
         assert "epoch 1" in (actor.status()["error"] or "")
         with pytest.raises(Conflict, match="stands by"):
             actor.tick()
-        _wait("the lease back", lambda: actor.status()["active"], 1.0 + PRIMARY_GRACE_S + 10)
+        wait_until(lambda: actor.status()["active"], 1.0 + PRIMARY_GRACE_S + 10, "the lease back")
         assert actor.status()["epoch"] == 3 and store.controller_lease()["holder"] == actor.holder
         ticks = actor.status()["ticks"]
-        _wait("ticking again", lambda: actor.status()["ticks"] > ticks, 10)
+        wait_until(lambda: actor.status()["ticks"] > ticks, 10, "ticking again")
     finally:
         actor.shutdown()

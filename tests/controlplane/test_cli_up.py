@@ -9,8 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from controlplane.cli.main import main
 from controlplane.client import read_endpoint
 from controlplane.store import Store
-from tests.support import free_port, stop_up
+from tests.support import free_port, stop_up, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -41,15 +40,6 @@ class Up:
         return rc, out.out, out.err
 
 
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     state = Path(tmp_path_factory.mktemp("up-state"))
@@ -63,7 +53,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
             start_new_session=True)  # its own process group, as a terminal's foreground job
     try:
         # two local Rays start: the control plane's and the workload's (docs/security.md)
-        _wait(lambda: read_endpoint(state) is not None or proc.poll() is not None, 300, "`spotplane up`")
+        wait_until(lambda: read_endpoint(state) is not None or proc.poll() is not None, 300, "`spotplane up`")
         assert proc.poll() is None, log.read_text()
         yield Up(proc, state, f"http://127.0.0.1:{port}", log)
     finally:
@@ -107,7 +97,7 @@ def test_cli_round_trip_through_the_api(up: Up, capsys: pytest.CaptureFixture[st
         rc, out, _ = up.cli(capsys, "jobs", "--token", acme, "--json")
         return all(j["state"] != "PENDING" for j in json.loads(out))
 
-    _wait(moved, 60, "the controller to queue the submitted jobs")
+    wait_until(moved, 60, "the controller to queue the submitted jobs")
 
     rc, out, _ = up.cli(capsys, "status", ids["finetune"], "--token", acme)
     assert rc == 0
@@ -130,7 +120,7 @@ def test_cli_round_trip_through_the_api(up: Up, capsys: pytest.CaptureFixture[st
         rc, out, _ = up.cli(capsys, "status", ids["etl"], "--token", acme, "--json")
         return json.loads(out)["job"]["state"] == "CANCELLED"
 
-    _wait(cancelled, 60, "the controller to cancel the job")
+    wait_until(cancelled, 60, "the controller to cancel the job")
 
     rc, out, _ = up.cli(capsys, "fleet", "--json")
     fleet = json.loads(out)

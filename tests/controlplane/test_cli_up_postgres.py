@@ -8,8 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,20 +16,11 @@ from controlplane.cli.main import main
 from controlplane.client import read_endpoint
 from controlplane.core.models import JobState
 from controlplane.store import Store
-from tests.support import free_port, stop_up
+from tests.support import free_port, stop_up, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ADMIN = "spa_cli-pg-admin"
-
-
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_up_on_postgresql_runs_jobs_from_the_database(pg_url: str, tmp_path: Path,
@@ -44,7 +33,7 @@ def test_up_on_postgresql_runs_jobs_from_the_database(pg_url: str, tmp_path: Pat
              "--port", str(free_port()), "--speed", "600", "--db", pg_url],
             stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        _wait(lambda: read_endpoint(state) is not None or proc.poll() is not None, 300, "up")
+        wait_until(lambda: read_endpoint(state) is not None or proc.poll() is not None, 300, "up")
         assert proc.poll() is None, log.read_text()
         capsys.readouterr()
         assert main(["tenants", "--state-dir", str(state), "--create", "acme", "--json"]) == 0
@@ -53,7 +42,7 @@ def test_up_on_postgresql_runs_jobs_from_the_database(pg_url: str, tmp_path: Pat
         job.write_text("name: etl\nkind: spot\naccelerator: V100\ncompute_hours: 40\n")
         assert main(["submit", str(job), "--state-dir", str(state), "--token", token]) == 0
         store = Store(pg_url)
-        _wait(lambda: [j.state for j in store.list_jobs(None)] not in ([], [JobState.PENDING]),
+        wait_until(lambda: [j.state for j in store.list_jobs(None)] not in ([], [JobState.PENDING]),
               60, "the controller to take the job from PostgreSQL")
         (etl,) = store.list_jobs(None)
         assert etl.name == "etl" and store.get_tenant("acme").id == etl.tenant_id

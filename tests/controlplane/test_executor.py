@@ -17,7 +17,7 @@ from clusters.artifacts import LocalArtifactStore
 from controlplane import sdk
 from controlplane.core.errors import InvalidInput
 from controlplane.core.models import Job, JobSpec
-from tests.support import require_job_agent, train_reference
+from tests.support import require_job_agent, train_reference, wait_until
 
 
 def wait_for(
@@ -27,13 +27,9 @@ def wait_for(
     ex: RayJobExecutor | None = None,
     job: str = "",
 ) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    logs = ex.logs(job)[-3000:] if ex is not None else ""
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs}")
+    """:func:`tests.support.wait_until`, telling the job's logs at the timeout."""
+    wait_until(cond, timeout, what, poll=0.1,
+               why=(lambda: ex.logs(job)[-3000:]) if ex is not None else None)
 
 
 def assert_same_weights(store: LocalArtifactStore, job_id: str, ref: dict[str, Any]) -> None:

@@ -9,8 +9,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -19,18 +17,9 @@ import pytest
 from controlplane.client import read_endpoint
 from controlplane.core.models import Job, JobSpec
 from controlplane.store import Store
-from tests.support import free_port, stop_up
+from tests.support import free_port, stop_up, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
-
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_up_starts_on_a_poisoned_store_and_names_the_quarantined_row(tmp_path: Path) -> None:
@@ -57,7 +46,7 @@ def test_up_starts_on_a_poisoned_store_and_names_the_quarantined_row(tmp_path: P
             env=dict(os.environ, SPOTPLANE_ADMIN_TOKEN="spa_quarantine-test"),
             start_new_session=True)
     try:
-        _wait(lambda: read_endpoint(state) is not None or proc.poll() is not None, 240,
+        wait_until(lambda: read_endpoint(state) is not None or proc.poll() is not None, 240,
               "`spotplane up`")
         text = log.read_text()
         assert proc.poll() is None, text[-3000:]
@@ -68,7 +57,7 @@ def test_up_starts_on_a_poisoned_store_and_names_the_quarantined_row(tmp_path: P
                            headers={"Authorization": f"Bearer {token}"}, timeout=30)
         shown = api.get("/v1/jobs/job-poison")
         assert shown.status_code == 200 and shown.json()["state"] == "FAILED"
-        _wait(lambda: api.get(f"/v1/jobs/{ok.id}").json()["state"] == "SUCCEEDED", 120,
+        wait_until(lambda: api.get(f"/v1/jobs/{ok.id}").json()["state"] == "SUCCEEDED", 120,
               "the other job to finish")
     finally:
         stop_up(proc, signal.SIGINT, timeout=120)

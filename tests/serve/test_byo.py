@@ -38,7 +38,7 @@ from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
-from tests.support import free_port
+from tests.support import free_port, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -173,13 +173,9 @@ def reference(folder: Path, steps: int, seed: int) -> str:
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str,
-             why: Callable[[], str] = lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{why()}")
+             why: Callable[[], str] | None = None) -> None:
+    """:func:`tests.support.wait_until` at the pace of these jobs' logs and statuses."""
+    wait_until(cond, timeout, what, poll=0.2, why=why)
 
 
 @dataclass

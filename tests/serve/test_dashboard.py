@@ -5,19 +5,20 @@ in the DOM and on the wire, a wrong token, screenshots and a clean console."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support import free_port
+from tests.support import free_port, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
+seen = functools.partial(wait_until, poll=0.3)  # the page's state, a few times a second
 
 ADMIN = "spa_dashboard-test-admin"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -40,16 +41,6 @@ def _need_browser() -> Any:
             pytest.fail(missing)
         pytest.skip(missing)
     return sync_playwright
-
-
-def _wait(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -149,20 +140,20 @@ def test_dashboard_in_a_real_browser(control_plane: str, tmp_path: Path) -> None
             row = f"#jobs tr[data-job='{spot['id']}']"
             page.wait_for_selector(row)
             first = page.inner_text(f"{row} td.state")
-            _wait(lambda: page.inner_text(f"{row} td.state") != first, 60, f"the etl row to leave {first}")
+            seen(lambda: page.inner_text(f"{row} td.state") != first, 60, f"the etl row to leave {first}")
             assert page.inner_text("#jobs-info") == "1-2 of 2"
             assert page.evaluate("performance.timeOrigin") == loaded_at  # refreshed in place
             page.click("th[data-sort=kind]")  # sortable: deadline before spot
             page.wait_for_selector("th.sorted-asc[data-sort=kind]")
-            _wait(lambda: page.get_attribute("#jobs tbody tr:first-child", "data-job") == dl["id"], 10,
-                  "the jobs sorted by kind")
+            seen(lambda: page.get_attribute("#jobs tbody tr:first-child", "data-job") == dl["id"], 10,
+             "the jobs sorted by kind")
             shot(page, "jobs")
 
             # -- the deadline job: timeline and decision trace against Uniform Progress ----------
             page.click(f"#jobs a[href='#/job/{dl['id']}']")
             page.wait_for_selector("#decision-trace path.uniform-progress")
-            _wait(lambda: page.get_attribute("#decision-trace path.trace", "d").count("L") >= 1, 60,
-                  "the decision trace to have a decision and the current point")
+            seen(lambda: page.get_attribute("#decision-trace path.trace", "d").count("L") >= 1, 60,
+             "the decision trace to have a decision and the current point")
             assert page.locator("#decision-trace circle.decision[data-action=spot], "
                                 "#decision-trace circle.decision[data-action=on_demand]").count() >= 1
             assert page.locator("#timeline rect[data-state=RUNNING]").count() >= 1 or \
@@ -268,8 +259,8 @@ DRAWN = """(pool) => {
 def _check_capacity(page: Any, admin: httpx.Client, *, demand: bool) -> None:
     """The V100 pool's card draws every history point of the page's window: spot quota and
     capacity (GPUs), eta and H, and for the admin the HP demand and its upper bound."""
-    drawn = _wait(lambda: (d := page.evaluate(DRAWN, POOL)) and d["points"] >= 3 and d, 90,
-                  "three quota refreshes drawn on the Capacity page")
+    drawn = seen(lambda: (d := page.evaluate(DRAWN, POOL)) and d["points"] >= 3 and d, 90,
+              "three quota refreshes drawn on the Capacity page")
     n = drawn["points"]
     history = admin.get("/v1/capacity/history", params={"accelerator": "V100", "limit": 500}).json()["items"]
     assert len(history) >= n  # the API has at least what the page drew
