@@ -169,6 +169,7 @@ class FakeReplicaExecutor(ReplicatingExecutor):
         self.calls: list[tuple[str, str]] = []
 
     def start(self, job: Job, nodes: Sequence[Node]) -> None:
+        self.calls.append(("start", job.id))
         self.started[job.id] = self.clock.now()
         self.replicas[job.id] = {n.id for n in nodes}
 
@@ -270,32 +271,6 @@ def test_with_zones_known_from_evidence_a_deadline_job_costs_what_it_costs_seein
     assert done.cost <= 1.05 * free.cost, (done.cost, free.cost)
 
 
-class FinishingExecutor:
-    """Reports a job finished once its compute hours have passed since it started."""
-
-    def __init__(self, clock: SimClock) -> None:
-        self.clock, self.started, self.stopped = clock, [], []  # type: ignore[var-annotated]
-
-    def start(self, job: Job, nodes: Sequence[Node]) -> None:
-        self.started.append((job.id, self.clock.now()))
-
-    def stop(self, job: Job, reason: str) -> None:
-        self.stopped.append((job.id, reason))
-
-    def notice(self, job: Job, seconds_left: float) -> None:
-        pass
-
-    def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
-        out = {}
-        for j in jobs:
-            t0 = max((t for i, t in self.started if i == j.id), default=None)
-            if t0 is None:
-                continue
-            done = min((self.clock.now() - t0) / 3600, j.spec.compute_hours)
-            out[j.id] = ExecutorReport(done, done, finished=done >= j.spec.compute_hours)
-        return out
-
-
 def test_a_job_that_finished_as_its_node_went_succeeds_and_is_not_run_again(
         tmp_path: Path, data_root: Path) -> None:
     """The executor's "finished" and the node's loss arrive in one tick: the work is done, so
@@ -304,17 +279,17 @@ def test_a_job_that_finished_as_its_node_went_succeeds_and_is_not_run_again(
     store = Store(tmp_path / "spotplane.db")
     fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=1, gcp=False,
                                         state_path=tmp_path / "simfleet.db")
-    ex = FinishingExecutor(clock)
+    ex = FakeReplicaExecutor(clock)
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 2}),
                      executor=ex, epoch=store.take_controller_lease())
     t, _ = store.create_tenant("t")
     job = store.submit_job(t.id, JobSpec(name="f", kind="spot", compute_hours=1.0,
                                          accelerator="V100", entrypoint="python train.py"),
                            now=0.0)
-    while not ex.started:
+    while job.id not in ex.started:
         clock.advance(60)
         ctl.tick()
-    (_, t0), j = ex.started[0], ctl.jobs[job.id]
+    t0, j = ex.started[job.id], ctl.jobs[job.id]
     assert j.state is JobState.RUNNING
     clock.advance(t0 + 3600 + 30 - clock.now())  # past its hour of work ...
     fleet.terminate([ctl.nodes[j.node_ids[0]].instance_id or ""])  # ... and its node is gone
@@ -322,6 +297,6 @@ def test_a_job_that_finished_as_its_node_went_succeeds_and_is_not_run_again(
     _run(ctl, clock, 0.2)
     done = store.get_job(job.id)
     assert done.state is JobState.SUCCEEDED, (done.state, done.message)
-    assert done.preemptions == 0 and len(ex.started) == 1
+    assert done.preemptions == 0 and ex.calls.count(("start", job.id)) == 1
     assert done.progress_hours == pytest.approx(1.0)
     assert not [e for e in store.job_events(job.id) if e.kind == "preempted"]
