@@ -198,15 +198,22 @@ class FakeReplicaExecutor(ReplicatingExecutor):
         self.replicas.setdefault(job.id, set()).add(node.id)
 
 
+def _executor_world(tmp: Path, data_root: Path, pools: dict[str, int]
+                    ) -> tuple[SimClock, Store, SimulatedFleet, FakeReplicaExecutor, Controller]:
+    """A controller on the simulated fleet (no GCP zones) running jobs through the fake executor."""
+    clock = SimClock(start=0.0)
+    store = Store(tmp / "spotplane.db")
+    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=1, gcp=False,
+                                        state_path=tmp / "simfleet.db")
+    ex = FakeReplicaExecutor(clock)
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes=pools),
+                     executor=ex, epoch=store.take_controller_lease())
+    return clock, store, fleet, ex, ctl
+
+
 def test_a_replica_survives_a_preemption_and_gets_a_replacement(tmp_path: Path,
                                                                 data_root: Path) -> None:
-    clock = SimClock(start=0.0)
-    store = Store(tmp_path / "spotplane.db")
-    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=1, gcp=False,
-                                        state_path=tmp_path / "simfleet.db")
-    ex = FakeReplicaExecutor(clock)
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
-                     executor=ex, epoch=store.take_controller_lease())
+    clock, store, fleet, ex, ctl = _executor_world(tmp_path, data_root, {"V100": 4})
     t, _ = store.create_tenant("t")
     job = store.submit_job(t.id, JobSpec(name="r", kind="spot", compute_hours=30, replicas=2,
                                          accelerator="V100", entrypoint="python train.py"),
@@ -275,13 +282,7 @@ def test_a_job_that_finished_as_its_node_went_succeeds_and_is_not_run_again(
         tmp_path: Path, data_root: Path) -> None:
     """The executor's "finished" and the node's loss arrive in one tick: the work is done, so
     the job succeeds; it is neither preempted nor started a second time."""
-    clock = SimClock(start=0.0)
-    store = Store(tmp_path / "spotplane.db")
-    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=1, gcp=False,
-                                        state_path=tmp_path / "simfleet.db")
-    ex = FakeReplicaExecutor(clock)
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 2}),
-                     executor=ex, epoch=store.take_controller_lease())
+    clock, store, fleet, ex, ctl = _executor_world(tmp_path, data_root, {"V100": 2})
     t, _ = store.create_tenant("t")
     job = store.submit_job(t.id, JobSpec(name="f", kind="spot", compute_hours=1.0,
                                          accelerator="V100", entrypoint="python train.py"),
