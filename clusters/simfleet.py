@@ -120,6 +120,9 @@ class _Sim:
     ready_at: float
     preempt_at: float | None  # None for on-demand
     notice_at: float | None
+    # why a spot instance dies at preempt_at: 'zone outage', 'lifetime' or '24 h stop' (None
+    # for on-demand, and for one restored from the state file, whose draw is not kept)
+    cause: str | None = None
 
     def to_json(self) -> str:
         i = self.inst
@@ -162,10 +165,7 @@ class SimulatedFleet(FleetProvider):
         self._lock = threading.RLock()
         self._sims: dict[str, _Sim] = {}
         self._by_intent: dict[str, list[str]] = {}
-        # why each spot instance of this process dies ('zone outage', 'lifetime' or '24 h stop':
-        # the first of its zone's next outage and its drawn lifetime) and how many died so
-        self._causes: dict[str, str] = {}
-        self.preemptions: dict[str, int] = {}
+        self.preemptions: dict[str, int] = {}  # spot deaths so far, by their _Sim.cause
         self._failed: dict[str, str] = {}  # intent -> zone of a launch refused for capacity
         self._queue: list[tuple[float, int, str, str]] = []  # (at, seq, kind, instance)
         self._seq = 0
@@ -299,7 +299,7 @@ class SimulatedFleet(FleetProvider):
         iid = "i-" + hashlib.sha1(f"{req.intent_id}/{k}".encode()).hexdigest()[:12]
         rng = self._rng(f"{z.zone}/{len(self._sims)}")  # the n-th instance: seed-deterministic
         ready = now + self.provision_seconds[z.cloud] * float(rng.uniform(0.8, 1.2))
-        preempt = notice = None
+        preempt = notice = cause = None
         spot = req.market is Market.SPOT
         if spot:
             preempt = self.epoch - self.trace_offset + z.next_down(self._rel(now))
@@ -312,7 +312,6 @@ class SimulatedFleet(FleetProvider):
                     preempt = now + life * HOUR
                     cause = "24 h stop" if life >= GCP_SPOT_MAX_HOURS else "lifetime"
             preempt = max(preempt, now + 1.0)
-            self._causes[iid] = cause
             notice = max(now, preempt - NOTICE_SECONDS[z.cloud])
         inst = Instance(instance_id=iid, cloud=z.cloud, zone=z.zone,
                         instance_type=z.trace.instance_type, market=req.market,
@@ -321,7 +320,7 @@ class SimulatedFleet(FleetProvider):
                         accelerator=z.trace.accelerator,
                         accelerator_count=z.trace.accelerator_count,
                         intent_id=req.intent_id, tags=dict(req.tags))
-        sim = _Sim(inst, ready, preempt, notice)
+        sim = _Sim(inst, ready, preempt, notice, cause)
         self._sims[iid] = sim
         self._schedule(sim)
         return sim
@@ -357,7 +356,7 @@ class SimulatedFleet(FleetProvider):
                                                at, seconds_left=left))
             elif kind == "preempt" and st in _LIVE:
                 sim.inst = replace(sim.inst, state=InstanceState.PREEMPTED)
-                cause = self._causes.get(iid, "reclaimed")
+                cause = sim.cause or "reclaimed"
                 self.preemptions[cause] = self.preemptions.get(cause, 0) + 1
                 self._events.append(FleetEvent(EventKind.PREEMPTED, iid, sim.inst.zone, at,
                                                detail="spot capacity reclaimed"))
