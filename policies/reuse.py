@@ -230,8 +230,12 @@ class ReuseByAge:
             return 0.0
         if float(pol.model.sf(np.array(age_hours))) <= 0.0:
             return 0.0
-        new = self.expected_hours(key, typical_hours, 0.0) + self.provision_hours
-        return max(0.0, new - self.expected_hours(key, typical_hours, age_hours))
+        return max(0.0, self.fresh_vm_hours(key, typical_hours)
+                   - self.expected_hours(key, typical_hours, age_hours))
+
+    def fresh_vm_hours(self, key: str, job_hours: float) -> float:
+        """E[M_0(T)] + provisioning: a T-hour job's hours on a VM launched for it."""
+        return self.expected_hours(key, job_hours, 0.0) + self.provision_hours
 
     def spare_saving_dollars(self, key: str, typical_hours: float, age_hours: float,
                              spare_price: float, fresh_price: float) -> float:
@@ -245,5 +249,5 @@ class ReuseByAge:
         pol = self.policy(key)
         if pol is not None and float(pol.model.sf(np.array(age_hours))) <= 0.0:
             return -math.inf
-        new = self.expected_hours(key, typical_hours, 0.0) + self.provision_hours
-        return fresh_price * new - spare_price * self.expected_hours(key, typical_hours, age_hours)
+        return (fresh_price * self.fresh_vm_hours(key, typical_hours)
+                - spare_price * self.expected_hours(key, typical_hours, age_hours))

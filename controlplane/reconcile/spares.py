@@ -97,7 +97,10 @@ class HotSpares:
     def priced_saving(self, node: Node, typical: float, now: float) -> float:
         """Dollars a typical job saves on ``node`` against a fresh VM now (+inf where no fresh
         VM can be had: the spare is the only capacity)."""
-        fresh = self.fresh_price(node, now)
+        return self._priced_saving(node, typical, now, self.fresh_price(node, now))
+
+    def _priced_saving(self, node: Node, typical: float, now: float,
+                       fresh: float | None) -> float:
         if fresh is None:
             return math.inf
         return self.plugin.spare_saving_dollars(lifetime_key(node), typical,
@@ -124,10 +127,16 @@ class HotSpares:
             saving = {n.id: self.plugin.spare_saving_hours(
                 lifetime_key(n), typical, node_age_hours(n, now)) for n in nodes}
             if self.settings.spare_prices:
-                saving = {n.id: h if self.priced_saving(n, typical, now) > 0 else 0.0
-                          for n in nodes if (h := saving[n.id]) > 0}
+                fresh: dict[str, float | None] = {}  # one launch order per instance type
+                for n in nodes:
+                    if saving[n.id] <= 0:
+                        continue
+                    if n.instance_type not in fresh:
+                        fresh[n.instance_type] = self.fresh_price(n, now)
+                    if self._priced_saving(n, typical, now, fresh[n.instance_type]) <= 0:
+                        saving[n.id] = 0.0
             order = {n.id: i for i, n in enumerate(nodes)}  # ties: the loop's node order
-            ranked = sorted((n for n in nodes if saving.get(n.id, 0.0) > 0),
+            ranked = sorted((n for n in nodes if saving[n.id] > 0),
                             key=lambda n: (-saving[n.id], order[n.id]))
             cap = rate * self.settings.hot_spare_seconds / HOUR
             keep = [n for i, n in enumerate(ranked, 1) if i <= rate * saving[n.id] + SPARE_SLACK and i <= cap + 1]
