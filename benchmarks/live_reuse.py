@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,9 +177,8 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "median_start_latency_s": round(statistics.median(r["median_start_latency_s"] for r in rows), 1),
         **{k: round(sum(r[k] for r in rows), 2)
            for k in ("job_cost", "idle_cost", "spare_idle_cost", "total_cost")},
-        "vms_lost_by_cause": {c: sum(r.get("vms_lost_by_cause", {}).get(c, 0) for r in rows)
-                              for c in sorted({c for r in rows
-                                               for c in r.get("vms_lost_by_cause", {})})},
+        "vms_lost_by_cause": dict(sorted(sum(
+            (Counter(r["vms_lost_by_cause"]) for r in rows), Counter()).items())),
     }
 
 
