@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # (exit 5, e.g. PYTEST_ARGS naming only Ray tests) is not a failure; both steps always run.
 TEST_WORKERS ?= 2
 
-.PHONY: run test lint typecheck unit venv data clean browser mutation mutation-sample
+.PHONY: run test lint typecheck unit venv data clean browser sandbox mutation mutation-sample
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ venv: $(STAMP)
 data: $(STAMP)
 	$(BIN)/spotplane data fetch --if-missing
 
-run: data
+run: data sandbox
 	$(BIN)/spotplane up --demo
 
 lint: $(STAMP)
@@ -43,7 +43,11 @@ unit: $(STAMP)
 browser:
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 
-test: lint typecheck browser unit
+# `spotplane up` runs tenants' jobs inside bubblewrap (docs/security.md); root and apt, as in CI.
+sandbox:
+	command -v bwrap >/dev/null || (apt-get update && apt-get install -y --no-install-recommends bubblewrap)
+
+test: lint typecheck browser sandbox unit
 
 # Mutation testing, a standing check but not part of `make test` (slow; docs/mutation.md).
 # Config in pyproject's [tool.mutmut]; results are cached in mutants/ (rm -rf it to start over).

@@ -14,17 +14,18 @@ import contextlib
 import inspect
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from controlplane.core.errors import InvalidInput
+from actors.sandbox import OsUser, Sandbox
 
 _lock = threading.Lock()
 REPO = Path(__file__).resolve().parents[1]
@@ -64,13 +65,15 @@ def init_local_ray(*, control_plane: bool = False, **kwargs: Any) -> Any:
 
     if control_plane:
         kwargs["_system_config"] = control_plane_config(kwargs.get("_system_config"))
+        private_ray_token()
 
     kwargs.setdefault("dashboard_port", free_port())
     # Its own temp dir, naming its own GCS: the job supervisor resolves "auto" (the address its
     # jobs' drivers get) from the temp dir's ray_current_cluster, else from any GCS process on
     # the machine, so with several Rays a job could join another Ray (and miss its checkpoint
     # actor, or lose its GCS when that Ray stops).
-    temp_dir = kwargs.setdefault("_temp_dir", tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    temp_dir = kwargs.get("_temp_dir") or tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    kwargs["_temp_dir"] = temp_dir
     # read by the Serve controller's worker: set before Ray starts so every worker inherits it
     os.environ.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S", PROXY_HEALTH_CHECK_PERIOD_S)
     with _lock:
@@ -126,88 +129,50 @@ class WorkloadAddress:
     token_path: str | None = None
 
 
-@dataclass(frozen=True)
-class OsUser:
-    """Another OS account for the workload Ray's processes (its raylet, workers and every job)."""
-
-    name: str
-    uid: int
-    gid: int
-
-    @classmethod
-    def named(cls, name: str) -> OsUser:
-        """The account ``name``; switching to it needs root (CAP_SETUID/CAP_SETGID)."""
-        import pwd
-
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            raise InvalidInput("workload_user", f"no OS user named {name!r}",
-                               fix="create it (useradd --system spotplane-jobs) or pass an existing one") from None
-        if os.geteuid() != 0:
-            raise InvalidInput("workload_user", f"running the workload Ray as {name!r} needs root "
-                               f"(this process is uid {os.geteuid()})",
-                               fix="start spotplane as root, or leave the workload user unset "
-                                   "(same-user mode: docs/security.md, known limits)")
-        if entry.pw_uid == os.geteuid():
-            raise InvalidInput("workload_user", f"{name!r} is the control plane's own user",
-                               fix="pass another account, e.g. nobody")
-        return cls(name, entry.pw_uid, entry.pw_gid)
-
-    def check_runs(self, python: str) -> None:
-        """Refuse (naming the fix) when the account cannot run ``python`` with Ray: an
-        interpreter installed under a 0700 home (pyenv in /root, say) is out of its reach."""
-        try:
-            probe = subprocess.run([python, "-c", "import ray"], user=self.uid, group=self.gid,
-                                   extra_groups=[], cwd="/", env={"PATH": "/usr/bin:/bin"},
-                                   capture_output=True, text=True, timeout=120, check=False)
-            why = (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1]
-            ok = probe.returncode == 0
-        except OSError as exc:  # the interpreter itself is out of reach
-            why, ok = str(exc), False
-        if not ok:
-            raise InvalidInput("workload_user", f"{self.name!r} cannot run {python} with Ray ({why})",
-                               fix="install Python and the venv where that user can read them "
-                                   "(not under a 0700 home), or leave the workload user unset")
-
-    def give(self, path: str | Path) -> None:
-        """Hand ``path`` (a directory the workload writes: its HOME, an artifact root) to the user."""
-        os.chown(path, self.uid, self.gid)
-
-
 class WorkloadRay:
     """A private local Ray for tenants' jobs, started in a child with a scrubbed environment
-    (``python -m actors.raylocal SLOTS NUM_CPUS``, ``HOME`` a directory of its own) so its raylet, dashboard agent and
-    every job it starts inherit no secret of the process that starts it. With ``user`` the
-    child (so the raylet, its workers and every job) runs as that OS account, which cannot read
-    the control plane's 0600/0700 state files, Ray token or ``/proc/<pid>/environ``.
-    ``stop()`` (or the parent's death: the child's stdin closes) shuts it down."""
+    (``python -m actors.raylocal SLOTS NUM_CPUS TEMP_DIR``, ``HOME`` a directory of its own) so
+    its raylet, dashboard agent and every job it starts inherit no secret of the process that
+    starts it. With ``sandbox`` the child runs in it (:mod:`actors.sandbox`: its own PID
+    namespace and a root holding only the runtime and the workload's own directories, as the
+    sandbox's user when it has one); with ``user`` alone the child runs as that OS account.
+    Its Ray temp dir (sockets, logs) is made here, so drivers outside a sandbox (the actor
+    bridge) reach the raylet. ``stop()`` (or the parent's death: the child's stdin closes)
+    shuts it down."""
 
     def __init__(self, slots: int, *, num_cpus: int = 4, home: str | Path,
                  python: str = sys.executable, timeout_s: float = 180.0, attempts: int = 3,
-                 user: OsUser | None = None, token: bool = True) -> None:
+                 user: OsUser | None = None, token: bool = True, sandbox: Sandbox | None = None) -> None:
         # its own Ray token, written once (every start attempt uses the same), at Ray's default
         # path under its HOME: the executor and the actor bridge get its path; the jobs' drivers
         # find it through RAY_AUTH_TOKEN_PATH (a Ray job must join its own cluster)
         token_file = new_token_file(Path(home) / ".ray" / "auth_token") if token else None
+        self.temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths
         env = scrubbed_env(str(home), token_path=str(token_file) if token_file else None)
         if token_file is None:
             env["RAY_AUTH_MODE"] = "disabled"
+        owner = sandbox.user if sandbox is not None else user
+        if owner is not None:
+            for path in (home, self.temp_dir, *([token_file.parent, token_file] if token_file else [])):
+                owner.give(path)
+            env.update(USER=owner.name, LOGNAME=owner.name)
+        argv = [python, "-m", "actors.raylocal", str(slots), str(num_cpus), self.temp_dir]
         ids: dict[str, Any] = {}
-        if user is not None:
+        if sandbox is not None:
+            env["TMPDIR"] = "/tmp"
+            sandbox = replace(sandbox, writable=tuple(dict.fromkeys([*sandbox.writable, str(home),
+                                                                     self.temp_dir])))
+            sandbox.check(python)
+            argv = sandbox.command(argv, cwd=REPO)
+        elif user is not None:
             user.check_runs(python)
-            user.give(home)
-            if token_file is not None:
-                user.give(token_file.parent)
-                user.give(token_file)
-            env.update(USER=user.name, LOGNAME=user.name)
             ids = {"user": user.uid, "group": user.gid, "extra_groups": []}
-        self.user = user
+        self.user = owner
+        self.sandbox = sandbox
         for attempt in range(1, attempts + 1):
             # Ray gives a new raylet 30 s to register (hard-coded): a loaded machine misses it
             self.proc = subprocess.Popen(
-                [python, "-m", "actors.raylocal", str(slots), str(num_cpus)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                 start_new_session=True,  # a terminal's Ctrl-C reaches it only through stop()
                 cwd=REPO, **ids,  # `-m actors.raylocal` from the checkout, whoever runs it
             )
@@ -215,15 +180,23 @@ class WorkloadRay:
             line = _read_line(self.proc.stdout, timeout_s)
             if line:
                 break
-            self.stop(timeout_s=30)
+            self._stop(timeout_s=30)
             if attempt == attempts:
+                shutil.rmtree(self.temp_dir, ignore_errors=True)
                 raise RuntimeError(f"the workload Ray did not start in {attempts} attempts")
         info = json.loads(line)
         self.address = WorkloadAddress(dashboard=info["dashboard"], gcs=info["gcs"],
                                        token_path=str(token_file) if token_file else None)
 
     def stop(self, timeout_s: float = 60.0) -> None:
-        """Shut the workload Ray down (its jobs die with it)."""
+        """Shut the workload Ray down (its jobs die with it) and remove its temp dir."""
+        try:
+            self._stop(timeout_s)
+        finally:
+            if self.proc.poll() is not None:
+                shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def _stop(self, timeout_s: float) -> None:
         if self.proc.poll() is not None:
             return
         assert self.proc.stdin is not None
@@ -248,6 +221,18 @@ def new_token_file(path: Path) -> Path:
     return path
 
 
+def private_ray_token(path: Path | None = None) -> Path:
+    """Ray's default token file (``~/.ray/auth_token``), which a control plane's local Ray
+    authenticates with: made here (0600) before Ray would make it readable by everyone, and kept
+    0600 in a 0700 directory."""
+    path = path or Path.home() / ".ray" / "auth_token"
+    if not path.exists():
+        new_token_file(path)
+    path.parent.chmod(0o700)
+    path.chmod(0o600)
+    return path
+
+
 def _read_line(stream: IO[bytes], timeout_s: float) -> str:
     """One line from ``stream``, or "" after ``timeout_s`` / at EOF."""
     box: list[bytes] = []
@@ -257,14 +242,15 @@ def _read_line(stream: IO[bytes], timeout_s: float) -> str:
     return box[0].decode().strip() if box else ""
 
 
-def serve_workload(slots: int, num_cpus: int) -> int:
+def serve_workload(slots: int, num_cpus: int, temp_dir: str | None = None) -> int:
     """The child of :class:`WorkloadRay`: start the Ray, print its addresses, wait for stdin EOF."""
     import ray
 
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything Ray prints goes to stderr
     try:
-        ctx = init_local_ray(namespace="spotplane-workload", include_dashboard=True,
+        extra: dict[str, Any] = {"_temp_dir": temp_dir} if temp_dir else {}
+        ctx = init_local_ray(namespace="spotplane-workload", include_dashboard=True, **extra,
                              log_to_driver=False, configure_logging=False, num_cpus=num_cpus,
                              resources={f"spotplane_slot:{i}": 1.0 for i in range(slots)})
     except Exception:
@@ -289,4 +275,4 @@ def _raise_exit(signum: int, frame: Any) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(serve_workload(int(sys.argv[1]), int(sys.argv[2])))
+    sys.exit(serve_workload(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4]))

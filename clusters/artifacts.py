@@ -450,14 +450,15 @@ class _ObjectArtifactStore(ABC):
 
 
 class LocalArtifactStore(_ObjectArtifactStore):
-    """Artifacts in a local (or shared, e.g. NFS) directory."""
+    """Artifacts in a local (or shared, e.g. NFS) directory. Directories are made by the first
+    write under them, by the writer: a reader (the control plane listing a tenant's checkpoints)
+    leaves none behind that a job running as another OS user could not write in."""
 
     def __init__(
         self, root: str | Path, *, clock: Clock | None = None, on_event: EventSink | None = None
     ) -> None:
         super().__init__(clock=clock, on_event=on_event)
         self.root = Path(root).expanduser().resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
         self.uri = f"file://{self.root}"
 
     def path_of(self, key: str) -> Path:

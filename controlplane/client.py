@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,6 +19,7 @@ import httpx
 
 from controlplane.core.attemptlogs import split_attempts, unsent
 from controlplane.core.errors import (
+    ConfigError,
     Conflict,
     InvalidInput,
     NotFound,
@@ -31,6 +33,7 @@ API = "/v1"
 NEXT_AFTER_HEADER = "X-Spotplane-Next-After"  # the API's cursor of the next page of jobs
 DEFAULT_PAGE = 1000  # GET /v1/jobs without a limit
 ENDPOINT_FILE = "endpoint.json"
+ADMIN_TOKEN_FILE = "admin-token"
 FINISHED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 
 
@@ -291,13 +294,47 @@ class SpotplaneClient:
         return result
 
 
-def write_endpoint(state_dir: Path, url: str, admin_token: str, pid: int) -> Path:
-    """Record where ``spotplane up`` serves and its admin token (mode 0600) for later commands."""
+def admin_token_file(state_dir: Path) -> Path:
+    """Where ``spotplane up`` keeps its admin token (mode 0600, in the 0700 state directory)."""
+    return state_dir / ADMIN_TOKEN_FILE
+
+
+def load_admin_token(state_dir: Path, create: Callable[[], str] | None = None) -> str | None:
+    """The admin token of :func:`admin_token_file`, made with ``create`` (mode 0600) where there
+    is none yet; None when there is none and nothing to create it with. A token file that others
+    can read is refused: it would not be a secret."""
+    path = admin_token_file(state_dir)
+    try:
+        mode = path.stat().st_mode & 0o777
+    except PermissionError:  # another user's state directory: that user's token
+        return None
+    except FileNotFoundError:
+        if create is None:
+            return None
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(create() + "\n")
+        mode = 0o600
+    if mode & 0o077:
+        raise ConfigError(f"admin token: {path} is readable by others (mode {mode:o})",
+                          fix=f"chmod 600 {path}, or delete it for a new token")
+    token = path.read_text().strip()
+    if not token:
+        raise ConfigError(f"admin token: {path} is empty", fix=f"delete {path} for a new token")
+    return token
+
+
+def write_endpoint(state_dir: Path, url: str, pid: int) -> Path:
+    """Record where ``spotplane up`` serves, the file of its admin token and its pid (mode
+    0600) for later commands; the token itself stays in its own file."""
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / ENDPOINT_FILE
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "admin_token": admin_token, "pid": pid}))
-    tmp.chmod(0o600)
+    record = {"url": url, "admin_token_file": str(admin_token_file(state_dir)), "pid": pid}
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(record))
     tmp.replace(path)
     return path
 

@@ -72,17 +72,22 @@ def ray_cluster():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def workload_ray(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """A second real local Ray for tenants' jobs (``actors.raylocal.WorkloadRay``: started
-    with a scrubbed environment, 4 ``spotplane_slot`` resources), beside the control plane's
+    with a scrubbed environment in its sandbox, 4 ``spotplane_slot`` resources), beside the control plane's
     ``ray_cluster``. One per session: each Ray costs 10-20 s to start. Yields its
     ``WorkloadAddress``; the ``SPOTPLANE_ADMIN_TOKEN`` set while it starts must not reach it."""
     import os
 
     from actors.raylocal import WorkloadRay
+    from actors.sandbox import Sandbox
 
     saved = os.environ.get("SPOTPLANE_ADMIN_TOKEN")
     os.environ["SPOTPLANE_ADMIN_TOKEN"] = WORKLOAD_PARENT_SECRET
+    # in the sandbox, as the test's own user: the tests' artifact directories (under pytest's
+    # base temp dir, made after it starts) are the only place of this machine's it can write
+    sandbox = Sandbox.for_workload(writable=[tmp_path_factory.getbasetemp()])
     try:
-        workload = WorkloadRay(4, num_cpus=2, home=tmp_path_factory.mktemp("workload-home"))
+        workload = WorkloadRay(4, num_cpus=2, home=tmp_path_factory.mktemp("workload-home"),
+                               sandbox=sandbox)
     finally:
         if saved is None:
             os.environ.pop("SPOTPLANE_ADMIN_TOKEN", None)

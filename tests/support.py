@@ -128,3 +128,11 @@ def stop_up(proc: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGTERM,
     for group in [proc.pid, *sessions]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)  # stragglers of a group whose leader has exited
+
+
+def give_admin_token(state_dir: Path, token: str) -> None:
+    """Put ``token`` where ``spotplane up`` reads its admin token (a 0600 file in the state
+    directory), as an operator who chooses the token would."""
+    from controlplane.client import load_admin_token
+
+    assert load_admin_token(state_dir, create=lambda: token) == token

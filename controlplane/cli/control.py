@@ -24,7 +24,13 @@ from pydantic import ValidationError
 from controlplane.cli.live import HEADER, LiveTable, job_row
 from controlplane.cli.packaging import upload_working_dir
 from controlplane.cli.up import run_up
-from controlplane.client import ServerUnreachable, SpotplaneClient, clear_endpoint, read_endpoint
+from controlplane.client import (
+    ServerUnreachable,
+    SpotplaneClient,
+    clear_endpoint,
+    load_admin_token,
+    read_endpoint,
+)
 from controlplane.core.config import load_settings
 from controlplane.core.errors import ConfigError, InvalidInput, NotFound
 from controlplane.core.models import BagSpec, JobSpec
@@ -89,9 +95,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--workload-token", default=None, metavar="FILE",
                     help="that cluster's Ray auth token file (env SPOTPLANE_WORKLOAD_TOKEN_PATH)")
     up.add_argument("--workload-user", default=None, metavar="USER",
-                    help="run the local workload Ray (so every tenant job) as this OS user, which "
-                         "cannot read the state directory; needs root and --artifacts outside the "
-                         "state directory (env SPOTPLANE_WORKLOAD_USER; docs/security.md)")
+                    help="the OS user the local workload Ray (so every tenant job) runs as inside its "
+                         "sandbox; needs root (default as root: spotplane-jobs, created if missing; "
+                         "env SPOTPLANE_WORKLOAD_USER; docs/security.md)")
+    up.add_argument("--unsafe-no-sandbox", action="store_true",
+                    help="UNSAFE: run tenants' jobs without the sandbox, able to read this machine as "
+                         "the control plane does (its admin token, store and Ray). Trusted tenants only")
     up.set_defaults(handler=cmd_up)
 
     submit = sub.add_parser("submit", parents=[common], help="submit jobs or a bag from a YAML file")
@@ -152,11 +161,13 @@ def state_dir_of(flag: str | None) -> Path:
 
 def client_of(args: argparse.Namespace) -> SpotplaneClient:
     """A client for the API named by the flags, the environment or what ``up`` recorded."""
-    recorded = read_endpoint(state_dir_of(getattr(args, "state_dir", None))) or {}
+    state_dir = state_dir_of(getattr(args, "state_dir", None))
+    recorded = read_endpoint(state_dir) or {}
     url = args.url or os.environ.get("SPOTPLANE_URL") or recorded.get("url")
     if not url:
         raise ServerUnreachable("(no URL)", "no running `spotplane up` recorded in the state directory")
-    token = args.token or os.environ.get("SPOTPLANE_TOKEN") or recorded.get("admin_token")
+    token = args.token or os.environ.get("SPOTPLANE_TOKEN") or (
+        load_admin_token(state_dir) if recorded else None)
     return SpotplaneClient(str(url), token)
 
 

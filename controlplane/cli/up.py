@@ -2,7 +2,7 @@
 
 Order of start: the control plane's Ray -> the workload Ray (where tenants' jobs run, started
 with a scrubbed environment; docs/security.md) -> control plane (``actors.runtime.start_control_plane``) -> Serve API on
-the port -> the endpoint file (URL, admin token, pid; mode 0600) for the other commands. Stop
+the port -> the endpoint file (URL, the admin token's file, pid; mode 0600) for the other commands. Stop
 (Ctrl-C, SIGTERM from ``spotplane down``, or the end of ``--demo --report-json``) runs in the
 reverse order and keeps the state directory for the next ``up``.
 """
@@ -29,9 +29,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from actors.raylocal import OsUser, WorkloadRay, init_local_ray
+from actors.raylocal import WorkloadRay, init_local_ray
+from actors.sandbox import OsUser, Sandbox
 from clusters.providers import PROVIDERS
-from controlplane.client import SpotplaneClient, clear_endpoint, read_endpoint, write_endpoint
+from controlplane.client import (
+    SpotplaneClient,
+    admin_token_file,
+    clear_endpoint,
+    load_admin_token,
+    read_endpoint,
+    write_endpoint,
+)
 from controlplane.core.config import load_settings
 from controlplane.core.errors import CloudError, ConfigError, InvalidInput
 from controlplane.core.units import DB_FILE, SIMFLEET_DB
@@ -45,6 +53,9 @@ DEFAULT_SPEED = 60.0
 DEMO_TIMEOUT_S = 290.0
 CHILD_ENV = "SPOTPLANE_UP_CHILD"
 EXECUTOR_FACTORY = "actors.executor:runtime_executor"
+# never passed on to the supervised child (and so to nothing it starts): the admin token lives in
+# its file, and a variable of the operator's shell must not spread to the control plane's processes
+SECRET_ENV = ("SPOTPLANE_ADMIN_TOKEN",)
 REAL_JOB_SLOTS = 8  # simulated nodes that may run a real job's replica at once (local Ray)
 
 
@@ -197,6 +208,8 @@ def child_command(args: argparse.Namespace, state_dir: Path, port: int) -> list[
     for flag in ("lease_ttl", "api_replicas", "zone_observation"):
         if getattr(args, flag, None) is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    if getattr(args, "unsafe_no_sandbox", False):
+        cmd.append("--unsafe-no-sandbox")
     if args.report_json:
         cmd += ["--report-json", str(Path(args.report_json).resolve())]
     if args.plot:
@@ -262,7 +275,8 @@ def run_up(args: argparse.Namespace) -> int:
     check_not_running(state_dir)
     check_fleet(args.fleet)
     executor_options(args, state_dir)  # a bad --artifacts fails here, before Ray starts
-    workload_user(args, state_dir)  # and a workload user that cannot work
+    if workload_sandbox(args, state_dir) is None and not workload_options(args):
+        workload_user(args, state_dir, sandboxed=False)  # and a workload that cannot work
     if args.fleet == "ray" and not workload_options(args):
         raise ConfigError("fleet ray: tenants' jobs need a workload Ray cluster other than the control plane's",
                           fix="pass --workload-address (its dashboard) and --workload-gcs (docs/security.md)")
@@ -286,12 +300,18 @@ def run_up(args: argparse.Namespace) -> int:
     # deferred: Ray and Serve load only when `up` starts them; every other command starts in under a second
     from serve.auth import new_admin_token
 
-    admin_token = os.environ.get("SPOTPLANE_ADMIN_TOKEN") or new_admin_token()
+    # read once from its 0600 file (made there the first time): never in an environment, a
+    # command line or the log
+    admin_token = load_admin_token(state_dir, create=new_admin_token)
+    assert admin_token is not None
+    if os.environ.get(CHILD_ENV) != "1" and any(k in os.environ for k in SECRET_ENV):
+        print(f"spotplane: SPOTPLANE_ADMIN_TOKEN is ignored and not passed on: the admin token is the "
+              f"one in {admin_token_file(state_dir)}", file=sys.stderr, flush=True)
     if getattr(args, "data_dir", None):
         os.environ["SPOTPLANE_DATA_DIR"] = str(Path(args.data_dir).expanduser().resolve())
     if os.environ.get(CHILD_ENV) != "1":
-        env = dict(os.environ, **{CHILD_ENV: "1", "SPOTPLANE_ADMIN_TOKEN": admin_token,
-                                  "SPOTPLANE_DB": str(db)})  # a URL's password stays out of argv
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        env.update({CHILD_ENV: "1", "SPOTPLANE_DB": str(db)})  # a URL's password stays out of argv
         return supervise(child_command(args, state_dir, port), env)
     started: dict[str, Any] = {}
     code = 1
@@ -323,29 +343,54 @@ def _serve(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
         return 0
 
 
-def workload_user(args: argparse.Namespace, state_dir: Path) -> OsUser | None:
-    """``--workload-user`` (SPOTPLANE_WORKLOAD_USER): the OS account the local workload Ray runs
-    as, checked (it exists, is not ours, we are root, it can run this Python), with the artifact
-    directory made its own; None when unset (same-user mode, docs/security.md)."""
+def workload_user(args: argparse.Namespace, state_dir: Path, *, sandboxed: bool) -> OsUser | None:
+    """The OS account the local workload Ray runs as: ``--workload-user`` (SPOTPLANE_WORKLOAD_USER),
+    else, as root in the sandbox, :data:`~actors.sandbox.WORKLOAD_USER` (created if missing);
+    None for the control plane's own user. Checked (it exists, is not ours, we are root), with the
+    artifact directory made its own."""
     name = getattr(args, "workload_user", None) or os.environ.get("SPOTPLANE_WORKLOAD_USER")
-    if not name:
-        return None
-    if workload_options(args):
+    if name and workload_options(args):
         raise InvalidInput("--workload-user", "applies to the local workload Ray only",
                            fix="run the operator's workload cluster under its own account, or drop "
                                "--workload-address")
-    user = OsUser.named(name)
+    if not name and not (sandboxed and os.geteuid() == 0):
+        return None
+    user = OsUser.named(name) if name else OsUser.ensure()
     uri = executor_options(args, state_dir)["artifact_uri"]
     if "://" not in uri:
         root = Path(uri).resolve()
-        if root.is_relative_to(state_dir.resolve()):
+        if not sandboxed and root.is_relative_to(state_dir.resolve()):
             raise InvalidInput("--artifacts", f"{root} is inside the state directory, which "
-                               f"{name!r} cannot enter (0700)",
+                               f"{user.name!r} cannot enter (0700)",
                                fix="pass --artifacts DIR outside the state directory")
         root.mkdir(parents=True, exist_ok=True)
-        user.give(root)
-    user.check_runs(sys.executable)
+        user.give(root, tree=True)
+    if not sandboxed:
+        user.check_runs(sys.executable)
     return user
+
+
+def workload_sandbox(args: argparse.Namespace, state_dir: Path) -> Sandbox | None:
+    """The sandbox of the local workload Ray (docs/security.md): a root holding the runtime, its
+    own directories and the artifact root only, as :func:`workload_user`; None for an operator's
+    cluster (``--workload-address``) and with ``--unsafe-no-sandbox``, which says so loudly.
+    Refuses, naming the fix, where bubblewrap is missing or the runtime cannot run inside."""
+    if workload_options(args):
+        return None
+    if getattr(args, "unsafe_no_sandbox", False):
+        print("spotplane: WARNING --unsafe-no-sandbox: tenants' jobs run with the control plane's view "
+              "of this machine and can read its admin token, store and Ray; trusted tenants only",
+              file=sys.stderr, flush=True)
+        return None
+    user = workload_user(args, state_dir, sandboxed=True)
+    uri = executor_options(args, state_dir)["artifact_uri"]
+    writable = []
+    if "://" not in uri:
+        Path(uri).mkdir(parents=True, exist_ok=True)
+        writable.append(str(Path(uri).resolve()))
+    sandbox = Sandbox.for_workload(writable=writable, hidden=[str(state_dir.resolve())], user=user)
+    sandbox.check()
+    return sandbox
 
 
 def start_ray(fleet: str) -> None:
@@ -379,8 +424,10 @@ def start_workload(args: argparse.Namespace, state_dir: Path, started: dict[str,
 
     home = tempfile.mkdtemp(prefix="spotplane-workload-")
     started["workload_home"] = home
+    sandbox = workload_sandbox(args, state_dir)
+    user = None if sandbox is not None else workload_user(args, state_dir, sandboxed=False)
     workload = WorkloadRay(REAL_JOB_SLOTS, num_cpus=max(4, os.cpu_count() or 1), home=home,
-                           user=workload_user(args, state_dir))
+                           user=user, sandbox=sandbox)
     started["workload"] = workload
     out = {"workload_address": workload.address.dashboard, "workload_gcs": workload.address.gcs}
     if workload.address.token_path:
@@ -448,12 +495,12 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     print(f"spotplane is up in {time.monotonic() - t0:.0f} s\n"
           f"  API          {url}   (OpenAPI: {url}/docs)\n"
           f"  dashboard    {url}/   (log in with the admin token below or a tenant's)\n"
-          f"  admin token  {admin_token}\n"
+          f"  admin token  in {admin_token_file(state_dir)} (mode 0600; `spotplane` commands read it)\n"
           f"  state        {state_dir}"
           + (f" (store: {redact(str(db))})" if is_postgres(db) else "") + "\n"
           f"  try          spotplane jobs --state-dir {state_dir}   |   stop: Ctrl-C or `spotplane down`",
           flush=True)
-    write_endpoint(state_dir, url, admin_token, os.getpid())  # last: it tells others we are ready
+    write_endpoint(state_dir, url, os.getpid())  # last: it tells others we are ready
     started["endpoint"] = True
     return url
 

@@ -19,7 +19,7 @@ import pytest
 from controlplane.cli.main import main
 from controlplane.client import read_endpoint
 from controlplane.store import Store
-from tests.support import free_port, stop_up, wait_until
+from tests.support import free_port, give_admin_token, stop_up, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -45,7 +45,8 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     state = Path(tmp_path_factory.mktemp("up-state"))
     log = state / "up.log"
     port = free_port()
-    env = dict(os.environ, SPOTPLANE_ADMIN_TOKEN=ADMIN)
+    env = dict(os.environ)
+    give_admin_token(state, ADMIN)
     with log.open("wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "controlplane.cli.main", "up", "--state-dir", str(state), "--port", str(port),
@@ -60,13 +61,14 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         stop_up(proc)
 
 
-def test_up_prints_url_and_admin_token_and_records_them(up: Up) -> None:
+def test_up_prints_url_and_admin_token_file_and_records_them(up: Up) -> None:
     text = up.log.read_text()
     assert f"API          {up.url}" in text and f"{up.url}/docs" in text
-    assert f"admin token  {ADMIN}" in text
+    assert f"admin token  in {up.state / 'admin-token'} (mode 0600" in text and ADMIN not in text
     recorded = read_endpoint(up.state)
     assert recorded is not None
-    assert {k: recorded[k] for k in ("url", "admin_token")} == {"url": up.url, "admin_token": ADMIN}
+    assert {k: recorded[k] for k in ("url", "admin_token_file")} == {
+        "url": up.url, "admin_token_file": str(up.state / "admin-token")}
     # the pid `down` signals: the supervised child running Ray, in its own session
     assert recorded["pid"] != up.proc.pid and os.getsid(recorded["pid"]) == recorded["pid"]
     assert oct((up.state / "endpoint.json").stat().st_mode & 0o777) == "0o600"

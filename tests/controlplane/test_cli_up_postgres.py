@@ -16,7 +16,7 @@ from controlplane.cli.main import main
 from controlplane.client import read_endpoint
 from controlplane.core.models import JobState
 from controlplane.store import Store
-from tests.support import free_port, stop_up, wait_until
+from tests.support import free_port, give_admin_token, stop_up, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -26,7 +26,8 @@ ADMIN = "spa_cli-pg-admin"
 def test_up_on_postgresql_runs_jobs_from_the_database(pg_url: str, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     state, log = tmp_path / "state", tmp_path / "up.log"
-    env = dict(os.environ, SPOTPLANE_ADMIN_TOKEN=ADMIN)
+    env = dict(os.environ)
+    give_admin_token(state, ADMIN)
     with log.open("wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "controlplane.cli.main", "up", "--state-dir", str(state),

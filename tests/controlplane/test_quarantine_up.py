@@ -4,7 +4,6 @@ says which row it quarantined, the API shows that job FAILED, and other jobs run
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -17,7 +16,7 @@ import pytest
 from controlplane.client import read_endpoint
 from controlplane.core.models import Job, JobSpec
 from controlplane.store import Store
-from tests.support import free_port, stop_up, wait_until
+from tests.support import free_port, give_admin_token, stop_up, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -39,11 +38,11 @@ def test_up_starts_on_a_poisoned_store_and_names_the_quarantined_row(tmp_path: P
     store.close()
     log = tmp_path / "up.log"
     port = free_port()
+    give_admin_token(state, "spa_quarantine-test")
     with log.open("wb") as fh:
         proc = subprocess.Popen(
             [sys.executable, "-m", "controlplane.cli.main", "up", "--state-dir", str(state),
              "--port", str(port), "--speed", "3600"], stdout=fh, stderr=subprocess.STDOUT,
-            env=dict(os.environ, SPOTPLANE_ADMIN_TOKEN="spa_quarantine-test"),
             start_new_session=True)
     try:
         wait_until(lambda: read_endpoint(state) is not None or proc.poll() is not None, 240,

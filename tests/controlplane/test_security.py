@@ -4,34 +4,37 @@ secrets nor another tenant's artifacts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
+import pwd
+import shlex
 import subprocess
 import sys
-import tempfile
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from actors.executor import job_env, runtime_executor
-from actors.jobagent import job_logs
-from actors.raylocal import REPO, OsUser, WorkloadAddress, WorkloadRay, scrubbed_env
-from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
+from actors.raylocal import REPO, OsUser, scrubbed_env
+from actors.sandbox import WORKLOAD_USER, find_bwrap
 from clusters.artifacts import LocalArtifactStore
 from controlplane import jobenv
+from controlplane.cli.demo import real_job
+from controlplane.client import SpotplaneClient, admin_token_file, load_admin_token, read_endpoint
 from controlplane.core.errors import InvalidInput
-from controlplane.core.models import TERMINAL_STATES, JobSpec, JobState
-from controlplane.store import Store
-from tests.conftest import WORKLOAD_PARENT_SECRET
+from tests.support import free_port, stop_up, wait_until
 
 HOSTILE = Path(__file__).with_name("hostile_job.py")
 ADMIN = "spa_admin-token-of-the-control-plane"
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+# what the command lines of the control plane's processes hold (`up`, its actors, the Serve API)
+CONTROL_PLANE_PROCESSES = ("controlplane.cli.main", "ControllerActor", "ServeController",
+                           "ServeReplica", "ProxyActor", "QuotaAllocator", "spotplane-controller")
 
 
 def test_the_launcher_keeps_only_the_allow_list() -> None:
@@ -112,155 +115,176 @@ def test_the_workload_ray_refuses_a_client_without_its_token(workload_ray: Any, 
     assert rc == 0 and "JOINED 1" in out, err[-2000:]
 
 
-def _wait_terminal(store: Store, job_id: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and store.get_job(job_id).state not in TERMINAL_STATES:
-        time.sleep(0.5)
-    return store.get_job(job_id)
-
-
 @pytest.fixture(scope="module")
-def workload_ray_as_nobody() -> Iterator[WorkloadAddress]:
-    """The workload Ray run as the OS user ``nobody`` (needs root to switch users; skipped
-    elsewhere): its HOME a fresh directory in /tmp handed to ``nobody``."""
-    if os.geteuid() != 0:
-        pytest.skip("running the workload Ray as another OS user needs root")
-    nobody = OsUser.named("nobody")
+def default_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """``spotplane up`` as a user starts it: no flag but where its state and log go. The
+    operator's shell holds an admin token variable, which must reach none of its processes."""
+    base = tmp_path_factory.mktemp("default-up")
+    state, log, port = base / "state", base / "up.log", free_port()
+    env = dict(os.environ, SPOTPLANE_ADMIN_TOKEN=ADMIN)
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "controlplane.cli.main", "up", "--state-dir", str(state),
+             "--port", str(port)], stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        nobody.check_runs(sys.executable)
-    except InvalidInput as exc:  # e.g. a pyenv interpreter under /root (0700): see docs/security.md
-        pytest.skip(str(exc))
-    home = tempfile.mkdtemp(prefix="spotplane-workload-", dir="/tmp")
-    workload = WorkloadRay(4, num_cpus=2, home=home, user=nobody)
-    try:
-        yield workload.address
+        wait_until(lambda: read_endpoint(state) is not None or proc.poll() is not None, 300,
+                   "`spotplane up`", why=log.read_text)
+        assert proc.poll() is None, log.read_text()
+        yield {"proc": proc, "state": state, "log": log, "url": f"http://127.0.0.1:{port}"}
     finally:
-        workload.stop()
-        shutil.rmtree(home, ignore_errors=True)
+        stop_up(proc)
 
 
-def _hostile_run(ray_cluster: Any, workload: WorkloadAddress, state_dir: Path,
-                 artifacts: Path) -> tuple[dict[str, Any], str, str]:
-    """A victim's job, then the hostile job, on ``workload`` driven by a control plane whose
-    state is in ``state_dir``: what the hostile job found, and both tenants' ids."""
-    namespace = f"sec-{uuid.uuid4().hex[:8]}"
-    os.environ["SPOTPLANE_ADMIN_TOKEN"] = ADMIN  # in the process that starts the control plane
-    settings = RuntimeSettings(
-        state_dir=state_dir, namespace=namespace, detached=False, forecaster=False,
-        policy_actors=False, speed=60.0, autostart=True, seed=1, fleet_options={"gcp": False},
-        executor_factory="actors.executor:runtime_executor",
-        executor_options={"workload_address": workload.dashboard,
-                          "workload_gcs": workload.gcs,
-                          "workload_token_path": workload.token_path,
-                          "artifact_uri": str(artifacts)},
-    )
-    handles = start_control_plane(settings)
-    try:
-        store = Store(settings.db_path)
-        victim_tenant, _ = store.create_tenant("victim")
-        hostile_tenant, _ = store.create_tenant("hostile")
-        victim = store.submit_job(victim_tenant.id, JobSpec(
-            name="numpy", kind="spot", accelerator="V100", compute_hours=0.05,
-            entrypoint="python examples/train_numpy.py --steps 40 --seed 3 --step-seconds 0.02"))
-        v = _wait_terminal(store, victim.id, 240)
-        assert v.state is JobState.SUCCEEDED, (v.state, v.message)
-        victim_store = LocalArtifactStore(artifacts / "tenants" / victim_tenant.id)
-        assert victim_store.restore_latest(victim.id) is not None  # the victim's own prefix
-        control_gcs = ray_cluster.address_info["gcs_address"]
-        hostile = store.submit_job(hostile_tenant.id, JobSpec(
-            name="hostile", kind="spot", accelerator="V100", compute_hours=0.05,
-            env={"MY_SETTING": "42"},
-            entrypoint=f"python {HOSTILE} {victim.id} {namespace} {control_gcs} {state_dir.resolve()} "
-                       f"{os.getpid()} {Path.home()}"))
-        h = _wait_terminal(store, hostile.id, 240)
-        logs = job_logs(workload.dashboard, hostile.id, workload.token_path)
-        print(logs[-8000:])  # shown when an assertion below fails
-        assert h.state is JobState.SUCCEEDED, (h.state, h.message)
-    finally:
-        stop_control_plane(handles)
-        os.environ.pop("SPOTPLANE_ADMIN_TOKEN", None)
+def _descendants(pid: int) -> list[Any]:
+    return [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+
+
+def _gcs_addresses(pid: int) -> list[str]:
+    """The GCS of every Ray ``up`` started (its own and the workload's): where their
+    ``gcs_server`` processes listen (Ray picks the port: the command line says 0)."""
+    out = set()
+    for p in _descendants(pid):
+        with contextlib.suppress(psutil.Error):
+            if p.name() == "gcs_server":
+                args = dict(a.lstrip("-").split("=", 1) for a in p.cmdline() if a.startswith("--") and "=" in a)
+                host = args.get("node-ip-address") or args.get("node_ip_address") or "127.0.0.1"
+                out |= {f"{host}:{c.laddr.port}" for c in p.net_connections(kind="tcp")
+                        if c.status == psutil.CONN_LISTEN}
+    return sorted(out)
+
+
+def _hostile_run(up: dict[str, Any]) -> tuple[dict[str, Any], str, str, str]:
+    """A victim's real job, then the hostile job, both through the API of ``up``: what the
+    hostile job found, both tenants' ids and the admin token."""
+    state: Path = up["state"]
+    admin_token = load_admin_token(state)
+    assert admin_token is not None
+    gcs = _gcs_addresses(read_endpoint(state)["pid"])  # type: ignore[index]
+    assert len(gcs) == 2, gcs  # the control plane's and the workload's
+    with SpotplaneClient(up["url"], admin_token) as admin:
+        victim, hostile = admin.create_tenant("victim"), admin.create_tenant("hostile")
+    with SpotplaneClient(up["url"], victim["token"]) as v:
+        victim_job = v.submit(real_job("numpy", steps=40, step_seconds=0.02, seed=3, speed=60.0))["id"]
+        done = wait_until(lambda: v.job(victim_job)["state"] in TERMINAL, 240, "the victim's job",
+                          poll=0.5, why=lambda: v.logs(victim_job)[-3000:])
+        assert done and v.job(victim_job)["state"] == "SUCCEEDED", v.logs(victim_job)[-3000:]
+    assert LocalArtifactStore(state / "artifacts" / "tenants" / victim["tenant"]["id"]).restore_latest(victim_job)
+    entry = shlex.join(["python", str(HOSTILE), up["url"], victim_job, str(state), str(up["log"]),
+                        json.dumps(gcs)])
+    with SpotplaneClient(up["url"], hostile["token"]) as h:
+        job = h.submit({"name": "hostile", "kind": "hp", "accelerator": "V100", "compute_hours": 0.05,
+                        "env": {"MY_SETTING": "42"}, "entrypoint": entry})["id"]
+        wait_until(lambda: h.job(job)["state"] in TERMINAL, 300, "the hostile job", poll=0.5,
+                   why=lambda: h.logs(job)[-3000:])
+        logs = h.logs(job)
+        assert h.job(job)["state"] == "SUCCEEDED", logs[-5000:]
     found = json.loads(next(ln for ln in logs.splitlines() if ln.startswith("HOSTILE "))[8:])
-    print(json.dumps({k: v for k, v in found.items() if k != "env"}, indent=1))
-    return found, victim_tenant.id, hostile_tenant.id
+    print(json.dumps({k: v for k, v in found.items() if k != "env"}, indent=1)[:20000])
+    return found, victim["tenant"]["id"], hostile["tenant"]["id"], admin_token
 
 
-def _reaches_nothing_through_ray_env_or_api(found: dict[str, Any], workload: WorkloadAddress,
-                                            artifacts: Path, hostile_tenant: str) -> None:
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_hostile_job_of_the_default_up_gets_nothing(default_up: dict[str, Any]) -> None:
+    """The default ``spotplane up``: the job scans /proc, walks the file system for the control
+    plane's secrets, opens the state directory, its store and ``up``'s log by path, joins every
+    GCS on the machine with every token it found, and uses every token against the admin API.
+    It gets nothing, runs as an unprivileged user of its own (here as root), and its own Ray with
+    its own token still works, so every refusal below is the sandbox's, not a broken probe's."""
+    found, victim, hostile, admin_token = _hostile_run(default_up)
+    state: Path = default_up["state"]
+    # (a) no control-plane process in its /proc, no token in any environment or file it sees
+    processes = found["processes"] = found["proc"]["processes"]
+    assert processes["1"].startswith(find_bwrap() or "bwrap")  # its own PID namespace
+    for pid, cmd in processes.items():
+        assert not any(cp in cmd for cp in CONTROL_PLANE_PROCESSES), (pid, cmd)
+    assert found["proc"]["tokens"] == [] and found["fs"]["tokens"] == [] and found["tokens"] == []
+    assert found["api"] == {}
+    assert found["fs"]["walked"] > 1000  # it did walk the file system it sees
+    names = {Path(p).name for p in found["fs"]["files"]}
+    assert not names & {"admin-token", "endpoint.json", "spotplane.db", "up.log"}, found["fs"]["files"]
+    # (b) by path: the state directory holds its artifacts only, the log and Ray token are not there
+    by_path = found["by_path"]
+    assert by_path["listing"] in ("GOT ['artifacts']", "GOT []"), by_path["listing"]
+    for what in ("store", "endpoint", "admin_token", "log", "ray_token"):
+        assert by_path[what].startswith("FAILED"), (what, by_path[what])
+    # (c) the control plane's GCS refuses every token it has; its own GCS takes its own token
+    own_gcs = found["env"]["RAY_ADDRESS"]
+    tries = found["gcs"]
+    assert any(k.startswith(own_gcs + " /") and v.startswith("GOT ACTORS") for k, v in tries.items()), tries
+    control = {k: v for k, v in tries.items() if not k.startswith(own_gcs + " ")}
+    assert control and all(v.startswith("FAILED") for v in control.values()), tries
+    # (d) an unprivileged account of its own when spotplane runs as root
+    if os.geteuid() == 0:
+        assert found["uid"] == pwd.getpwnam(WORKLOAD_USER).pw_uid != 0
+    # (e) its environment is the allow-list and its own; its artifact store its tenant's prefix
     env = found["env"]
-    # (a) no control-plane secret in its environment; only the allow-list and its own env
-    assert "SPOTPLANE_ADMIN_TOKEN" not in env
-    assert not any(ADMIN in v or WORKLOAD_PARENT_SECRET in v for v in env.values())
+    assert not any(ADMIN in v or admin_token in v for v in env.values())
     assert {k for k in env if k.startswith("SPOTPLANE_")} == {
         "SPOTPLANE_JOB_ID", "SPOTPLANE_REPLICA_ID", "SPOTPLANE_TENANT_ID", "SPOTPLANE_ARTIFACT_URI",
         "SPOTPLANE_CHECKPOINT_ACTOR", "SPOTPLANE_RAY_NAMESPACE", "SPOTPLANE_NODE_ID"}
-    assert env["MY_SETTING"] == "42" and env["SPOTPLANE_TENANT_ID"] == hostile_tenant
+    assert env["MY_SETTING"] == "42" and env["SPOTPLANE_TENANT_ID"] == hostile
     assert set(env) - {"MY_SETTING"} <= jobenv.SYSTEM_KEYS | jobenv.SPOTPLANE_KEYS | {
         k for k in env if k.startswith(("RAY_", *jobenv.NUMERIC_PREFIXES))}
-    # ... nor in the files it finds from its HOME (the default state dir)
-    assert found["files"] and all(r.startswith("FAILED") for r in found["files"].values()), found["files"]
-    # the Ray token in its HOME is the workload cluster's own, not the control plane's
-    own = Path(workload.token_path or "").read_text().strip()
-    assert found["own_ray_token"] == f"GOT {own!r}", found["own_ray_token"]
-    control_token = Path.home() / ".ray" / "auth_token"  # Ray's default for ray_cluster
-    assert not control_token.is_file() or control_token.read_text().strip() != own
-    # (b) its Ray is the workload cluster: no controller, only checkpoint actors
-    assert found["gcs"] == f"GOT {workload.gcs!r}"
-    assert found["controller"].startswith("FAILED ValueError"), found["controller"]
-    names = [a["name"] for a in found["named_actors"] if not a["name"].startswith("_ray_internal_")]
-    assert names and all(n.startswith("spotplane-ckpt-") for n in names), found["named_actors"]
-    # ... and the control plane's Ray refuses it (not its Ray auth token)
-    assert found["control_ray"].startswith("FAILED"), found["control_ray"]
-    # (c) the store's SQLite file is nowhere it can find from its HOME or working directory
-    assert all(r.startswith("FAILED") for r in found["store"].values()), found["store"]
-    # (d) its artifact store is its tenant's prefix: the victim's job is not there
-    assert found["artifact_uri"] == str(artifacts / "tenants" / hostile_tenant)
-    assert found["other_list"] == "GOT []"
-    assert found["other_restore"] == "GOT None"
+    assert found["artifact_uri"] == str((state / "artifacts" / "tenants" / hostile).resolve())
+    assert found["other_list"] == "GOT []" and found["other_restore"] == "GOT None"
     assert found["other_traversal"].startswith("FAILED InvalidInput"), found["other_traversal"]
+    assert victim != hostile
 
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_a_hostile_job_reaches_no_secret_actor_store_or_other_tenants_artifacts(
-    ray_cluster: Any, workload_ray: Any, tmp_path: Path
+def test_the_default_up_keeps_its_secrets_out_of_environments_logs_and_open_files(
+    default_up: dict[str, Any]
 ) -> None:
-    """Same-user mode (the workload Ray runs as the control plane's OS user): everything but
-    the files it opens by path, which that user can read (docs/security.md, known limits)."""
-    artifacts = tmp_path / "artifacts"
-    found, _, hostile = _hostile_run(ray_cluster, workload_ray, tmp_path / "state", artifacts)
-    _reaches_nothing_through_ray_env_or_api(found, workload_ray, artifacts, hostile)
-    # the residual risk, pinned: same uid, so the 0600 files open by their path
-    assert found["uid"] == os.getuid()
-    assert found["by_path"]["store"].startswith("GOT"), found["by_path"]
-    assert found["by_path"]["environ"].startswith("GOT"), found["by_path"]
+    """The admin token is in one 0600 file: in no process's environment or command line (the
+    operator's shell variable is not passed on), not in the log (which names the file), not in
+    ``endpoint.json``; the state directory is 0700 and the control plane's Ray token 0600."""
+    state: Path = default_up["state"]
+    token = load_admin_token(state)
+    assert token is not None and token != ADMIN and token.startswith("spa_")
+    assert oct(admin_token_file(state).stat().st_mode & 0o777) == "0o600"
+    assert oct(state.stat().st_mode & 0o777) == "0o700"
+    for name in ("endpoint.json", "spotplane.db"):
+        assert oct((state / name).stat().st_mode & 0o077) == "0o0", name
+    ray_token = Path.home() / ".ray" / "auth_token"
+    assert oct(ray_token.stat().st_mode & 0o777) == "0o600"
+    assert oct(ray_token.parent.stat().st_mode & 0o777) == "0o700"
+    record = read_endpoint(state)
+    assert record is not None and token not in json.dumps(record)
+    assert record["admin_token_file"] == str(admin_token_file(state))
+    log = default_up["log"].read_text()
+    assert token not in log and str(admin_token_file(state)) in log
+    seen = 0
+    for p in _descendants(default_up["proc"].pid):
+        try:
+            environ, cmdline = Path(f"/proc/{p.pid}/environ").read_bytes(), " ".join(p.cmdline())
+        except (OSError, psutil.Error):
+            continue
+        seen += 1
+        assert token.encode() not in environ and token not in cmdline, p.cmdline()
+        if p.pid != default_up["proc"].pid:  # the operator's own process keeps what it was given
+            assert ADMIN.encode() not in environ and ADMIN not in cmdline, p.cmdline()
+    assert "SPOTPLANE_ADMIN_TOKEN is ignored" in log
+    assert seen >= 10  # the supervisor, its child, two Rays' processes, the workers
 
 
-@pytest.mark.ray
-@pytest.mark.slow
-def test_a_hostile_job_of_a_workload_run_as_another_user_cannot_open_the_store_by_path(
-    ray_cluster: Any, workload_ray_as_nobody: WorkloadAddress, tmp_path: Path
-) -> None:
-    """The workload Ray run as ``nobody``: the job knows every path (state dir, the control
-    plane's pid and HOME) and still opens none of them: the state dir is 0700, its files 0600,
-    /proc/<pid>/environ and the real HOME belong to root."""
-    artifacts = Path(tempfile.mkdtemp(prefix="spotplane-artifacts-", dir="/tmp"))
-    os.chown(artifacts, *_ids("nobody"))  # the only directory the jobs write
-    try:
-        found, _, hostile = _hostile_run(ray_cluster, workload_ray_as_nobody, tmp_path / "state",
-                                         artifacts)
-    finally:
-        shutil.rmtree(artifacts, ignore_errors=True)
-    _reaches_nothing_through_ray_env_or_api(found, workload_ray_as_nobody, artifacts, hostile)
-    assert found["uid"] == _ids("nobody")[0] != os.getuid()
-    by_path = found["by_path"]
-    assert set(by_path) == {"store", "store_bytes", "listing", "endpoint", "environ", "ray_token"}
-    for what in ("store_bytes", "listing", "endpoint", "environ", "ray_token"):
-        assert by_path[what].startswith("FAILED PermissionError"), (what, by_path[what])
-    assert by_path["store"].startswith("FAILED OperationalError"), by_path["store"]  # sqlite's word
+def test_up_refuses_to_run_tenants_code_without_its_sandbox(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """No bubblewrap: ``up`` names the fix (install it, or run jobs on a cluster of your own)
+    instead of running tenants' jobs with its own view of the machine; ``--unsafe-no-sandbox``
+    is the only way past, and says so loudly."""
+    import argparse
 
+    from controlplane.cli import up
 
-def _ids(name: str) -> tuple[int, int]:
-    import pwd
-
-    entry = pwd.getpwnam(name)
-    return entry.pw_uid, entry.pw_gid
+    monkeypatch.setattr("actors.sandbox.find_bwrap", lambda: None)
+    args = argparse.Namespace(workload_address=None, workload_gcs=None, workload_token=None,
+                              workload_user=None, unsafe_no_sandbox=False, artifacts=None,
+                              s3_endpoint=None, db=None)
+    with pytest.raises(InvalidInput) as refused:
+        up.workload_sandbox(args, tmp_path / "state")
+    assert refused.value.field == "sandbox" and "bubblewrap (bwrap) is not installed" in str(refused.value)
+    assert "apt-get install bubblewrap" in refused.value.fix and "--workload-address" in refused.value.fix
+    args.unsafe_no_sandbox = True
+    assert up.workload_sandbox(args, tmp_path / "state") is None
