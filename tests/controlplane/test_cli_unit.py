@@ -160,7 +160,7 @@ def _alive(pid: int) -> bool:
 def test_down_stops_the_recorded_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pid = _detached_sleeper()
     try:
-        write_endpoint(tmp_path, "http://127.0.0.1:1", "spa_x", pid)
+        write_endpoint(tmp_path, "http://127.0.0.1:1", pid)
         assert oct((tmp_path / "endpoint.json").stat().st_mode & 0o777) == "0o600"
         t0 = time.monotonic()
         assert main(["down", "--state-dir", str(tmp_path), "--timeout", "20"]) == 0
@@ -179,7 +179,7 @@ def test_down_with_a_stale_endpoint_forgets_it(tmp_path: Path, capsys: pytest.Ca
     deadline = time.monotonic() + 10
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    write_endpoint(tmp_path, "http://127.0.0.1:1", "spa_x", pid)
+    write_endpoint(tmp_path, "http://127.0.0.1:1", pid)
     assert main(["down", "--state-dir", str(tmp_path)]) == 0
     assert "was not running" in capsys.readouterr().out
     assert read_endpoint(tmp_path) is None
@@ -316,18 +316,27 @@ def test_up_workload_user_is_checked_before_ray_starts(tmp_path: Path, monkeypat
     for name in ("SPOTPLANE_WORKLOAD_USER", "SPOTPLANE_WORKLOAD_ADDRESS", "SPOTPLANE_ARTIFACTS"):
         monkeypatch.delenv(name, raising=False)
     state = tmp_path / "state"
-    assert workload_user(argparse.Namespace(), state) is None  # same-user mode
+    unsandboxed = {"sandboxed": False}
+    assert workload_user(argparse.Namespace(), state, **unsandboxed) is None  # same-user mode
     with pytest.raises(InvalidInput, match="no OS user named 'no-such-user-x'"):
-        workload_user(argparse.Namespace(workload_user="no-such-user-x"), state)
+        workload_user(argparse.Namespace(workload_user="no-such-user-x"), state, sandboxed=True)
     with pytest.raises(InvalidInput, match="--workload-user: applies to the local workload Ray only"):
-        workload_user(argparse.Namespace(workload_user="nobody", workload_address="http://w:8265"), state)
+        workload_user(argparse.Namespace(workload_user="nobody", workload_address="http://w:8265"), state,
+                      sandboxed=True)
+    if os.geteuid() == 0:  # in the sandbox, root runs jobs as spotplane-jobs, made if missing,
+        # and STATE/artifacts (bound into the sandbox alone) becomes that account's
+        user = workload_user(argparse.Namespace(), state, sandboxed=True)
+        assert user is not None and user.name == "spotplane-jobs" and user.uid != 0
+        assert (state / "artifacts").stat().st_uid == user.uid
+    else:
+        assert workload_user(argparse.Namespace(), state, sandboxed=True) is None
     monkeypatch.setenv("SPOTPLANE_WORKLOAD_USER", "nobody")
-    if os.geteuid() == 0:  # the default artifacts (STATE/artifacts) are out of nobody's reach
+    if os.geteuid() == 0:  # without the sandbox, the default artifacts (STATE/artifacts) are out of nobody's reach
         with pytest.raises(InvalidInput, match="--artifacts: .* is inside the state directory"):
-            workload_user(argparse.Namespace(), state)
+            workload_user(argparse.Namespace(), state, **unsandboxed)
     else:
         with pytest.raises(InvalidInput, match="needs root"):
-            workload_user(argparse.Namespace(), state)
+            workload_user(argparse.Namespace(), state, **unsandboxed)
     up = argparse.Namespace(debug=False, host="127.0.0.1", fleet="sim", demo=False, speed=None,
                             report_json=None, plot=None, workload_user="nobody")
     cmd = child_command(up, tmp_path, 8000)
