@@ -14,10 +14,12 @@ lease was taken stops its loop and stands by.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -37,6 +39,11 @@ from policies.preemption import default_gce_model
 
 log = logging.getLogger(__name__)
 PRIMARY_GRACE_S = 1.0  # how long after the lease's expiry a waiting active defers to the standby
+#: A directory where every controller instance appends each tick that raised: one JSON line per
+#: failure in ``<holder>.jsonl`` (holder, epoch, n, error, traceback). Unset: no such record, the
+#: counter in ``status()`` only. It outlives the instance (a killed actor, a stopped ``up``), so
+#: whoever started controllers can count their failures afterwards (the test suite does).
+TICK_FAILURES_ENV = "SPOTPLANE_TICK_FAILURES_DIR"
 
 
 class ControllerActor:
@@ -217,8 +224,24 @@ class ControllerActor:
                 log.exception("tick failed")
                 self.error = self.last_tick_failure = repr(exc)
                 self.tick_failures += 1
+                self._record_tick_failure(exc)
             wait = max(tick_s / speed - (time.monotonic() - t0), min_wall)
             self._stop.wait(wait)
+
+    def _record_tick_failure(self, exc: BaseException) -> None:
+        """Append the failure to ``$SPOTPLANE_TICK_FAILURES_DIR/<holder>.jsonl`` when it is set."""
+        where = os.environ.get(TICK_FAILURES_ENV)
+        if not where:
+            return
+        line = {"holder": self.holder, "epoch": self.epoch, "n": self.tick_failures,
+                "error": repr(exc),
+                "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+        try:
+            path = Path(where) / (self.holder.replace(":", "-").replace("/", "-") + ".jsonl")
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
+        except OSError:
+            log.exception("could not record the failed tick in %s", where)
 
     def tick(self) -> dict[str, Any]:
         """One reconcile tick now (the loop calls it; tests may too)."""
