@@ -224,24 +224,9 @@ class ControllerActor:
                 log.exception("tick failed")
                 self.error = self.last_tick_failure = repr(exc)
                 self.tick_failures += 1
-                self._record_tick_failure(exc)
+                record_tick_failure(self.holder, self.epoch, self.tick_failures, exc)
             wait = max(tick_s / speed - (time.monotonic() - t0), min_wall)
             self._stop.wait(wait)
-
-    def _record_tick_failure(self, exc: BaseException) -> None:
-        """Append the failure to ``$SPOTPLANE_TICK_FAILURES_DIR/<holder>.jsonl`` when it is set."""
-        where = os.environ.get(TICK_FAILURES_ENV)
-        if not where:
-            return
-        line = {"holder": self.holder, "epoch": self.epoch, "n": self.tick_failures,
-                "error": repr(exc),
-                "traceback": "".join(traceback.format_exception(exc))[-4000:]}
-        try:
-            path = Path(where) / (self.holder.replace(":", "-").replace("/", "-") + ".jsonl")
-            with path.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(line) + "\n")
-        except OSError:
-            log.exception("could not record the failed tick in %s", where)
 
     def tick(self) -> dict[str, Any]:
         """One reconcile tick now (the loop calls it; tests may too)."""
@@ -321,6 +306,22 @@ class ControllerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def record_tick_failure(holder: str, epoch: int, n: int, exc: BaseException) -> None:
+    """Append the ``n``-th failed tick of loop ``holder`` to
+    ``$SPOTPLANE_TICK_FAILURES_DIR/<holder>.jsonl`` when that is set (:data:`TICK_FAILURES_ENV`)."""
+    where = os.environ.get(TICK_FAILURES_ENV)
+    if not where:
+        return
+    line = {"holder": holder, "epoch": epoch, "n": n, "error": repr(exc),
+            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    try:
+        path = Path(where) / (holder.replace(":", "-").replace("/", "-") + ".jsonl")
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+    except OSError:
+        log.exception("could not record the failed tick in %s", where)
 
 
 def _reconstructed() -> bool:

@@ -11,7 +11,9 @@ its traceback. A test that provokes failures states how many, and what they say,
 ``@pytest.mark.tick_failures(n, match=REGEX)``.
 
 A controller kept by a module- or session-scoped fixture is checked too: a failure it records
-fails the test that was running when it was recorded.
+fails the test that was running when it was recorded. A test that runs the reconcile loop on a
+thread of its own (``Controller.tick`` raises to its caller) records what it catches with
+:func:`actors.controller.record_tick_failure`, and the same fixture fails it.
 """
 
 from __future__ import annotations
