@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_short_chaos_run_keeps_every_invariant() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.chaos", "--minutes", "0.15", "--json", "--rate", "3",
-         "--kill-every", "1", "--real-jobs", "0", "--drain", "90", "--seed", "3",
+         "--kill-every", "1", "--real-jobs", "0", "--drain", "10", "--seed", "3",
          "--kinds", "controller,api_replica,http_proxy", "--min-kills", "3"],
         cwd=ROOT, capture_output=True, text=True, timeout=540)
     assert proc.stdout.strip(), proc.stderr[-3000:]
