@@ -25,6 +25,15 @@ def pytest_configure(config: pytest.Config) -> None:
     tickwatch.start()
 
 
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # a session-scoped controller may fail a tick after the last test's check
+    late = tickwatch.leftover()
+    if late:
+        print(f"\n{len(late)} controller tick(s) raised after the last test:\n"
+              f"{tickwatch.describe(late)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     tickwatch.stop()
 

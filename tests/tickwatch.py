@@ -11,7 +11,8 @@ its traceback. A test that provokes failures states how many, and what they say,
 ``@pytest.mark.tick_failures(n, match=REGEX)``.
 
 A controller kept by a module- or session-scoped fixture is checked too: a failure it records
-fails the test that was running when it was recorded. A test that runs the reconcile loop on a
+fails the next check, that is the test that was running when it was recorded (or, between
+tests, the next one); one recorded after the last test fails the session (:func:`leftover`). A test that runs the reconcile loop on a
 thread of its own (``Controller.tick`` raises to its caller) records what it catches with
 :func:`actors.controller.record_tick_failure`, and the same fixture fails it.
 """
@@ -33,6 +34,7 @@ from actors.controller import TICK_FAILURES_ENV
 
 MARKER = "tick_failures"
 _saved: list[str | None] = []
+_checked: set[tuple[str, int]] = set()  # failures a test's check has seen (and judged)
 
 
 def start() -> Path:
@@ -80,13 +82,16 @@ def describe(rows: list[dict[str, Any]]) -> str:
 @pytest.fixture(autouse=True)
 def no_tick_failures(request: pytest.FixtureRequest) -> Iterator[None]:
     """After the test (and its function-scoped fixtures, which stop their controllers): no
-    controller recorded a failed tick meanwhile, or exactly the ``tick_failures`` marker's."""
-    before = recorded()
+    controller recorded a failed tick since the last test's check, or exactly the
+    ``tick_failures`` marker's."""
     yield
-    rows = [row for key, row in recorded().items() if key not in before]
+    new = {key: row for key, row in recorded().items() if key not in _checked}
+    _checked.update(new)
+    rows = list(new.values())
     mark = request.node.get_closest_marker(MARKER)
     if mark is None:
-        assert not rows, f"{len(rows)} controller tick(s) raised during this test:\n{describe(rows)}"
+        assert not rows, (f"{len(rows)} controller tick(s) raised during this test (or since the "
+                          f"last test's check):\n{describe(rows)}")
         return
     want = int(mark.args[0]) if mark.args else int(mark.kwargs.get("count", 1))
     match = mark.kwargs.get("match")
@@ -95,3 +100,8 @@ def no_tick_failures(request: pytest.FixtureRequest) -> Iterator[None]:
     if match is not None:
         wrong = [r for r in rows if not re.search(str(match), str(r["error"]))]
         assert not wrong, f"failed ticks that do not match {match!r}:\n{describe(wrong)}"
+
+
+def leftover() -> list[dict[str, Any]]:
+    """Failures no test's check has seen: recorded after the last one (at the session's end)."""
+    return [row for key, row in recorded().items() if key not in _checked]
