@@ -30,6 +30,7 @@ import ray
 from actors.deadline import RayDeadlineHost
 from clusters.providers import make_provider
 from controlplane.core.clock import Clock, ManualClock, SimClock, WallClock
+from controlplane.core.config import TICK_FAILURES_ENV
 from controlplane.core.errors import Conflict
 from controlplane.core.units import DB_FILE, SIMFLEET_DB
 from controlplane.reconcile.contracts import ControllerSettings, JobExecutor
@@ -39,11 +40,6 @@ from policies.preemption import default_gce_model
 
 log = logging.getLogger(__name__)
 PRIMARY_GRACE_S = 1.0  # how long after the lease's expiry a waiting active defers to the standby
-#: A directory where every controller instance appends each tick that raised: one JSON line per
-#: failure in ``<holder>.jsonl`` (holder, epoch, n, error, traceback). Unset: no such record, the
-#: counter in ``status()`` only. It outlives the instance (a killed actor, a stopped ``up``), so
-#: whoever started controllers can count their failures afterwards (the test suite does).
-TICK_FAILURES_ENV = "SPOTPLANE_TICK_FAILURES_DIR"
 
 
 class ControllerActor:
@@ -310,7 +306,8 @@ class ControllerActor:
 
 def record_tick_failure(holder: str, epoch: int, n: int, exc: BaseException) -> None:
     """Append the ``n``-th failed tick of loop ``holder`` to
-    ``$SPOTPLANE_TICK_FAILURES_DIR/<holder>.jsonl`` when that is set (:data:`TICK_FAILURES_ENV`)."""
+    ``$SPOTPLANE_TICK_FAILURES_DIR/<holder>.jsonl`` when that is set
+    (:data:`controlplane.core.config.TICK_FAILURES_ENV`): its epoch, the error, the traceback."""
     where = os.environ.get(TICK_FAILURES_ENV)
     if not where:
         return

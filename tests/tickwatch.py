@@ -3,7 +3,7 @@
 A :class:`~actors.controller.ControllerActor` (in this process, in the session's Ray, in a
 ``spotplane up`` child, in a benchmark's) catches a tick that raised, logs it and goes on; it
 also appends it to the directory ``$SPOTPLANE_TICK_FAILURES_DIR`` names
-(:data:`actors.controller.TICK_FAILURES_ENV`), and that record outlives the actor. The suite
+(:data:`controlplane.core.config.TICK_FAILURES_ENV`), and that record outlives the actor. The suite
 points the variable at a directory of its own before any controller starts (:func:`start`, from
 ``pytest_configure``, so every Ray and every child process inherits it), and the autouse fixture
 :func:`no_tick_failures` fails the test during which a failure was recorded, with the error and
@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from actors.controller import TICK_FAILURES_ENV
+from controlplane.core.config import TICK_FAILURES_ENV
 
 MARKER = "tick_failures"
 _saved: list[str | None] = []
