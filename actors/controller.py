@@ -14,10 +14,12 @@ lease was taken stops its loop and stands by.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -28,6 +30,7 @@ import ray
 from actors.deadline import RayDeadlineHost
 from clusters.providers import make_provider
 from controlplane.core.clock import Clock, ManualClock, SimClock, WallClock
+from controlplane.core.config import TICK_FAILURES_ENV
 from controlplane.core.errors import Conflict
 from controlplane.core.units import DB_FILE, SIMFLEET_DB
 from controlplane.reconcile.contracts import ControllerSettings, JobExecutor
@@ -217,6 +220,7 @@ class ControllerActor:
                 log.exception("tick failed")
                 self.error = self.last_tick_failure = repr(exc)
                 self.tick_failures += 1
+                record_tick_failure(self.holder, self.epoch, self.tick_failures, exc)
             wait = max(tick_s / speed - (time.monotonic() - t0), min_wall)
             self._stop.wait(wait)
 
@@ -298,6 +302,23 @@ class ControllerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def record_tick_failure(holder: str, epoch: int, n: int, exc: BaseException) -> None:
+    """Append the ``n``-th failed tick of loop ``holder`` to
+    ``$SPOTPLANE_TICK_FAILURES_DIR/<holder>.jsonl`` when that is set
+    (:data:`controlplane.core.config.TICK_FAILURES_ENV`): its epoch, the error, the traceback."""
+    where = os.environ.get(TICK_FAILURES_ENV)
+    if not where:
+        return
+    line = {"holder": holder, "epoch": epoch, "n": n, "error": repr(exc),
+            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    try:
+        path = Path(where) / (holder.replace(":", "-").replace("/", "-") + ".jsonl")
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+    except OSError:
+        log.exception("could not record the failed tick in %s", where)
 
 
 def _reconstructed() -> bool:

@@ -24,8 +24,11 @@ run) through the API for N minutes while a killer sends SIGKILL, one at a time, 
   K > 0) and its progress above 0.
 
 Then it lets the jobs finish and checks: accepted = stored, no job lost or duplicated, no node
-launched twice per launch intent, no node (GPU) held by two jobs, every job finished or still
-progressing, every raylet-lost job resumed.
+launched twice per launch intent, no node (GPU) held by two jobs, no job stuck, every raylet-lost
+job resumed. A job is stuck when nothing the loop waits on can move it (:func:`waits_on`): the
+loop ticks no more, or a job holds no live node in a state that needs one, or it is queued for
+more nodes than its pool has. A job that merely made no progress during the drain is *stalled*:
+a figure of the run (a busy machine makes them), not a broken invariant.
 
 The HTTP proxy is restarted by the Serve controller's health check (Ray 2.60: every
 ``RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S`` = 10 s, unhealthy after 3 failures in a row, so ~20-30 s
@@ -60,6 +63,7 @@ from actors.raylocal import WorkloadAddress, WorkloadRay, free_port, init_local_
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from clusters.rayjobs import submission_client
 from controlplane.cli.demo import real_job as demo_job
+from controlplane.core.models import Job, JobState
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
 from serve.app import start_api, stop_api
@@ -511,6 +515,40 @@ def invariants(store: Any, load: Load, launches_per_intent: dict[str, int]) -> d
                                            if j.state.value == "FAILED").most_common(5))}
 
 
+#: states of a job that the loop moves on its own next tick, whatever else holds
+LOOP_MOVES = {JobState.PENDING: "the loop's ingest", JobState.PREEMPTED: "the loop's requeue"}
+
+
+def waits_on(job: Job, live_nodes: set[str], settings: ControllerSettings) -> str | None:
+    """What an unfinished job waits on while the loop ticks, or None when nothing will move it
+    (stuck): queued, it waits on room in its pool, unless it needs more nodes than the pool
+    has; starting, running or checkpointing, it waits on its live nodes (requested, coming up
+    or running its attempt, or being released), and with none the loop has nothing to wait
+    for."""
+    if job.state in LOOP_MOVES:
+        return LOOP_MOVES[job.state]
+    if job.state is JobState.QUEUED:
+        acc = job.spec.accelerator or ""
+        room = settings.pool_nodes.get(acc, settings.default_pool_nodes)
+        return f"room in the {acc} pool" if job.nodes_needed <= room else None
+    held = [n for n in job.node_ids if n in live_nodes]
+    return f"its nodes {', '.join(held)}" if held else None
+
+
+def stuck_jobs(store: Any, settings: ControllerSettings, ticking: bool) -> list[dict[str, Any]]:
+    """The unfinished jobs nothing will move: every one when the loop no longer ticks (``ticking``
+    False), else those :func:`waits_on` finds waiting on nothing."""
+    live = {n.id for n in store.list_nodes(live_only=True)}
+    out = []
+    for j in store.list_jobs(None, limit=10**9):
+        if j.terminal:
+            continue
+        if not ticking or waits_on(j, live, settings) is None:
+            out.append({"id": j.id, "state": j.state.value, "nodes": list(j.node_ids),
+                        "message": j.message, "loop_ticking": ticking})
+    return out
+
+
 def _progress_snapshot(store: Any) -> dict[str, tuple[str, float, int]]:
     return {j.id: (j.state.value, round(j.progress_hours, 6), j.attempts)
             for j in store.list_jobs(None, limit=10**9) if not j.terminal}
@@ -619,10 +657,11 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         stop.set()
         for t in threads:
             t.join(timeout=30)
-        before = _progress_snapshot(store)
+        before, ticked = _progress_snapshot(store), store.control_time()
         _until(lambda: not _progress_snapshot(store), drain_s, every_s=1.0)
         after = _progress_snapshot(store)
-        stuck = [i for i, s in after.items() if before.get(i) == s]
+        stalled = [i for i, s in after.items() if before.get(i) == s]
+        stuck = stuck_jobs(store, settings.controller, ticking=store.control_time() > ticked)
         launches = ray.get(handles.controller.launches_per_intent.remote(), timeout=60)
         result = invariants(store, load, launches)
         result.update(resumes(url, tokens[0], killer.lost_jobs, store))
@@ -630,6 +669,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
             "minutes": minutes, "tenants": tenants, "sent": load.sent, "refused": load.refused,
             "retries": load.retries, "replayed": load.replayed,
             "errors": dict(load.errors), "unfinished": len(after), "stuck": len(stuck),
+            "stuck_jobs": stuck[:10], "stalled": len(stalled),
             "kills": summary(killer.kills, killer.skipped),
             "kills_total": len(killer.kills),
             "survived_total": sum(1 for k in killer.kills if k.recover_s is not None),
@@ -656,7 +696,8 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
 
 
 def ok(r: dict[str, Any]) -> bool:
-    """Every invariant held, every kill was survived and no job was quarantined (FAILED)."""
+    """Every invariant held, every kill was survived and no job was quarantined (FAILED).
+    Stalled jobs (no progress during the drain) are no verdict: a loaded machine makes them."""
     return (r["stored"] == r["accepted"] and r["lost"] == 0 and r["duplicated"] == 0
             and r["launched_twice"] == 0 and r["double_booked"] == 0 and r["stuck"] == 0
             and r["quarantined"] == 0
@@ -681,6 +722,7 @@ def render(r: dict[str, Any]) -> str:
               f"{'launched twice (intents)':<24} {r['launched_twice']:>8}  of {r['launch_intents']}",
               f"{'double-booked nodes':<24} {r['double_booked']:>8}",
               f"{'unfinished / stuck':<24} {r['unfinished']:>4} / {r['stuck']:<3}",
+              f"{'stalled in the drain':<24} {r['stalled']:>8}  (no progress; not a verdict)",
               f"{'quarantined (FAILED)':<24} {r['quarantined']:>8}",
               f"{'unanswered (stored)':<24} {r['unanswered']:>4} ({r['unanswered_but_stored']})",
               f"{'retried / replayed':<24} {r['retries']:>4} / {r['replayed']:<4} "

@@ -9,13 +9,33 @@ import pytest
 
 from clusters.traces import DataCatalog
 from controlplane.core.config import data_dir
+from tests import tickwatch
 from tests.pgfixtures import pg_server, pg_url, store_url  # noqa: F401 - the store's backends
+from tests.tickwatch import no_tick_failures  # noqa: F401 - autouse: no controller tick raised
 
 # A suite started in the background of a script inherits SIGINT ignored, and so would every
 # `spotplane up` it starts: the Ctrl-C tests would then signal a process that cannot hear them.
 # The tests run as a terminal's foreground job would, with SIGINT handled.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # before any Ray or `spotplane up` starts: they inherit where to record failed ticks
+    tickwatch.start()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # a session-scoped controller may fail a tick after the last test's check
+    late = tickwatch.leftover()
+    if late:
+        print(f"\n{len(late)} controller tick(s) raised after the last test:\n"
+              f"{tickwatch.describe(late)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    tickwatch.stop()
 
 
 @pytest.fixture(scope="session")

@@ -78,16 +78,6 @@ def require_job_agent(ray_cluster: Any) -> str:
     return url
 
 
-def assert_no_tick_failed(controller: Any) -> None:
-    """The ControllerActor's loop ran every tick without an exception (it logs them and goes on)."""
-    import ray
-
-    status = ray.get(controller.status.remote())
-    assert status["tick_failures"] == 0, (
-        f"{status['tick_failures']} controller tick(s) raised; the last: "
-        f"{status['last_tick_failure']}")
-
-
 def _child_sessions(pid: int) -> list[int]:
     """The children of ``pid`` that lead sessions of their own (``up``'s supervised child)."""
     try:

@@ -18,6 +18,12 @@ from controlplane.core.errors import ConfigError
 REPO_ROOT = Path(__file__).resolve().parents[2]  # controlplane/core/config.py -> the checkout
 SHARED_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 USER_CACHE_DATA_DIR = Path.home() / ".cache" / "spotplane" / "data"
+#: A directory where every controller instance appends each tick that raised: one JSON line per
+#: failure in ``<holder>.jsonl`` (``actors.controller.record_tick_failure``). Unset: no such
+#: record, the counter in the controller's ``status()`` only. It outlives the instance (a killed
+#: actor, a stopped ``up``), so whoever started controllers can count their failures afterwards
+#: (the test suite does).
+TICK_FAILURES_ENV = "SPOTPLANE_TICK_FAILURES_DIR"
 
 
 class DataDirSource(StrEnum):

@@ -20,7 +20,6 @@ from actors.runtime import RuntimeSettings, start_control_plane, stop_control_pl
 from controlplane.core.models import TERMINAL_STATES, JobSpec, JobState
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import Store
-from tests.support import assert_no_tick_failed
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +88,6 @@ def test_deadline_job_driven_by_its_policy_actor(ray_cluster: Any, tmp_path: Pat
         assert store.policy_state(job.id) is not None  # survives an actor restart
         kinds = [e.dst for e in store.job_events(job.id) if e.kind == "transition"]
         assert kinds.count("PREEMPTED") == j.preemptions
-        assert_no_tick_failed(h.controller)
     finally:
         stop_control_plane(h)
 
@@ -112,7 +110,6 @@ def test_hp_job_preempts_spot_job(ray_cluster: Any, tmp_path: Path) -> None:
         assert s_job.state is JobState.SUCCEEDED and s_job.preemptions >= 1
         assert any(e.cause.startswith(f"preempted by hp job {hp.id}")
                    for e in store.job_events(spot.id))
-        assert_no_tick_failed(h.controller)
     finally:
         stop_control_plane(h)
 
@@ -148,7 +145,6 @@ def test_controller_actor_killed_mid_run(ray_cluster: Any, tmp_path: Path, store
         status = h.status()
         assert status["epoch"] >= 3  # two restarts, each took the lease
         _assert_exactly_once(store, ids, ray.get(h.controller.launches_per_intent.remote()))
-        assert_no_tick_failed(h.controller)
     finally:
         stop_control_plane(h)
 
@@ -195,6 +191,5 @@ def test_driver_process_killed_and_restarted(ray_cluster: Any, tmp_path: Path) -
         _wait_done(store, ids, 120)
         _assert_exactly_once(store, ids, ray.get(h.controller.launches_per_intent.remote()))
         assert h.status()["epoch"] >= 2
-        assert_no_tick_failed(h.controller)
     finally:
         stop_control_plane(h)

@@ -20,7 +20,7 @@ ROW_KEYS = {"queued", "tick_ms_p50", "tick_ms_max", "tick_cpu_ms_p50", "ingest_t
 @pytest.mark.parametrize("db", ["sqlite", "pgserver"])
 def test_backlog_benchmark_json_shape(db: str, request: pytest.FixtureRequest) -> None:
     if db == "pgserver":
-        request.getfixturevalue("pg_server")  # skips, saying why, where pgserver cannot start
+        request.getfixturevalue("pg_server")  # where it cannot start: fails under CI, else skips
     out = subprocess.run([sys.executable, "-m", "benchmarks.backlog", "--json", "--backlogs",
                           "0,1500", "--ticks", "3", "--scale", "0.05", "--db", db], cwd=REPO,
                          capture_output=True, text=True, timeout=300, check=True)

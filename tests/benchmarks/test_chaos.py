@@ -1,5 +1,9 @@
 """`python -m benchmarks.chaos` for a short while, in its own process and its own local Ray (it
-SIGKILLs processes under its own raylet only): every kill is survived and the invariants hold."""
+SIGKILLs processes under its own raylet only): every kill is survived and the invariants hold.
+
+Invariants only: a job that made no progress in the drain (``stalled``, which a busy machine
+makes) is the benchmark's figure; a ``stuck`` one, which nothing the loop waits on will move, is
+a broken invariant (``benchmarks.chaos.waits_on``)."""
 
 from __future__ import annotations
 
@@ -18,17 +22,18 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_short_chaos_run_keeps_every_invariant() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.chaos", "--minutes", "0.15", "--json", "--rate", "3",
-         "--kill-every", "1", "--real-jobs", "0", "--drain", "90", "--seed", "3",
+         "--kill-every", "1", "--real-jobs", "0", "--drain", "10", "--seed", "3",
          "--kinds", "controller,api_replica,http_proxy", "--min-kills", "3"],
         cwd=ROOT, capture_output=True, text=True, timeout=540)
     assert proc.stdout.strip(), proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     assert r["accepted"] > 0 and r["stored"] == r["accepted"], r
     assert (r["lost"], r["duplicated"], r["launched_twice"], r["double_booked"]) == (0, 0, 0, 0)
-    assert r["stuck"] == 0 and r["quarantined"] == 0, r
+    assert r["stuck"] == 0, r["stuck_jobs"]
+    assert r["quarantined"] == 0, r
     assert r["kills_total"] >= 3 and r["survived_total"] == r["kills_total"], r["kills"]
     assert all(r["kills"][k]["kills"] >= 1 for k in ("controller", "api_replica", "http_proxy"))
-    assert r["ok"] is True and proc.returncode == 0
+    assert r["ok"] is True and proc.returncode == 0, r
 
 
 def test_policy_checkpoint_and_raylet_kills_with_real_jobs_on_a_multi_node_workload() -> None:
@@ -49,9 +54,10 @@ def test_policy_checkpoint_and_raylet_kills_with_real_jobs_on_a_multi_node_workl
     r = json.loads(proc.stdout)
     assert r["accepted"] > 0 and r["stored"] == r["accepted"], r
     assert (r["lost"], r["duplicated"], r["launched_twice"], r["double_booked"]) == (0, 0, 0, 0)
+    assert r["stuck"] == 0, r["stuck_jobs"]
     assert r["quarantined"] == 0, r
     assert r["kills_total"] >= 5 and r["survived_total"] == r["kills_total"], r["kills"]
     kinds = ("deadline_policy", "quota", "forecaster", "checkpoint", "worker_raylet")
     assert all(r["kills"][k]["kills"] >= 1 for k in kinds), r["kills"]
     assert r["raylet_jobs"] >= 1 and r["raylet_jobs_resumed"] == r["raylet_jobs"], r
-    assert r["ok"] is True and proc.returncode == 0
+    assert r["ok"] is True and proc.returncode == 0, r

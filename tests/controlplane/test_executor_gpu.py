@@ -1,8 +1,9 @@
-"""A real job is given exactly its GPUs by Ray: ``entrypoint_num_gpus`` from ``gpus_per_worker``.
+"""A real job is given exactly its GPUs by Ray, on nodes with more GPUs than it asks for.
 
-The jobs run on a private Ray in a child process (``gpu_jobs.py``). On a machine without GPUs
-that Ray declares two GPUs, which Ray assigns exactly as real ones; on a GPU machine
-(``SPOTPLANE_REAL_GPUS=1``) it uses the GPUs Ray finds, and torch must see exactly one.
+The jobs run through RayJobExecutor on a workload Ray of two nodes with two GPUs each, in a
+child process (``gpu_jobs.py``): a one-GPU job and a two-worker gang (one GPU per worker) share
+node 0, so a job that saw every GPU of its node, or one that was not pinned where it was told,
+fails the test. The GPUs are declared to Ray, which hands them out exactly as real ones.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,11 +22,9 @@ from controlplane.core.config import REPO_ROOT
 from controlplane.core.errors import InvalidInput
 
 
-def run_gpu_jobs(tmp_path: Path, fake_gpus: int) -> dict:  # type: ignore[type-arg]
+def run_gpu_jobs(tmp_path: Path) -> dict[str, Any]:
     out = tmp_path / "gpu.json"
     cmd = [sys.executable, str(Path(__file__).with_name("gpu_jobs.py")), "--out", str(out)]
-    if fake_gpus:
-        cmd += ["--fake-gpus", str(fake_gpus)]
     path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
@@ -38,22 +38,37 @@ def test_unknown_gpu_mode_names_the_choices() -> None:
         RayJobExecutor("127.0.0.1:1", "/tmp/x", gpus="some")
 
 
+def one_gpu(visible: str | None) -> str:
+    """The one device id in ``CUDA_VISIBLE_DEVICES`` (unset or several: every GPU, or not one)."""
+    assert visible is not None, "CUDA_VISIBLE_DEVICES is not set: the job sees every GPU"
+    ids = [v for v in visible.split(",") if v]
+    assert len(ids) == 1, f"CUDA_VISIBLE_DEVICES={visible!r}: not exactly one GPU"
+    return ids[0]
+
+
 @pytest.mark.slow
 @pytest.mark.ray
-def test_each_job_sees_exactly_its_gpu(tmp_path: Path) -> None:
-    real = os.environ.get("SPOTPLANE_REAL_GPUS") == "1"
-    result = run_gpu_jobs(tmp_path, fake_gpus=0 if real else 2)
+def test_each_job_sees_exactly_its_gpus_on_two_gpu_nodes(tmp_path: Path) -> None:
+    result = run_gpu_jobs(tmp_path)
+    assert result["gpus"] == 4.0  # two worker nodes of two GPUs
+    assert result["slots"] == {"n0": "spotplane_slot:0", "n1": "spotplane_slot:1"}
     jobs = result["jobs"]
-    assert set(jobs) == {"gpu-0", "gpu-1"}
     for j in jobs.values():
         assert j["state"] == "SUCCEEDED", j["log_tail"]
-        assert j["seen"] is not None, j["log_tail"]
-        visible = j["seen"]["cuda_visible_devices"]
-        assert visible is not None and len(visible.split(",")) == 1, visible
-        assert real or j["seen"]["overlapped"], "the two jobs never ran at once"
-        if real:
-            assert j["seen"]["torch_devices"] == 1, j["seen"]
-    if not real:  # two jobs at once on two GPUs: one each, never the same
-        assert result["ray_gpus"] == 2.0
-        seen = sorted(j["seen"]["cuda_visible_devices"] for j in jobs.values())
-        assert seen == ["0", "1"]
+        assert j["seen"] is not None and j["seen"]["overlapped"], j["log_tail"]
+    single, gang = jobs["single"]["seen"], jobs["gang"]["seen"]
+    single_gpu = one_gpu(single["cuda_visible_devices"])
+    # the gang's driver holds no GPU (its workers' are the placement group's bundles)
+    assert gang["cuda_visible_devices"] in (None, ""), gang
+    workers = sorted(gang["workers"], key=lambda w: w["bundle"])
+    assert [w["bundle"] for w in workers] == [0, 1]
+    for w in workers:
+        assert [one_gpu(w["cuda_visible_devices"])] == w["gpu_ids"], w
+    # STRICT_SPREAD: one worker per node; bundle 0 on n1's raylet with the gang's driver,
+    # bundle 1 on n0's, which the single job's driver runs on too
+    assert jobs["single"]["pin"] == "spotplane_slot:0" and jobs["gang"]["pin"] == "spotplane_slot:1"
+    assert workers[0]["node"] != workers[1]["node"], workers
+    assert workers[0]["node"] == jobs["gang"]["driver_node"], (workers, jobs["gang"])
+    assert workers[1]["node"] == jobs["single"]["driver_node"], (workers, jobs["single"])
+    # node 0's two GPUs: one for the single job, the other for the gang's worker there
+    assert {single_gpu, workers[1]["gpu_ids"][0]} == {"0", "1"}, (single, workers)
