@@ -155,7 +155,7 @@ app = FastAPI(
     description=(
         "Run many tenants' GPU jobs on spot capacity across clouds, cheaply and on time. "
         "Authenticate with `Authorization: Bearer <token>`: a tenant's token (from `POST /v1/tenants`) "
-        "or the admin token printed by `spotplane up`."
+        "or the admin token in the file `spotplane up` names (STATE/admin-token)."
     ),
 )
 

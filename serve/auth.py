@@ -30,7 +30,7 @@ Auth = Annotated[HTTPAuthorizationCredentials | None, Security(bearer_scheme)]
 
 
 def new_admin_token() -> str:
-    """A fresh random admin token (printed by ``spotplane up``; only its hash reaches the API)."""
+    """A fresh random admin token (kept in its 0600 file by ``spotplane up``; only its hash reaches the API)."""
     return ADMIN_PREFIX + secrets.token_urlsafe(32)
 
 

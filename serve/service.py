@@ -195,7 +195,7 @@ class ControlPlaneService:
     @staticmethod
     def require_admin(principal: Principal, what: str) -> None:
         if not principal.is_admin:
-            raise Forbidden(f"{what} needs the admin token", fix="use the admin token printed by `spotplane up`")
+            raise Forbidden(f"{what} needs the admin token", fix="use the admin token in the file `spotplane up` names (STATE/admin-token)")
 
     # -- tenants -------------------------------------------------------------------------------
     def create_tenant(self, principal: Principal, spec: TenantSpec) -> tuple[Tenant, str]:

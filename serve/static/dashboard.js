@@ -74,7 +74,7 @@ async function login(token) {
     return null;
   } catch (e) {
     sessionStorage.removeItem(TOKEN_KEY);
-    if (e.status === 401) return "That token was not accepted (" + e.message + "). Use a tenant's token or the admin token printed by `spotplane up`.";
+    if (e.status === 401) return "That token was not accepted (" + e.message + "). Use a tenant's token or the admin token in the file `spotplane up` names (STATE/admin-token).";
     return "Could not reach the spotplane API: " + e.message;
   }
 }

@@ -222,7 +222,7 @@ def test_dashboard_in_a_real_browser(control_plane: str, tmp_path: Path) -> None
             page.wait_for_selector("#login-error:has-text('not accepted')")
             assert page.inner_text("#login-error") == (
                 "That token was not accepted (unknown token). Use a tenant's token or the admin "
-                "token printed by `spotplane up`.")
+                "token in the file `spotplane up` names (STATE/admin-token).")
             assert page.evaluate("sessionStorage.getItem('spotplane.token')") is None
             shot(page, "wrong-token")
             # the one console line: the browser reporting the API's 401
