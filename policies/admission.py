@@ -90,19 +90,19 @@ def plan_slots(held: Mapping[str, int], asking: Mapping[str, int], total: int,
     return SlotPlan(shares=shares, admit=admit, evict=evict, total=total)
 
 
-def held_back(plan: SlotPlan, held: Mapping[str, int], tenant: str, tenants_with_work: int,
+def held_back(plan: SlotPlan, held: Mapping[str, int], asking: Mapping[str, int], tenant: str,
               per_tenant: int) -> str | None:
-    """Why ``tenant``'s waiting jobs stay PENDING this tick (None when nothing holds them):
-    names the setting that binds and the fix."""
+    """Why some of ``tenant``'s waiting jobs stay PENDING under ``plan`` (None when only the
+    batch does, or nothing): names the setting that binds and the fix."""
     holds = plan.holds(held, tenant)
     share = plan.shares.get(tenant, 0)
     if holds >= per_tenant:
         return (f"queued_per_tenant: tenant {tenant} holds {holds} queued jobs, the cap of "
                 f"{per_tenant}; the rest wait PENDING until its queued jobs are placed "
                 "(the operator raises ControllerSettings.queued_per_tenant)")
-    if holds >= share:
+    if holds >= share and share < held.get(tenant, 0) + asking.get(tenant, 0):
         return (f"queued_total: tenant {tenant} holds {holds} of the {plan.total} queue slots, "
-                f"its fair share with {tenants_with_work} tenants waiting; the rest wait PENDING "
+                f"its fair share with {len(plan.shares)} tenants waiting; the rest wait PENDING "
                 "until its queued jobs are placed or fewer tenants wait (the operator raises "
                 "ControllerSettings.queued_total)")
     return None

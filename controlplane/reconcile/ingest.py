@@ -90,23 +90,24 @@ class Ingest:
             return []  # nothing waits in the store: no query per tenant
         held = Counter(j.tenant_id for j in s.jobs.values() if j.state is JobState.QUEUED)
         room = {t: cfg.queued_per_tenant - held[t] for t in self.store.tenant_ids()}
-        rows, more = self._fetch_fair(held, {t: r for t, r in room.items() if r > 0},
-                                      {} if pending else None)
+        rows, more, asking = self._fetch_fair(held, {t: r for t, r in room.items() if r > 0},
+                                              {} if pending else None)
         out = [row for got in rows.values() for row in got]
-        plan = plan_slots(held, {t: len(got) for t, got in rows.items()}, cfg.queued_total,
-                          cfg.ingest_batch)
-        self._hand_back(reclaim(held, plan.shares, len(out), cfg.queued_total))
-        waiting = {t for t in held if held[t]} | {t for t, got in rows.items() if got}
-        for tenant in more:
-            why = held_back(plan, held, tenant, len(waiting), cfg.queued_per_tenant)
+        plan = plan_slots(held, asking, cfg.queued_total, cfg.ingest_batch)
+        evict = reclaim(held, plan.shares, len(out), cfg.queued_total)
+        self._hand_back(evict)
+        for tenant in more | evict.keys():  # the tenants with jobs left waiting
+            why = held_back(plan, held, asking, tenant, cfg.queued_per_tenant)
             if why is not None:
                 s.held_back[tenant] = why
         return out
 
     def _fetch_fair(self, held: Counter[str], room: dict[str, int],
-                    cursor: dict[str, int] | None) -> tuple[dict[str, list[Row]], set[str]]:
+                    cursor: dict[str, int] | None
+                    ) -> tuple[dict[str, list[Row]], set[str], dict[str, int]]:
         """Each tenant's rows up to what the fair plan admits it, read until the plan asks no
-        tenant for more than was read; and the tenants that may have more waiting."""
+        tenant for more than was read; the tenants that may have more waiting, and what each
+        asks for (its room while it may have more)."""
         cfg = self.settings
         rows: dict[str, list[Row]] = {t: [] for t in room}
         more = set(room)  # tenants whose stored jobs may not all have been read
@@ -115,7 +116,7 @@ class Ingest:
             plan = plan_slots(held, asking, cfg.queued_total, cfg.ingest_batch)
             short = [t for t in rows if t in more and plan.admit.get(t, 0) > len(rows[t])]
             if not short:
-                return rows, more
+                return rows, more, asking
             for tenant in short:
                 got, full = self._tenant_rows(tenant, plan.admit[tenant] - len(rows[tenant]),
                                               cursor)
