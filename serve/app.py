@@ -365,7 +365,7 @@ class Gate:
         try:
             tenant = await gate.admit(scope["path"], bearer_token(headers.get("authorization")))
             gate.check_length(headers.get("content-length"), scope["path"])
-            held = gate.in_flight.acquire(tenant)  # 429 past the tenant's requests in flight
+            held = await gate.in_flight.acquire(tenant)  # 429 past the tenant's requests in flight
         except SpotplaneError as exc:
             await spotplane_error_response(answering, exc)(scope, receive, send)
             return
@@ -390,7 +390,7 @@ class GateState:
         # single replica keeps its buckets in memory
         self.shared = shared
         self.buckets = TokenBuckets(limits.rate_per_s, limits.burst)
-        self.in_flight = InFlight(limits.max_in_flight_per_tenant)
+        self.in_flight = InFlight(limits.max_in_flight_per_tenant, wait_s=limits.in_flight_wait_s)
         self.replica, self.node_id = "", ""  # which replica answers (REPLICA_HEADER), on which Ray node
 
     async def admit(self, path: str, token: str | None) -> str | None:

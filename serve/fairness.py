@@ -3,13 +3,17 @@ in flight at once, and all tenants together fewer than the replica's ``max_ongoi
 
 The rate limit (``serve.limits.TokenBuckets``) bounds how often a tenant may ask; this bounds
 how much of the replica it holds at one time, so one tenant's slow or heavy requests cannot
-queue every other tenant's (and the admin's) behind them. A request past either bound is
-answered 429 with ``Retry-After`` at the gate, before any handler runs.
+queue every other tenant's (and the admin's) behind them. A request over its tenant's bound
+waits, first come first served and without a thread, up to ``in_flight_wait_s`` for one of the
+tenant's own requests to end (so a page's few parallel fetches are served one after another),
+then is answered 429 with ``Retry-After`` at the gate, before any handler runs. The counts live
+on the replica's event loop, which the gate runs on.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
+from collections import deque
 from dataclasses import dataclass, field
 
 from controlplane.core.errors import RateLimited
@@ -35,58 +39,101 @@ class Held:
     done: bool = field(default=False)
 
     def release(self) -> None:
-        """Give the slot back to its tenant's count (idempotent)."""
+        """Give the slot back to its tenant (or to the tenant's next waiter); idempotent."""
         if not self.done and self.owner is not None:
             self.owner.release(self.tenant)
         self.done = True
 
 
 class InFlight:
-    """Requests in flight per tenant on this replica, capped per tenant and for all tenants."""
+    """Requests in flight per tenant on this replica, capped per tenant (a request over the cap
+    waits up to ``wait_s`` for a slot, first come first served) and for all tenants."""
 
-    def __init__(self, per_tenant: int, tenants_total: int | None = None) -> None:
-        self.per_tenant = per_tenant
+    def __init__(self, per_tenant: int, tenants_total: int | None = None,
+                 wait_s: float = 0.5) -> None:
+        self.per_tenant, self.wait_s = per_tenant, wait_s
         self.tenants_total = tenant_budget() if tenants_total is None else tenants_total
         self._counts: dict[str, int] = {}
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
         self._total = 0
-        self._lock = threading.Lock()
 
-    def acquire(self, tenant: str | None) -> Held:
-        """A slot for one request of ``tenant`` (None: the admin, never capped), else RateLimited."""
+    async def acquire(self, tenant: str | None) -> Held:
+        """A slot for one request of ``tenant`` (None: the admin, never capped), waiting up to
+        ``wait_s`` behind the tenant's own requests; else RateLimited."""
         if tenant is None:
             return Held(None, None)
-        with self._lock:
-            mine = self._counts.get(tenant, 0)
-            if mine >= self.per_tenant:
-                raise _tenant_full(self.per_tenant)
+        if self._counts.get(tenant, 0) < self.per_tenant and not self._waiting.get(tenant):
             if self._total >= self.tenants_total:
                 raise _replica_full(self.tenants_total)
-            self._counts[tenant] = mine + 1
+            self._counts[tenant] = self._counts.get(tenant, 0) + 1
             self._total += 1
+            return Held(self, tenant)
+        return await self._wait(tenant)
+
+    async def _wait(self, tenant: str) -> Held:
+        """Queue for the next slot ``tenant``'s ending requests hand over; 429 after ``wait_s``."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue = self._waiting.setdefault(tenant, deque())
+        queue.append(turn)
+        try:
+            await asyncio.wait_for(asyncio.shield(turn), self.wait_s)
+        except TimeoutError:
+            if not turn.done():  # done: handed over at the deadline, the slot is ours
+                turn.cancel()
+                self._forget(tenant, turn)
+                raise _tenant_full(self.per_tenant, self.wait_s) from None
+        except BaseException:  # cancelled: the client went away while it waited
+            if turn.done() and not turn.cancelled():
+                self.release(tenant)  # handed over just before: pass it on
+            else:
+                turn.cancel()
+                self._forget(tenant, turn)
+            raise
         return Held(self, tenant)
 
+    def _forget(self, tenant: str, turn: asyncio.Future[None]) -> None:
+        queue = self._waiting.get(tenant)
+        if queue is None:
+            return
+        if turn in queue:
+            queue.remove(turn)
+        if not queue:
+            del self._waiting[tenant]
+
     def release(self, tenant: str | None) -> None:
-        """One request of ``tenant`` has ended."""
+        """One request of ``tenant`` has ended: its slot goes to the tenant's first waiter, else
+        back to the counts."""
         if tenant is None:
             return
-        with self._lock:
-            left = self._counts.get(tenant, 0) - 1
-            if left > 0:
-                self._counts[tenant] = left
-            else:
-                self._counts.pop(tenant, None)
-            self._total = max(0, self._total - 1)
+        queue = self._waiting.get(tenant)
+        while queue:
+            turn = queue.popleft()
+            if not turn.done():
+                turn.set_result(None)  # the slot changes hands: the counts stay
+                if not queue:
+                    del self._waiting[tenant]
+                return
+        self._waiting.pop(tenant, None)
+        left = self._counts.get(tenant, 0) - 1
+        if left > 0:
+            self._counts[tenant] = left
+        else:
+            self._counts.pop(tenant, None)
+        self._total = max(0, self._total - 1)
 
     def count(self, tenant: str) -> int:
         """How many of ``tenant``'s requests are in flight now."""
-        with self._lock:
-            return self._counts.get(tenant, 0)
+        return self._counts.get(tenant, 0)
+
+    def waiting(self, tenant: str) -> int:
+        """How many of ``tenant``'s requests wait for a slot now."""
+        return len(self._waiting.get(tenant, ()))
 
 
-def _tenant_full(limit: int) -> RateLimited:
+def _tenant_full(limit: int, wait_s: float) -> RateLimited:
     return RateLimited(
         f"max_in_flight_per_tenant: this tenant already has {limit} requests in flight on this "
-        f"API replica (max_in_flight_per_tenant = {limit})",
+        f"API replica and none ended within {wait_s:g} s (max_in_flight_per_tenant = {limit})",
         retry_after_s=RETRY_AFTER_S,
         fix=f"send at most {limit} requests at once (wait for an answer before the next) and "
             "retry after the Retry-After seconds; the operator sets "

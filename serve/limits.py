@@ -29,6 +29,9 @@ class ApiLimits(BaseModel):
     max_in_flight_per_tenant: int = Field(
         default=4, ge=1, le=tenant_budget(),
         description="requests of one tenant being answered at once on one replica (429 above)")
+    in_flight_wait_s: float = Field(
+        default=0.5, ge=0, le=30,
+        description="how long a request over max_in_flight_per_tenant waits for a slot (then 429)")
     max_jobs_in_flight: int = Field(default=10_000, ge=1, description="unfinished jobs per tenant")
     max_bag_jobs: int = Field(default=1000, ge=1, le=10_000, description="parameter sets per bag")
     max_list_bytes: int = Field(default=4 << 20, ge=4096, description="bytes of one list response")
@@ -44,6 +47,7 @@ class ApiLimits(BaseModel):
         return cls(
             max_body_bytes=s.api_max_body_bytes, rate_per_s=s.api_rate_per_s, burst=s.api_burst,
             max_in_flight_per_tenant=s.api_max_in_flight_per_tenant,
+            in_flight_wait_s=s.api_in_flight_wait_s,
             max_jobs_in_flight=s.api_max_jobs_in_flight, max_bag_jobs=s.api_max_bag_jobs,
             max_list_bytes=s.api_max_list_bytes, idempotency_ttl_s=s.api_idempotency_ttl_s,
             metrics_token_hash=hash_token(s.metrics_token) if s.metrics_token else None,

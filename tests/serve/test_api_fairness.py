@@ -4,6 +4,7 @@ another tenant and the admin are served; and the counter itself (no Ray)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import select
 import socket
@@ -102,7 +103,8 @@ def test_a_tenant_past_its_requests_in_flight_gets_429_and_others_are_served(ser
             assert status == 429 and headers["retry-after"] == "1"
             assert httpx.Response(429, content=payload).json() == {
                 "message": f"max_in_flight_per_tenant: this tenant already has {LIMIT} requests "
-                           f"in flight on this API replica (max_in_flight_per_tenant = {LIMIT})",
+                           "in flight on this API replica and none ended within 0.5 s "
+                           f"(max_in_flight_per_tenant = {LIMIT})",
                 "fix": f"send at most {LIMIT} requests at once (wait for an answer before the "
                        "next) and retry after the Retry-After seconds; the operator sets "
                        "SPOTPLANE_API_MAX_IN_FLIGHT_PER_TENANT",
@@ -124,20 +126,45 @@ def test_a_tenant_past_its_requests_in_flight_gets_429_and_others_are_served(ser
 
 
 def test_in_flight_is_capped_per_tenant_and_for_all_tenants() -> None:
-    slots = InFlight(per_tenant=2, tenants_total=3)
-    a1, a2 = slots.acquire("a"), slots.acquire("a")
-    with pytest.raises(RateLimited, match="max_in_flight_per_tenant = 2") as refused:
-        slots.acquire("a")
-    assert refused.value.retry_after_s == 1.0
-    b1 = slots.acquire("b")
-    with pytest.raises(RateLimited, match="^tenants_in_flight: all tenants together already have 3"):
-        slots.acquire("c")
-    admin = slots.acquire(None)  # the admin is never capped
-    a1.release()
-    a1.release()  # a second release gives nothing back twice
-    assert slots.count("a") == 1
-    c1 = slots.acquire("c")
-    for held in (a2, b1, c1, admin):
+    async def scenario() -> None:
+        slots = InFlight(per_tenant=2, tenants_total=3, wait_s=0.05)
+        a1, a2 = await slots.acquire("a"), await slots.acquire("a")
+        with pytest.raises(RateLimited, match="max_in_flight_per_tenant = 2") as refused:
+            await slots.acquire("a")  # waits 0.05 s: none of a's ends
+        assert refused.value.retry_after_s == 1.0 and slots.waiting("a") == 0
+        b1 = await slots.acquire("b")
+        with pytest.raises(RateLimited, match="^tenants_in_flight: all tenants together already have 3"):
+            await slots.acquire("c")
+        admin = await slots.acquire(None)  # the admin is never capped
+        a1.release()
+        a1.release()  # a second release gives nothing back twice
+        assert slots.count("a") == 1
+        c1 = await slots.acquire("c")
+        for held in (a2, b1, c1, admin):
+            held.release()
+        assert [slots.count(t) for t in "abc"] == [0, 0, 0]
+
+    asyncio.run(scenario())
+
+
+def test_a_request_over_the_cap_waits_for_its_tenants_next_slot_in_order() -> None:
+    async def scenario() -> None:
+        slots = InFlight(per_tenant=1, wait_s=5.0)
+        first = await slots.acquire("a")
+        second = asyncio.create_task(slots.acquire("a"))
+        third = asyncio.create_task(slots.acquire("a"))
+        other = await slots.acquire("b")  # another tenant does not queue behind a
+        await asyncio.sleep(0)
+        assert slots.waiting("a") == 2 and not second.done()
+        first.release()  # the slot goes to the first waiter, the count stays one
+        held = await second
+        assert slots.count("a") == 1 and not third.done()
+        third.cancel()  # a waiter that goes away leaves the queue
+        with pytest.raises(asyncio.CancelledError):
+            await third
+        assert slots.waiting("a") == 0
         held.release()
-    assert [slots.count(t) for t in "abc"] == [0, 0, 0]
-    assert [slots.acquire("a") for _ in range(2)] and slots.count("a") == 2
+        other.release()
+        assert slots.count("a") == slots.count("b") == 0
+
+    asyncio.run(scenario())
