@@ -66,7 +66,7 @@ from controlplane.core.models import (
 from controlplane.store import LOGS, PACKAGES, StoredAnswer, is_postgres, open_blobs
 from serve.auth import bearer_scheme, bearer_token, hash_token
 from serve.dashboard import router as dashboard_router
-from serve.fairness import MAX_ONGOING_REQUESTS, InFlight
+from serve.fairness import MAX_ONGOING_REQUESTS, InFlight, share_the_gil
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
 from serve.metrics import CONTENT_TYPE, ApiMetrics
 from serve.rayjobs import router as ray_jobs_router
@@ -519,6 +519,7 @@ class SpotplaneAPI:
                  workload_token_path: str | None = None, log_dir: str | None = None,
                  replicas: int = 1) -> None:
         self.limits = ApiLimits.model_validate(limits or {})
+        share_the_gil()  # handlers are threads: a heavy one must not stall the short ones
         caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs,
                     idempotency_ttl_s=self.limits.idempotency_ttl_s)
         self.service = ControlPlaneService.open(db_path, admin_token_hash, caps)

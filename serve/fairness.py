@@ -6,23 +6,28 @@ how much of the replica it holds at one time, so one tenant's slow or heavy requ
 queue every other tenant's (and the admin's) behind them. A request over its tenant's bound
 waits, first come first served and without a thread, up to ``in_flight_wait_s`` for one of the
 tenant's own requests to end (so a page's few parallel fetches are served one after another),
-then is answered 429 with ``Retry-After`` at the gate, before any handler runs. The counts live
-on the replica's event loop, which the gate runs on.
+then is answered 429 with ``Retry-After`` at the gate, before any handler runs. A tenant whose
+waiter was refused so gets no queue until its Retry-After has passed: a flood keeps gaps in
+which other tenants' requests run alone, where a queue would keep the replica busy for it.
+The counts live on the replica's event loop, which the gate runs on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from controlplane.core.errors import RateLimited
 
-__all__ = ["ADMIN_RESERVE", "MAX_ONGOING_REQUESTS", "InFlight", "Held", "tenant_budget"]
+__all__ = ["ADMIN_RESERVE", "MAX_ONGOING_REQUESTS", "Held", "InFlight", "share_the_gil", "tenant_budget"]
 
 MAX_ONGOING_REQUESTS = 64  # Serve's max_ongoing_requests of one API replica
 ADMIN_RESERVE = 8  # of those, slots no tenant may take: the admin and /metrics always get in
 RETRY_AFTER_S = 1.0  # a held request usually ends well within a second
+GIL_SWITCH_S = 0.0005  # the replica's GIL switch interval (see share_the_gil)
 
 
 def tenant_budget(max_ongoing: int = MAX_ONGOING_REQUESTS, reserve: int = ADMIN_RESERVE) -> int:
@@ -56,6 +61,7 @@ class InFlight:
         self._counts: dict[str, int] = {}
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
         self._total = 0
+        self._refused_until: dict[str, float] = {}  # tenant -> when it may queue again
 
     async def acquire(self, tenant: str | None) -> Held:
         """A slot for one request of ``tenant`` (None: the admin, never capped), waiting up to
@@ -68,6 +74,8 @@ class InFlight:
             self._counts[tenant] = self._counts.get(tenant, 0) + 1
             self._total += 1
             return Held(self, tenant)
+        if time.monotonic() < self._refused_until.get(tenant, 0.0):
+            raise _tenant_full(self.per_tenant, self.wait_s)  # refused lately: no queue
         return await self._wait(tenant)
 
     async def _wait(self, tenant: str) -> Held:
@@ -81,6 +89,7 @@ class InFlight:
             if not turn.done():  # done: handed over at the deadline, the slot is ours
                 turn.cancel()
                 self._forget(tenant, turn)
+                self._refuse(tenant)
                 raise _tenant_full(self.per_tenant, self.wait_s) from None
         except BaseException:  # cancelled: the client went away while it waited
             if turn.done() and not turn.cancelled():
@@ -90,6 +99,12 @@ class InFlight:
                 self._forget(tenant, turn)
             raise
         return Held(self, tenant)
+
+    def _refuse(self, tenant: str) -> None:
+        """No queue for ``tenant`` until its Retry-After has passed."""
+        if len(self._refused_until) > 100_000:
+            self._refused_until.clear()
+        self._refused_until[tenant] = time.monotonic() + RETRY_AFTER_S
 
     def _forget(self, tenant: str, turn: asyncio.Future[None]) -> None:
         queue = self._waiting.get(tenant)
@@ -128,6 +143,12 @@ class InFlight:
     def waiting(self, tenant: str) -> int:
         """How many of ``tenant``'s requests wait for a slot now."""
         return len(self._waiting.get(tenant, ()))
+
+
+def share_the_gil(interval_s: float = GIL_SWITCH_S) -> None:
+    """Hand the GIL between threads every ``interval_s`` (CPython's default: 5 ms), so a short
+    request's handler and the event loop do not wait 5 ms per handoff behind a long one."""
+    sys.setswitchinterval(interval_s)
 
 
 def _tenant_full(limit: int, wait_s: float) -> RateLimited:

@@ -27,7 +27,7 @@ class ApiLimits(BaseModel):
     rate_per_s: float = Field(default=100.0, gt=0, description="requests per second per tenant")
     burst: int = Field(default=200, ge=1, description="requests a tenant may send at once")
     max_in_flight_per_tenant: int = Field(
-        default=4, ge=1, le=tenant_budget(),
+        default=1, ge=1, le=tenant_budget(),
         description="requests of one tenant being answered at once on one replica (429 above)")
     in_flight_wait_s: float = Field(
         default=0.5, ge=0, le=30,

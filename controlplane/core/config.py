@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     api_rate_per_s: float = Field(default=100.0, gt=0, description="Requests/s per tenant (429).")
     api_burst: int = Field(default=200, ge=1, description="Requests a tenant may send at once.")
     api_max_in_flight_per_tenant: int = Field(
-        default=4, ge=1, le=56, description="Requests of one tenant answered at once per replica (429).")
+        default=1, ge=1, le=56, description="Requests of one tenant answered at once per replica (429).")
     api_in_flight_wait_s: float = Field(
         default=0.5, ge=0, le=30, description="Seconds a request over it waits for a slot (then 429).")
     api_max_jobs_in_flight: int = Field(default=10_000, ge=1, description="Unfinished jobs per tenant.")

@@ -132,6 +132,9 @@ def test_in_flight_is_capped_per_tenant_and_for_all_tenants() -> None:
         with pytest.raises(RateLimited, match="max_in_flight_per_tenant = 2") as refused:
             await slots.acquire("a")  # waits 0.05 s: none of a's ends
         assert refused.value.retry_after_s == 1.0 and slots.waiting("a") == 0
+        slots.wait_s = 60.0  # refused lately: the next one over the cap gets no queue at all
+        with pytest.raises(RateLimited, match="max_in_flight_per_tenant"):
+            await asyncio.wait_for(slots.acquire("a"), timeout=5.0)
         b1 = await slots.acquire("b")
         with pytest.raises(RateLimited, match="^tenants_in_flight: all tenants together already have 3"):
             await slots.acquire("c")
