@@ -11,6 +11,7 @@ then its new submissions, oldest first; the rest stay in the store for later tic
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 from controlplane.core.models import Job, JobState
@@ -22,6 +23,7 @@ from controlplane.store import BadRow, Store
 from policies.admission import held_back, plan_slots, reclaim
 
 Row = tuple[int, Job | BadRow]
+log = logging.getLogger(__name__)
 
 
 class Ingest:
@@ -85,7 +87,7 @@ class Ingest:
         hand queued jobs back to the store for the newcomers. A tenant's parked queued jobs
         come before its new submissions, oldest first."""
         s, cfg = self.state, self.settings
-        s.held_back = {}
+        before, s.held_back = s.held_back, {}
         if not s.parked and not (pending and self.store.has_pending()):
             return []  # nothing waits in the store: no query per tenant
         held = Counter(j.tenant_id for j in s.jobs.values() if j.state is JobState.QUEUED)
@@ -100,6 +102,8 @@ class Ingest:
             why = held_back(plan, held, asking, tenant, cfg.queued_per_tenant)
             if why is not None:
                 s.held_back[tenant] = why
+                if before.get(tenant) != why:
+                    log.info("admission: %s", why)
         return out
 
     def _fetch_fair(self, held: Counter[str], room: dict[str, int],
