@@ -142,7 +142,7 @@ class Ingest:
             for _, job_id in back:
                 del s.jobs[job_id]
             s.parked[tenant] = min(s.parked.get(tenant, back[0][0]), back[0][0] - 1)
-            s.work.count("jobs_handed_back", len(back))
+            s.work.count("jobs_handed_back_total", len(back))
 
     def _tenant_rows(self, tenant: str, want: int,
                      after: dict[str, int] | None) -> tuple[list[Row], bool]:

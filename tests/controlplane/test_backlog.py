@@ -277,6 +277,7 @@ def test_a_tenant_filling_every_queue_slot_cannot_keep_another_out(tmp_path: Pat
     assert w.in_memory(JobState.QUEUED, b) == [j.id for j in mine]
     assert w.in_memory(JobState.QUEUED, a) == [j.id for j in bag_a[:7]]
     assert [w.store.get_job(j.id).state for j in bag_a[7:10]] == [JobState.QUEUED] * 3
+    assert w.store.metrics()["jobs_handed_back_total"] == 3
     assert w.ctl.state.held_back == {a.id: (
         f"queued_total: tenant {a.id} holds 7 of the 10 queue slots, its fair share with 2 "
         "tenants waiting; the rest wait PENDING until its queued jobs are placed or fewer tenants "
