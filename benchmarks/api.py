@@ -295,11 +295,13 @@ async def _flood(host: str, port: int, tok_a: str, tok_b: str, seconds: float, c
     async def calm(until: float, lat: list[float]) -> None:
         conn = _Conn(host, port, tok_b, "/v1/jobs", "GET")
         try:
-            while time.perf_counter() < until:
+            while True:  # at least one request
                 t0 = time.perf_counter()
                 status, _ = await conn.post()
                 if status == 200:
                     lat.append((time.perf_counter() - t0) * 1000.0)
+                if time.perf_counter() >= until:
+                    break
                 await asyncio.sleep(FLOOD_B_PAUSE_S)
         finally:
             await conn.close()
@@ -321,10 +323,11 @@ async def _flood(host: str, port: int, tok_a: str, tok_b: str, seconds: float, c
     codes: Counter[int] = Counter()
     for _ in range(FLOOD_ROUNDS):  # quiet and flood alternate: the machine's other load hits both
         await calm(time.perf_counter() + quiet_s / FLOOD_ROUNDS, quiet)
-        end = time.perf_counter() + seconds / FLOOD_ROUNDS
+        phase = seconds / FLOOD_ROUNDS
+        end = time.perf_counter() + phase
         flooding = [asyncio.create_task(flooder(end, codes)) for _ in range(clients)]
-        await asyncio.sleep(1.0)  # the flood builds up
-        await calm(end - 0.5, loud)
+        await asyncio.sleep(min(1.0, phase / 4))  # the flood builds up
+        await calm(end - min(0.5, phase / 8), loud)
         await asyncio.gather(*flooding)
     q99, f99 = float(np.percentile(quiet, 99)), float(np.percentile(loud, 99))
     return {"quiet_p50_ms": round(float(np.percentile(quiet, 50)), 1), "quiet_p99_ms": round(q99, 1),
