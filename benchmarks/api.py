@@ -9,6 +9,11 @@ store afterwards. Then the batch path: ``--bags`` bags of ``--bag-jobs`` jobs ea
 ``POST /v1/bags`` (``--bag-clients``, default 1, at once), jobs per second into the store. Targets: >= 100
 submissions/s, p99 < 500 ms (same-machine anchors: Ray Serve hello-world 126/s, bare FastAPI
 314/s); batch >= 2,000 jobs/s with a bag's p99 < 500 ms.
+
+``--flood [--flood-seconds 40] [--flood-clients 16] [--flood-limit N]`` runs only the noisy
+neighbour: tenant A lists its 1,000 jobs with 16 clients back to back (waiting out each 429's
+Retry-After) while tenant B lists its own; B's p50/p99 quiet and under the flood, A's 429s.
+Targets: B's flood p99 <= 2 x its quiet p99 (``flood_over_quiet``), with ``a_429s`` > 0.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,13 +38,18 @@ from actors.raylocal import init_local_ray
 from benchmarks import entry
 from benchmarks.stores import store_at
 from controlplane.core.errors import InvalidInput
+from controlplane.core.models import JobKind, JobSpec
 from controlplane.store import Store
 from serve.app import start_api, stop_api
 from serve.auth import new_admin_token
+from serve.limits import ApiLimits
 
 TARGET_PER_SECOND = 100.0
 TARGET_P99_MS = 500.0
 TARGET_BATCH_JOBS_PER_SECOND = 2000.0
+FLOOD_TARGET_RATIO = 2.0  # B's p99 under A's flood over B's quiet p99
+FLOOD_B_PAUSE_S = 0.05  # tenant B's pause between its requests (a light user)
+FLOOD_ROUNDS = 4  # quiet and flood phases, alternating
 BATCH_CLIENTS = 1
 
 
@@ -55,19 +66,22 @@ class _Conn:
     here, this ~0.1 ms, so the measured throughput is the server's, not the client's.
     """
 
-    def __init__(self, host: str, port: int, token: str, path: str = "/v1/jobs") -> None:
+    def __init__(self, host: str, port: int, token: str, path: str = "/v1/jobs",
+                 method: str = "POST") -> None:
         self.host, self.port = host, port
-        self.head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+        self.head = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
                      "Content-Type: application/json\r\nContent-Length: ")
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.retry_after = 0.0  # the last answer's Retry-After seconds (0: none)
 
-    async def post(self, body: bytes) -> tuple[int, bytes]:
+    async def post(self, body: bytes = b"") -> tuple[int, bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
         self.writer.write(f"{self.head}{len(body)}\r\n\r\n".encode() + body)
         await self.writer.drain()
+        self.retry_after = 0.0
         status_line = await self.reader.readline()
         status = int(status_line.split()[1])
         length, close = 0, False
@@ -80,6 +94,8 @@ class _Conn:
                 length = int(value)
             elif name.lower() == "connection" and value.strip().lower() == "close":
                 close = True
+            elif name.lower() == "retry-after":
+                self.retry_after = float(value)
         payload = await self.reader.readexactly(length)
         if close:
             await self.close()
@@ -125,10 +141,10 @@ async def _run_clients(url: str, tokens: list[str], per_client: int) -> tuple[li
 
 @contextlib.contextmanager
 def local_api(db: str | Path, admin: str, files: Path | None = None,
-              replicas: int = 1) -> Iterator[str]:
+              replicas: int = 1, limits: ApiLimits | None = None) -> Iterator[str]:
     """The API served from ``db`` on a free port by ``replicas`` Serve replicas (on a local Ray
-    of its own unless one runs); uploaded packages and logs under ``files`` (default: beside a
-    SQLite ``db``)."""
+    of its own unless one runs) under ``limits`` (default: the settings'); uploaded packages
+    and logs under ``files`` (default: beside a SQLite ``db``)."""
     import ray
 
     own_ray = not ray.is_initialized()  # a test session may already run one
@@ -137,7 +153,7 @@ def local_api(db: str | Path, admin: str, files: Path | None = None,
                        configure_logging=False, namespace="spotplane-bench")
     try:
         url = start_api(db, admin, free_port(), package_dir=files and files / "packages",
-                        log_dir=files and files / "logs", replicas=replicas)
+                        log_dir=files and files / "logs", replicas=replicas, limits=limits)
         try:
             yield url
         finally:
@@ -248,6 +264,91 @@ def _batch(url: str, store: Store, tokens: list[str], bags: int, bag_jobs: int) 
             "bag_p99_ms": round(float(np.percentile(arr, 99)), 1)}
 
 
+def flood(seconds: float = 40.0, clients: int = 16, quiet_s: float = 20.0, a_jobs: int = 1000,
+          b_jobs: int = 20, limits: ApiLimits | None = None) -> dict[str, Any]:
+    """Tenant A lists its ``a_jobs`` jobs with ``clients`` clients back to back (waiting out
+    each 429's Retry-After) for ``seconds`` on one replica, while tenant B lists its own; B's
+    latency over ``quiet_s`` quiet and under the flood (in alternating phases), and how A was
+    answered."""
+    state = Path(tempfile.mkdtemp(prefix="spotplane-bench-flood-"))
+    db = state / "spotplane.db"
+    store = Store(db)
+    a, tok_a = store.create_tenant("flood-a", max_gpus=1000)
+    b, tok_b = store.create_tenant("calm-b", max_gpus=1000)
+    spec = JobSpec(name="listed", kind=JobKind.SPOT, compute_hours=1.0)
+    store.submit_jobs(a.id, [spec] * a_jobs)
+    store.submit_jobs(b.id, [spec] * b_jobs)
+    store.close()
+    resolved = limits or ApiLimits()
+    with local_api(db, new_admin_token(), state, limits=resolved) as url:
+        parsed = httpx.URL(url)
+        out = asyncio.run(_flood(parsed.host, int(parsed.port or 80), tok_a, tok_b, seconds,
+                                 clients, quiet_s))
+    return {"seconds": seconds, "clients": clients,
+            "max_in_flight_per_tenant": resolved.max_in_flight_per_tenant, **out}
+
+
+async def _flood(host: str, port: int, tok_a: str, tok_b: str, seconds: float, clients: int,
+                 quiet_s: float) -> dict[str, Any]:
+    """B's GET /v1/jobs latencies quiet, then under A's flood of the same; A's answers."""
+
+    async def calm(until: float, lat: list[float]) -> None:
+        conn = _Conn(host, port, tok_b, "/v1/jobs", "GET")
+        try:
+            while True:  # at least one request
+                t0 = time.perf_counter()
+                status, _ = await conn.post()
+                if status == 200:
+                    lat.append((time.perf_counter() - t0) * 1000.0)
+                if time.perf_counter() >= until:
+                    break
+                await asyncio.sleep(FLOOD_B_PAUSE_S)
+        finally:
+            await conn.close()
+
+    async def flooder(until: float, codes: Counter[int]) -> None:
+        conn = _Conn(host, port, tok_a, "/v1/jobs", "GET")
+        try:
+            while time.perf_counter() < until:
+                status, _ = await conn.post()
+                codes[status] += 1
+                if status == 429:
+                    await asyncio.sleep(conn.retry_after or 1.0)
+        finally:
+            await conn.close()
+
+    await calm(time.perf_counter() + 2.0, [])  # warm the proxy and the replica
+    quiet: list[float] = []
+    loud: list[float] = []
+    codes: Counter[int] = Counter()
+    for _ in range(FLOOD_ROUNDS):  # quiet and flood alternate: the machine's other load hits both
+        await calm(time.perf_counter() + quiet_s / FLOOD_ROUNDS, quiet)
+        phase = seconds / FLOOD_ROUNDS
+        end = time.perf_counter() + phase
+        flooding = [asyncio.create_task(flooder(end, codes)) for _ in range(clients)]
+        await asyncio.sleep(min(1.0, phase / 4))  # the flood builds up
+        await calm(end - min(0.5, phase / 8), loud)
+        await asyncio.gather(*flooding)
+    q99, f99 = float(np.percentile(quiet, 99)), float(np.percentile(loud, 99))
+    return {"quiet_p50_ms": round(float(np.percentile(quiet, 50)), 1), "quiet_p99_ms": round(q99, 1),
+            "flood_p50_ms": round(float(np.percentile(loud, 50)), 1), "flood_p99_ms": round(f99, 1),
+            "flood_over_quiet": round(f99 / q99, 2), "b_quiet_requests": len(quiet),
+            "b_flood_requests": len(loud), "a_served": codes[200], "a_429s": codes[429],
+            "a_served_per_s": round(codes[200] / seconds, 1),
+            "a_other": sum(n for c, n in codes.items() if c not in (200, 429))}
+
+
+def _flood_table(r: dict[str, Any]) -> None:
+    good = r["flood_over_quiet"] <= FLOOD_TARGET_RATIO and r["a_429s"] > 0
+    print(f"flood: tenant A, {r['clients']} clients for {r['seconds']:g} s of GET /v1/jobs, "
+          f"max_in_flight_per_tenant = {r['max_in_flight_per_tenant']}; tenant B lists its jobs")
+    print(f"{'B quiet p50/p99 ms':>20} {'B flood p50/p99 ms':>20} {'p99 flood/quiet':>16} "
+          f"{'A served/s':>10} {'A 429s':>7}  targets: flood/quiet <= {FLOOD_TARGET_RATIO:g}, A 429s > 0")
+    print(f"{r['quiet_p50_ms']:>10} / {r['quiet_p99_ms']:<7} {r['flood_p50_ms']:>10} / "
+          f"{r['flood_p99_ms']:<7} {r['flood_over_quiet']:>16} {r['a_served_per_s']:>10} "
+          f"{r['a_429s']:>7}  {'ok' if good else 'MISSED'}")
+
+
 def _replica_counts(text: str) -> list[int]:
     try:
         counts = [int(x) for x in text.split(",") if x.strip()]
@@ -314,7 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", default="sqlite", metavar="sqlite|pgserver|URL",
                     help="the store: a fresh SQLite file or pgserver PostgreSQL per run, or an "
                          "empty PostgreSQL's URL (one replica count)")
+    ap.add_argument("--flood", action="store_true",
+                    help="only the flood scenario: tenant A's clients against tenant B's latency")
+    ap.add_argument("--flood-seconds", type=float, default=40.0, help="how long A floods")
+    ap.add_argument("--flood-clients", type=int, default=16, help="A's concurrent clients")
+    ap.add_argument("--flood-limit", type=int, default=None, metavar="N",
+                    help="max_in_flight_per_tenant for the run (default: the setting's)")
     args = ap.parse_args(argv)
+    if args.flood:
+        return _main_flood(args)
     counts = _replica_counts(args.replicas)
     runs = []
     with contextlib.redirect_stdout(sys.stderr), _one_ray():  # stdout: the one JSON object
@@ -330,6 +439,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"store": args.db.split("://")[0], "runs": runs}))
         return 0
     _table(runs)
+    return 0
+
+
+def _main_flood(args: argparse.Namespace) -> int:
+    """``--flood``: run the flood scenario; its table, or one JSON object with ``--json``."""
+    limits = ApiLimits.from_settings()
+    if args.flood_limit is not None:
+        limits = limits.model_copy(update={"max_in_flight_per_tenant": args.flood_limit})
+    with contextlib.redirect_stdout(sys.stderr), _one_ray():
+        result = flood(args.flood_seconds, args.flood_clients, limits=limits)
+    if args.json:
+        print(json.dumps({"scenario": "flood", **result}))
+    else:
+        _flood_table(result)
     return 0
 
 

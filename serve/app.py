@@ -66,6 +66,7 @@ from controlplane.core.models import (
 from controlplane.store import LOGS, PACKAGES, StoredAnswer, is_postgres, open_blobs
 from serve.auth import bearer_scheme, bearer_token, hash_token
 from serve.dashboard import router as dashboard_router
+from serve.fairness import MAX_ONGOING_REQUESTS, InFlight, share_the_gil
 from serve.limits import ApiLimits, TokenBuckets, retry_after_header
 from serve.metrics import CONTENT_TYPE, ApiMetrics
 from serve.rayjobs import router as ray_jobs_router
@@ -362,8 +363,9 @@ class Gate:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            await gate.admit(scope["path"], bearer_token(headers.get("authorization")))
+            tenant = await gate.admit(scope["path"], bearer_token(headers.get("authorization")))
             gate.check_length(headers.get("content-length"), scope["path"])
+            held = await gate.in_flight.acquire(tenant)  # 429 past the tenant's requests in flight
         except SpotplaneError as exc:
             await spotplane_error_response(answering, exc)(scope, receive, send)
             return
@@ -371,7 +373,10 @@ class Gate:
             await error_response(answering, exc.status_code, str(exc.detail),
                                  _HTTP_FIX.get(exc.status_code))(scope, receive, send)
             return
-        await self.app(scope, gate.capped(receive, scope["path"]), send)
+        try:
+            await self.app(scope, gate.capped(receive, scope["path"]), send)
+        finally:
+            held.release()
 
 
 class GateState:
@@ -385,14 +390,16 @@ class GateState:
         # single replica keeps its buckets in memory
         self.shared = shared
         self.buckets = TokenBuckets(limits.rate_per_s, limits.burst)
+        self.in_flight = InFlight(limits.max_in_flight_per_tenant, wait_s=limits.in_flight_wait_s)
         self.replica, self.node_id = "", ""  # which replica answers (REPLICA_HEADER), on which Ray node
 
-    async def admit(self, path: str, token: str | None) -> None:
-        """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket; a
-        token not seen before is looked up in the store off the event loop."""
+    async def admit(self, path: str, token: str | None) -> str | None:
+        """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket; the
+        tenant's id (None: admin or metrics). A token not seen before is looked up in the
+        store off the event loop."""
         if path == "/metrics":
             await run_in_threadpool(self._metrics_token, token)
-            return
+            return None
         principal = self.service.known(token)
         if principal is None:
             principal = await run_in_threadpool(self.service.authenticate, token)
@@ -405,6 +412,7 @@ class GateState:
                 raise RateLimited(
                     f"more than {self.limits.rate_per_s:g} requests/s (burst {self.limits.burst})",
                     retry_after_s=wait, fix="slow down and retry after the Retry-After seconds")
+        return principal.tenant_id
 
     def _take_shared(self, tenant_id: str) -> float:
         return self.service.store.take_token(f"tenant:{tenant_id}", self.limits.rate_per_s,
@@ -495,7 +503,7 @@ def _replayable(answer: StoredAnswer) -> Response:
 @serve.deployment(
     name="SpotplaneAPI",
     num_replicas=1,
-    max_ongoing_requests=64,
+    max_ongoing_requests=MAX_ONGOING_REQUESTS,  # tenants share all but serve.fairness's reserve
     ray_actor_options={"num_cpus": 0},
     # a dead replica is noticed at its next health check (Serve's default: every 10 s); every
     # 2 s brings the API back sooner after a crash, for one cheap call per check
@@ -511,6 +519,7 @@ class SpotplaneAPI:
                  workload_token_path: str | None = None, log_dir: str | None = None,
                  replicas: int = 1) -> None:
         self.limits = ApiLimits.model_validate(limits or {})
+        share_the_gil()  # handlers are threads: a heavy one must not stall the short ones
         caps = Caps(max_jobs_in_flight=self.limits.max_jobs_in_flight, max_bag_jobs=self.limits.max_bag_jobs,
                     idempotency_ttl_s=self.limits.idempotency_ttl_s)
         self.service = ControlPlaneService.open(db_path, admin_token_hash, caps)

@@ -1,5 +1,5 @@
-"""The API's limits (body size, request rate, jobs in flight, bag size, list size) and the
-per-tenant token bucket that enforces the request rate.
+"""The API's limits (body size, request rate, requests and jobs in flight, bag size, list size)
+and the per-tenant token bucket that enforces the request rate.
 
 Limits are resolved once, in the process that starts the API (``SPOTPLANE_API_*`` settings),
 and handed to the Serve replica, so every replica enforces the same numbers.
@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from controlplane.core.config import Settings
 from controlplane.core.models import hash_token
+from serve.fairness import tenant_budget
 
 __all__ = ["ApiLimits", "TokenBuckets"]
 
@@ -25,6 +26,12 @@ class ApiLimits(BaseModel):
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="request body cap (413 above)")
     rate_per_s: float = Field(default=100.0, gt=0, description="requests per second per tenant")
     burst: int = Field(default=200, ge=1, description="requests a tenant may send at once")
+    max_in_flight_per_tenant: int = Field(
+        default=1, ge=1, le=tenant_budget(),
+        description="requests of one tenant being answered at once on one replica (429 above)")
+    in_flight_wait_s: float = Field(
+        default=0.5, ge=0, le=30,
+        description="how long a request over max_in_flight_per_tenant waits for a slot (then 429)")
     max_jobs_in_flight: int = Field(default=10_000, ge=1, description="unfinished jobs per tenant")
     max_bag_jobs: int = Field(default=1000, ge=1, le=10_000, description="parameter sets per bag")
     max_list_bytes: int = Field(default=4 << 20, ge=4096, description="bytes of one list response")
@@ -39,6 +46,8 @@ class ApiLimits(BaseModel):
         s = settings or Settings()
         return cls(
             max_body_bytes=s.api_max_body_bytes, rate_per_s=s.api_rate_per_s, burst=s.api_burst,
+            max_in_flight_per_tenant=s.api_max_in_flight_per_tenant,
+            in_flight_wait_s=s.api_in_flight_wait_s,
             max_jobs_in_flight=s.api_max_jobs_in_flight, max_bag_jobs=s.api_max_bag_jobs,
             max_list_bytes=s.api_max_list_bytes, idempotency_ttl_s=s.api_idempotency_ttl_s,
             metrics_token_hash=hash_token(s.metrics_token) if s.metrics_token else None,

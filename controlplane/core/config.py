@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Request body cap (413).")
     api_rate_per_s: float = Field(default=100.0, gt=0, description="Requests/s per tenant (429).")
     api_burst: int = Field(default=200, ge=1, description="Requests a tenant may send at once.")
+    api_max_in_flight_per_tenant: int = Field(
+        default=1, ge=1, le=56, description="Requests of one tenant answered at once per replica (429).")
+    api_in_flight_wait_s: float = Field(
+        default=0.5, ge=0, le=30, description="Seconds a request over it waits for a slot (then 429).")
     api_max_jobs_in_flight: int = Field(default=10_000, ge=1, description="Unfinished jobs per tenant.")
     api_max_bag_jobs: int = Field(default=1000, ge=1, le=10_000, description="Parameter sets per bag.")
     api_max_list_bytes: int = Field(default=4 << 20, ge=4096, description="Bytes of one list answer.")

@@ -38,8 +38,9 @@ class ControllerSettings:
     # Bounded admission: at most ``ingest_batch`` stored jobs (new submissions, and queued jobs
     # re-read after a restart) enter the in-memory queues per tick, shared among tenants; a
     # tenant holds at most ``queued_per_tenant`` queued jobs there and all tenants together at
-    # most ``queued_total`` (past it, only a tenant with none queued gets one in); the rest wait
-    # in the store (oldest first), so a tick's work is bounded by these knobs, not the backlog.
+    # most ``queued_total``, shared fairly between the tenants with work (policies.admission:
+    # tenants over their share hand queued jobs back for one under it); the rest wait in the
+    # store (oldest first), so a tick's work is bounded by these knobs, not the backlog.
     ingest_batch: int = 1000
     queued_per_tenant: int = 1000
     queued_total: int = 1000

@@ -1,14 +1,17 @@
 """Step 1 of the reconcile loop: new submissions (``PENDING -> QUEUED``) and cancel flags.
 
-Admission is bounded: per tick at most ``ingest_batch`` stored jobs enter the in-memory queues,
-shared among the tenants that have room (each holds at most ``queued_per_tenant`` queued jobs in
-memory, all of them at most ``queued_total``, but a tenant with none always gets its oldest).
+Admission is bounded and fair: per tick at most ``ingest_batch`` stored jobs enter the in-memory
+queues; each tenant holds at most ``queued_per_tenant`` queued jobs in memory and all of them at
+most ``queued_total``, shared fairly between the tenants with work (``policies.admission``): a
+tenant under its share gets in within the tick, tenants over theirs handing queued jobs back to
+the store for it, and a tenant with none always gets its oldest.
 A tenant's queued jobs a restart left in the store (``LoopState.parked``) are re-read first,
 then its new submissions, oldest first; the rest stay in the store for later ticks.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 from controlplane.core.models import Job, JobState
@@ -17,8 +20,10 @@ from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState
 from controlplane.store import BadRow, Store
+from policies.admission import held_back, plan_slots, reclaim
 
 Row = tuple[int, Job | BadRow]
+log = logging.getLogger(__name__)
 
 
 class Ingest:
@@ -41,10 +46,13 @@ class Ingest:
         s = self.state
         rows = sorted(found, key=lambda r: r[0])  # the submission order, across tenants
         self.ops.quarantine_rows([f for _, f in rows if isinstance(f, BadRow)], now)
-        for _, job in rows:
+        if len(s.seqs) > 2 * len(s.jobs) + self.settings.ingest_batch:
+            s.seqs = {i: q for i, q in s.seqs.items() if i in s.jobs}
+        for seq, job in rows:
             if isinstance(job, BadRow):
                 continue
             s.jobs[job.id] = job
+            s.seqs[job.id] = seq
             if job.tenant_id not in s.tenants:
                 self.load_tenants(now)
             if job.state is JobState.PENDING:
@@ -73,43 +81,68 @@ class Ingest:
             self.rec.move(job, JobState.CANCELLED, "cancelled by the tenant", now)
 
     def admit(self, *, pending: bool = True) -> list[Row]:
-        """This tick's stored jobs for the in-memory queues. First every tenant with none
-        queued in memory gets its oldest (so no backlog keeps a tenant out); then rounds in
-        which each tenant with room and more to give gets an equal share of what is left of
-        ``ingest_batch`` and of ``queued_total``. A tenant's parked queued jobs come before its
-        new submissions, oldest first."""
+        """This tick's stored jobs for the in-memory queues, by ``policies.admission``'s fair
+        shares of ``queued_total``: each tenant with work gets up to its share (at least one
+        job), ``ingest_batch`` at most in all; when the slots are full, tenants over their share
+        hand queued jobs back to the store for the newcomers. A tenant's parked queued jobs
+        come before its new submissions, oldest first."""
         s, cfg = self.state, self.settings
+        before, s.held_back = s.held_back, {}
         if not s.parked and not (pending and self.store.has_pending()):
             return []  # nothing waits in the store: no query per tenant
-        queued = Counter(j.tenant_id for j in s.jobs.values() if j.state is JobState.QUEUED)
-        room = {t: cfg.queued_per_tenant - queued[t] for t in self.store.tenant_ids()}
-        after: dict[str, int] = {}  # tenant -> seq of its last PENDING row read this tick
-        cursor = after if pending else None
-        out: list[Row] = []
-        hungry = []
-        for tenant, r in room.items():
-            if r <= 0:
-                continue
-            if queued[tenant] == 0 and len(out) < cfg.ingest_batch:
-                got, full = self._tenant_rows(tenant, 1, cursor)
-                room[tenant] -= len(got)
-                out += got
-                if not full or room[tenant] <= 0:
-                    continue
-            hungry.append(tenant)
-        budget = min(cfg.ingest_batch, cfg.queued_total - sum(queued.values())) - len(out)
-        while budget > 0 and hungry:
-            more = []
-            for i, tenant in enumerate(hungry):
-                want = min(-(-budget // (len(hungry) - i)), room[tenant])  # ceil of an even split
-                got, full = self._tenant_rows(tenant, want, cursor)
-                budget -= len(got)
-                room[tenant] -= len(got)
-                out += got
-                if full and room[tenant] > 0:
-                    more.append(tenant)
-            hungry = more
+        held = Counter(j.tenant_id for j in s.jobs.values() if j.state is JobState.QUEUED)
+        room = {t: cfg.queued_per_tenant - held[t] for t in self.store.tenant_ids()}
+        rows, more, asking = self._fetch_fair(held, {t: r for t, r in room.items() if r > 0},
+                                              {} if pending else None)
+        out = [row for got in rows.values() for row in got]
+        plan = plan_slots(held, asking, cfg.queued_total, cfg.ingest_batch)
+        evict = reclaim(held, plan.shares, len(out), cfg.queued_total)
+        self._hand_back(evict)
+        for tenant in more | evict.keys():  # the tenants with jobs left waiting
+            why = held_back(plan, held, asking, tenant, cfg.queued_per_tenant)
+            if why is not None:
+                s.held_back[tenant] = why
+                if before.get(tenant) != why:
+                    log.info("admission: %s", why)
         return out
+
+    def _fetch_fair(self, held: Counter[str], room: dict[str, int],
+                    cursor: dict[str, int] | None
+                    ) -> tuple[dict[str, list[Row]], set[str], dict[str, int]]:
+        """Each tenant's rows up to what the fair plan admits it, read until the plan asks no
+        tenant for more than was read; the tenants that may have more waiting, and what each
+        asks for (its room while it may have more)."""
+        cfg = self.settings
+        rows: dict[str, list[Row]] = {t: [] for t in room}
+        more = set(room)  # tenants whose stored jobs may not all have been read
+        while True:
+            asking = {t: room[t] if t in more else len(got) for t, got in rows.items()}
+            plan = plan_slots(held, asking, cfg.queued_total, cfg.ingest_batch)
+            short = [t for t in rows if t in more and plan.admit.get(t, 0) > len(rows[t])]
+            if not short:
+                return rows, more, asking
+            for tenant in short:
+                got, full = self._tenant_rows(tenant, plan.admit[tenant] - len(rows[tenant]),
+                                              cursor)
+                rows[tenant] += got
+                if not full:
+                    more.discard(tenant)
+
+    def _hand_back(self, evict: dict[str, int]) -> None:
+        """Drop each tenant's newest ``evict[t]`` queued jobs from memory: they stay QUEUED in
+        the store and are re-read, oldest first, as parked jobs when the tenant has room."""
+        s = self.state
+        for tenant, n in evict.items():
+            mine = sorted((s.seqs[j.id], j.id) for j in s.jobs.values()
+                          if j.tenant_id == tenant and j.state is JobState.QUEUED
+                          and j.id in s.seqs and j.id not in s.work.jobs)
+            back = mine[len(mine) - n:] if n > 0 else []
+            if not back:
+                continue
+            for _, job_id in back:
+                del s.jobs[job_id]
+            s.parked[tenant] = min(s.parked.get(tenant, back[0][0]), back[0][0] - 1)
+            s.work.count("jobs_handed_back_total", len(back))
 
     def _tenant_rows(self, tenant: str, want: int,
                      after: dict[str, int] | None) -> tuple[list[Row], bool]:

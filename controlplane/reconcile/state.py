@@ -73,6 +73,9 @@ class LoopState:
     # tenant id -> seq of the last of its stored QUEUED jobs re-read since a restart (a tenant
     # is dropped once all are back in memory; see reconcile.ingest)
     parked: dict[str, int] = field(default_factory=dict)
+    seqs: dict[str, int] = field(default_factory=dict)  # job id -> its store seq, once admitted
+    # tenant id -> why its waiting jobs stayed PENDING in the last admission (policies.admission)
+    held_back: dict[str, str] = field(default_factory=dict)
     ticks: int = 0
     offer_cache: dict[tuple[str | None, int], list[Offer]] = field(default_factory=dict)
     quota_cache: dict[str, float | None] = field(default_factory=dict)

@@ -255,5 +255,36 @@ def test_the_total_in_memory_is_bounded_yet_a_new_tenant_always_gets_in(tmp_path
     assert in_a == [j.id for j in bag_a[:len(in_a)]] and in_b == [j.id for j in bag_b[:len(in_b)]]
     one, = w.submit(c, 1, "c")
     w.tick()
-    assert w.in_memory(JobState.QUEUED, c) == [one.id]  # past the total: its first one all the same
-    assert len(w.in_memory(JobState.QUEUED)) == 6
+    assert w.in_memory(JobState.QUEUED, c) == [one.id]  # the slots are full: its first one all the same
+    # ... and the total holds: the tenant over its share (3 of 5) handed its newest back
+    assert len(w.in_memory(JobState.QUEUED)) == 5
+    bigger = in_a if len(in_a) == 3 else in_b
+    assert w.store.get_job(bigger[-1]).state is JobState.QUEUED and bigger[-1] not in w.ctl.jobs
+
+
+def test_a_tenant_filling_every_queue_slot_cannot_keep_another_out(tmp_path: Path,
+                                                                   data_root: Path) -> None:
+    w = World(tmp_path, data_root, pool_nodes={"V100": 0}, default_pool_nodes=0,
+              ingest_batch=100, queued_per_tenant=10, queued_total=10)
+    a, _ = w.store.create_tenant("a", max_gpus=100)
+    b, _ = w.store.create_tenant("b", max_gpus=100)
+    bag_a = w.submit(a, 50, "a")
+    w.tick()
+    assert w.in_memory(JobState.QUEUED, a) == [j.id for j in bag_a[:10]]  # every slot
+    mine = w.submit(b, 3, "b")
+    w.tick()  # one tick: all three of b's are in, a hands its newest three back
+    assert [w.store.get_job(j.id).state for j in mine] == [JobState.QUEUED] * 3
+    assert w.in_memory(JobState.QUEUED, b) == [j.id for j in mine]
+    assert w.in_memory(JobState.QUEUED, a) == [j.id for j in bag_a[:7]]
+    assert [w.store.get_job(j.id).state for j in bag_a[7:10]] == [JobState.QUEUED] * 3
+    assert w.store.metrics()["jobs_handed_back_total"] == 3
+    assert w.ctl.state.held_back == {a.id: (
+        f"queued_total: tenant {a.id} holds 7 of the 10 queue slots, its fair share with 2 "
+        "tenants waiting; the rest wait PENDING until its queued jobs are placed or fewer tenants "
+        "wait (the operator raises ControllerSettings.queued_total)")}
+    for job in mine:  # b's leave: a gets its handed-back jobs again first, oldest first
+        w.store.request_cancel(job.id, b.id)
+    w.tick(2)
+    assert w.in_memory(JobState.QUEUED, a) == [j.id for j in bag_a[:10]]
+    assert w.store.job_counts(a.id)["PENDING"] == 40 and w.ctl.state.held_back[a.id].startswith(
+        f"queued_per_tenant: tenant {a.id} holds 10 queued jobs, the cap of 10")

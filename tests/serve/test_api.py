@@ -63,10 +63,12 @@ class Api:
 @pytest.fixture(scope="module")
 def api(ray_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:  # type: ignore[no-untyped-def]
     from serve.app import start_api, stop_api
+    from serve.limits import ApiLimits
 
     db = Path(tmp_path_factory.mktemp("api")) / "spotplane.db"
     store = Store(db)
-    url = start_api(db, ADMIN, free_port())
+    # 12 posts of one tenant at once race on one Idempotency-Key: room for all of them in flight
+    url = start_api(db, ADMIN, free_port(), limits=ApiLimits(max_in_flight_per_tenant=16))
     admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
     tokens, ids = {}, {}
     for name in ("acme", "beta"):

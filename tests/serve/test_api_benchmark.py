@@ -27,3 +27,16 @@ def test_api_benchmark_on_postgresql_with_two_replicas(ray_cluster, pg_url: str)
     assert result["replicas"] == 2
     assert result["submitted"] == result["accepted"] == result["stored"] == 32
     assert result["_in_store_total"] == 32 + 8
+
+
+def test_api_flood_benchmark_reports_both_tenants(ray_cluster) -> None:  # type: ignore[no-untyped-def]
+    from benchmarks.api import flood
+
+    result = flood(seconds=4.0, clients=4, quiet_s=2.0, a_jobs=50, b_jobs=5)
+    assert result["max_in_flight_per_tenant"] == 1 and result["clients"] == 4
+    assert result["b_quiet_requests"] > 0 and result["b_flood_requests"] > 0
+    assert result["a_served"] > 0 and result["a_other"] == 0
+    assert 0 < result["quiet_p50_ms"] <= result["quiet_p99_ms"]
+    assert 0 < result["flood_p50_ms"] <= result["flood_p99_ms"]
+    ratio = result["flood_p99_ms"] / result["quiet_p99_ms"]  # of the rounded p99s: near enough
+    assert result["flood_over_quiet"] == pytest.approx(ratio, rel=0.02, abs=0.01)

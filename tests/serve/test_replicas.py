@@ -45,7 +45,7 @@ def api(ray_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
 
     db = Path(tmp_path_factory.mktemp("replicas")) / "spotplane.db"
     store = Store(db)
-    limits = ApiLimits(rate_per_s=RATE, burst=BURST)
+    limits = ApiLimits(rate_per_s=RATE, burst=BURST, max_in_flight_per_tenant=8)  # 8 at once below
     url = start_api(db, ADMIN, free_port(), limits=limits, replicas=2)
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30) as admin:
         r = admin.post("/v1/tenants", json={"name": "acme", "max_gpus": 16})
