@@ -61,6 +61,23 @@ def _decoded(response: httpx.Response) -> Any:
     return response.text
 
 
+# The API refuses a request past its tenant's requests in flight before running it (429 naming
+# the bound): one client's own parallel calls are retried after Retry-After, a few times.
+IN_FLIGHT_RETRIES = 3
+IN_FLIGHT_FIELDS = ("max_in_flight_per_tenant:", "tenants_in_flight:")
+
+
+def _busy(response: httpx.Response) -> bool:
+    """A 429 of the in-flight bound (not of the rate limit or a quota, which a retry cannot cure)."""
+    if response.status_code != 429:
+        return False
+    try:
+        message = str(response.json().get("message", ""))
+    except ValueError:
+        return False
+    return message.startswith(IN_FLIGHT_FIELDS)
+
+
 def _error_from(response: httpx.Response) -> SpotplaneError:
     """Turn an error response into the matching SpotplaneError."""
     try:
@@ -131,11 +148,15 @@ class SpotplaneClient:
     ) -> httpx.Response:
         """One call; returns the response (headers included), raising on any 4xx/5xx."""
         clean = {k: v for k, v in (params or {}).items() if v is not None}
-        try:
-            response = self._http.request(method, path, json=json_body, params=clean,
-                                          content=content)
-        except httpx.TransportError as exc:
-            raise ServerUnreachable(self.base_url, type(exc).__name__) from exc
+        for attempt in range(IN_FLIGHT_RETRIES + 1):
+            try:
+                response = self._http.request(method, path, json=json_body, params=clean,
+                                              content=content)
+            except httpx.TransportError as exc:
+                raise ServerUnreachable(self.base_url, type(exc).__name__) from exc
+            if not _busy(response) or attempt == IN_FLIGHT_RETRIES:
+                break
+            time.sleep(min(float(response.headers.get("retry-after") or 1), 5.0))
         if response.status_code >= 400:
             raise _error_from(response)
         return response

@@ -171,3 +171,39 @@ def test_a_request_over_the_cap_waits_for_its_tenants_next_slot_in_order() -> No
         assert slots.count("a") == slots.count("b") == 0
 
     asyncio.run(scenario())
+
+
+def test_the_client_retries_an_in_flight_refusal_but_not_a_rate_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 429 of the in-flight bound was refused before it ran: the client sleeps Retry-After
+    and sends it again (a few times); a 429 of the rate limit is the caller's to handle."""
+    import httpx
+
+    from controlplane import client as client_module
+    from controlplane.client import ApiError, SpotplaneClient
+
+    busy = {"message": "max_in_flight_per_tenant: this tenant already has 1 requests in flight", "fix": "x"}
+    rate = {"message": "more than 100 requests/s (burst 200)", "fix": "slow down"}
+    answers: list[tuple[int, dict[str, str]]] = []
+    sent: list[str] = []
+    slept: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        status, body = answers.pop(0) if answers else (200, {"status": "ok"})
+        return httpx.Response(status, json=body, headers={"Retry-After": "1"} if status == 429 else {})
+
+    monkeypatch.setattr(client_module.time, "sleep", slept.append)
+    c = SpotplaneClient("http://api")
+    c._http = httpx.Client(base_url="http://api", transport=httpx.MockTransport(handler))
+    answers[:] = [(429, busy), (429, busy)]
+    assert c.healthz() == {"status": "ok"} and len(sent) == 3 and slept == [1.0, 1.0]
+    sent.clear()
+    answers[:] = [(429, rate)]
+    with pytest.raises(ApiError, match="HTTP 429: more than 100 requests/s"):
+        c.healthz()
+    assert len(sent) == 1
+    sent.clear()
+    answers[:] = [(429, busy)] * 10
+    with pytest.raises(ApiError, match="max_in_flight_per_tenant"):
+        c.healthz()
+    assert len(sent) == client_module.IN_FLIGHT_RETRIES + 1
