@@ -47,6 +47,9 @@ MAX_AGE_HOURS = 4.0  # ages beyond this share one hazard (the tail)
 PRIOR_UP_HOURS = 3.0  # prior mean spot run (no history yet)
 PRIOR_DOWN_HOURS = 1.0  # prior mean gap
 PRIOR_WEIGHT = 2.0  # pseudo-observations per age behind each hazard estimate
+HALF_LIFE_HOURS = float("inf")  # weight of old segments halves every this many hours
+IDLE_FLOOR = 0.8  # idle only above this share of the slack on UP's line
+OD_TO_IDLE = False  # may leave on-demand to wait for spot (pays d twice when the gap lasts)
 GRID_PER_TICK = 2  # slack grid points per tick
 
 
@@ -89,8 +92,9 @@ def segments(history: BoolArray) -> list[tuple[bool, int]]:
     return out
 
 
-def _hazard(lengths: list[int], censored: int, max_age: int, prior_mean_ticks: float) -> FloatArray:
-    """Kaplan-Meier hazard per age with a right-censored last segment, shrunk to a pooled prior.
+def _hazard(segs: list[tuple[int, bool, float]], max_age: int, prior_mean_ticks: float) -> FloatArray:
+    """Kaplan-Meier hazard per age from weighted segments (length, ended?, weight), shrunk to the
+    pooled hazard.
 
     At age a < A a segment of length L is at risk when L >= a (a censored one when L > a) and
     ends there when L = a; ages >= A pool exposure (ticks at risk) and ends.
@@ -98,15 +102,15 @@ def _hazard(lengths: list[int], censored: int, max_age: int, prior_mean_ticks: f
     a_max = max_age
     ends = np.zeros(a_max)
     risk = np.zeros(a_max)
-    for length, done in [(n, True) for n in lengths] + ([(censored, False)] if censored > 0 else []):
+    for length, done, w in segs:
         top = length if done else length - 1  # last age whose next tick was seen
         head = min(top, a_max - 1)
         if head >= 1:
-            risk[:head] += 1
+            risk[:head] += w
         if top >= a_max:
-            risk[a_max - 1] += top - a_max + 1
+            risk[a_max - 1] += w * (top - a_max + 1)
         if done:
-            ends[min(length, a_max) - 1] += 1
+            ends[min(length, a_max) - 1] += w
     pooled = (ends.sum() + 1.0) / (risk.sum() + prior_mean_ticks)
     h = (ends + PRIOR_WEIGHT * pooled) / (risk + PRIOR_WEIGHT)
     return np.clip(h, 1e-4, 1.0 - 1e-4)
@@ -114,18 +118,19 @@ def _hazard(lengths: list[int], censored: int, max_age: int, prior_mean_ticks: f
 
 def fit_availability(history: BoolArray, tick_hours: float) -> AvailabilityModel:
     """Hazards of runs and gaps learnt from ``history`` (the past); the first segment, whose
-    start is unseen, is left out, the last one is right-censored."""
+    start is unseen, is left out, the last one is right-censored; a segment that ended h hours
+    ago weighs 2^(-h / HALF_LIFE_HOURS)."""
     if not tick_hours > 0:
         raise InvalidInput("tick_hours", f"must be > 0, got {tick_hours}")
     segs = segments(np.asarray(history, dtype=bool))
-    inner = segs[1:-1] if len(segs) > 2 else []
-    last = segs[-1] if len(segs) > 1 else (True, 0)
+    ends = np.cumsum([n for _, n in segs]) if segs else np.zeros(0)
+    total = float(ends[-1]) if segs else 0.0
     a_max = max_age_ticks(tick_hours)
     hz = []
     for up, prior in ((True, PRIOR_UP_HOURS), (False, PRIOR_DOWN_HOURS)):
-        lengths = [n for s, n in inner if s == up]
-        cens = last[1] if last[0] == up else 0
-        hz.append(_hazard(lengths, cens, a_max, prior / tick_hours))
+        picked = [(n, i < len(segs) - 1, 0.5 ** ((total - float(ends[i])) * tick_hours / HALF_LIFE_HOURS))
+                  for i, (s, n) in enumerate(segs) if s == up and i > 0]
+        hz.append(_hazard(picked, a_max, prior / tick_hours))
     return AvailabilityModel(hz[0], hz[1])
 
 
@@ -211,9 +216,16 @@ def q_values(vn: FloatArray, st: Steps, model: AvailabilityModel) -> dict[tuple[
     }
 
 
-def _allowed(st: Steps, slack: FloatArray) -> dict[str, BoolArray]:
-    """Uniform Progress's margins on the slack grid (Safety Net, Sec. 3.3)."""
-    return {"idle": slack >= st.idle_margin - 1e-9, "od_to_spot": slack >= st.spot_margin - 1e-9}
+def idle_floor(st: Steps, n: int) -> float:
+    """Least slack (ticks) that allows idling with n ticks left: the Safety Net margin, and
+    IDLE_FLOOR of the slack Uniform Progress keeps on its line, (R - C) n / N (Eq. 5)."""
+    return max(st.idle_margin, IDLE_FLOOR * st.slack0 * n / st.ticks)
+
+
+def _allowed(st: Steps, slack: FloatArray, n: int) -> dict[str, BoolArray]:
+    """Uniform Progress's margins on the slack grid (Safety Net, Sec. 3.3) and the idle floor."""
+    return {"idle": slack >= idle_floor(st, n) - 1e-9, "idle_to_spot": slack >= st.idle_margin - 1e-9,
+            "od_to_spot": slack >= st.spot_margin - 1e-9}
 
 
 def _step(vn: FloatArray, st: Steps, model: AvailabilityModel, n: int, slack: FloatArray) -> FloatArray:
@@ -222,13 +234,13 @@ def _step(vn: FloatArray, st: Steps, model: AvailabilityModel, n: int, slack: Fl
     a = model.max_age
     up = np.zeros(2 * a, dtype=bool)
     up[:a] = True
-    ok = _allowed(st, slack)
+    ok = _allowed(st, slack, n)
     idle_ok = np.broadcast_to(ok["idle"], q[(_IDLE, 0)].shape)
-    spot_idle = up[:, None] & ok["idle"][None, :]
+    spot_idle = up[:, None] & ok["idle_to_spot"][None, :]
     spot_od = up[:, None] & ok["od_to_spot"][None, :]
     v_idle = np.minimum(q[(_OD, 1)], np.where(idle_ok, q[(_IDLE, 0)], BIG))
     v_idle = np.minimum(v_idle, np.where(spot_idle, q[(_SPOT, 1)], BIG))
-    v_od = np.minimum(q[(_OD, 0)], np.where(idle_ok, q[(_IDLE, 0)], BIG))
+    v_od = np.minimum(q[(_OD, 0)], np.where(idle_ok & OD_TO_IDLE, q[(_IDLE, 0)], BIG))
     v_od = np.minimum(v_od, np.where(spot_od, q[(_SPOT, 1)], BIG))
     v_spot = np.where(up[:, None], q[(_SPOT, 0)], v_idle)
     out = np.stack([v_idle, v_spot, v_od])
@@ -298,15 +310,15 @@ class SemiMarkovDP(_RulesBase):
         a = min(age, self.model.max_age) - 1
         return a if up else self.model.max_age + a
 
-    def _choices(self, obs: Observation, slack: float) -> list[tuple[int, int]]:
+    def _choices(self, obs: Observation, slack: float, n: int) -> list[tuple[int, int]]:
         """(action, changeover?) pairs Uniform Progress's margins allow here."""
         state, up = obs.state, obs.spot_available
         st = self.steps
-        idle_ok = slack >= st.idle_margin - 1e-9
+        idle_ok = slack >= idle_floor(st, n) - 1e-9
         out: list[tuple[int, int]] = [(_OD, 0 if state is Kind.ON_DEMAND else 1)]
-        if idle_ok:
+        if idle_ok and (OD_TO_IDLE or state is not Kind.ON_DEMAND):
             out.append((_IDLE, 0))
-        if up and (idle_ok if state is Kind.IDLE else slack >= st.spot_margin - 1e-9):
+        if up and slack >= (st.idle_margin if state is Kind.IDLE else st.spot_margin) - 1e-9:
             out.append((_SPOT, 1))
         return out
 
@@ -323,7 +335,7 @@ class SemiMarkovDP(_RulesBase):
         if n < 1:
             return ON_DEMAND
         q = q_values(self.values[n - 1].astype(np.float64), self.steps, self.model)
-        best = min(self._choices(obs, slack), key=lambda c: (_interp(q[c][z], slack, self.steps.grid), _TIE[c[0]]))
+        best = min(self._choices(obs, slack, n), key=lambda c: (_interp(q[c][z], slack, self.steps.grid), _TIE[c[0]]))
         return ACTIONS[best[0]]
 
     def state_dict(self) -> dict[str, Any]:
