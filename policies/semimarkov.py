@@ -48,7 +48,7 @@ PRIOR_UP_HOURS = 3.0  # prior mean spot run (no history yet)
 PRIOR_DOWN_HOURS = 1.0  # prior mean gap
 PRIOR_WEIGHT = 2.0  # pseudo-observations per age behind each hazard estimate
 HALF_LIFE_HOURS = float("inf")  # weight of old segments halves every this many hours
-IDLE_FLOOR = 0.8  # idle only above this share of the slack on UP's line
+IDLE_FLOOR = 0.65  # idle only above this share of the slack on UP's line
 OD_TO_IDLE = False  # may leave on-demand to wait for spot (pays d twice when the gap lasts)
 GRID_PER_TICK = 2  # slack grid points per tick
 
