@@ -51,6 +51,9 @@ HALF_LIFE_HOURS = float("inf")  # weight of old segments halves every this many 
 IDLE_FLOOR = 0.65  # idle only above this share of the slack on UP's line
 OD_TO_IDLE = False  # may leave on-demand to wait for spot (pays d twice when the gap lasts)
 GRID_PER_TICK = 2  # slack grid points per tick
+MAX_AGES = 48  # at most this many ages tracked one by one
+MAX_POINTS = 160  # at most this many slack grid points (coarser grid for long slack)
+MIN_STEP_HOURS = 1 / 6  # DP step without a history to fix it (the 10-minute tick of the traces)
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,8 @@ class AvailabilityModel:
 
 
 def max_age_ticks(tick_hours: float) -> int:
-    """Ages tracked one by one: MAX_AGE_HOURS of ticks, at least 2."""
-    return max(2, int(math.ceil(MAX_AGE_HOURS / tick_hours - 1e-9)))
+    """Ages tracked one by one: MAX_AGE_HOURS of ticks, at least 2 and at most MAX_AGES."""
+    return min(MAX_AGES, max(2, int(math.ceil(MAX_AGE_HOURS / tick_hours - 1e-9))))
 
 
 def segments(history: BoolArray) -> list[tuple[bool, int]]:
@@ -160,8 +163,10 @@ class Steps:
         g = float(tick_hours)
         d = task.overhead_hours / g
         n = task.nodes
-        return cls(int(math.ceil(task.deadline_hours / g - 1e-9)), (task.deadline_hours - task.compute_hours) / g, d,
-                   max(2.0 * d, d + 1.0), 2.0 * d, 1.0 / GRID_PER_TICK, task.spot_price * n * g, task.on_demand_price * n * g)
+        slack0 = (task.deadline_hours - task.compute_hours) / g
+        return cls(int(math.ceil(task.deadline_hours / g - 1e-9)), slack0, d,
+                   max(2.0 * d, d + 1.0), 2.0 * d, max(1.0 / GRID_PER_TICK, slack0 / (MAX_POINTS - 2)),
+                   task.spot_price * n * g, task.on_demand_price * n * g)
 
     @property
     def points(self) -> int:
@@ -281,9 +286,10 @@ def _interp(row: FloatArray, slack: float, grid: float) -> float:
 class SemiMarkovDP(_RulesBase):
     """Threshold policy from the DP over a learnt semi-Markov availability model (module doc).
 
-    ``history``: the zone's availability before the job (one entry per tick, True = up), the
-    only data the model is fitted to; its tail also gives the age of the current run or gap.
-    Without it the policy starts from :func:`prior_model`.
+    ``history``: the zone's availability before the job (one entry per tick of ``tick_hours``,
+    True = up), the only data the model is fitted to; its tail also gives the age of the current
+    run or gap, and the DP steps one tick at a time. Without it (a live job) the policy starts
+    from :func:`prior_model` and steps ``max(tick_hours, MIN_STEP_HOURS)``.
     """
 
     name = "semi_markov_dp"
@@ -294,9 +300,10 @@ class SemiMarkovDP(_RulesBase):
         if tick_hours <= 0:
             raise InvalidInput("tick_hours", "the semi-Markov policy needs the tick length (> 0)")
         hist = np.zeros(0, dtype=bool) if history is None else np.asarray(history, dtype=bool)
-        self.model = model if model is not None else fit_availability(hist, tick_hours)
-        self.steps = Steps.of(task, tick_hours)
-        self.values = solve(task, tick_hours, self.model)
+        self.step_hours = float(tick_hours) if hist.size else max(float(tick_hours), MIN_STEP_HOURS)
+        self.model = model if model is not None else fit_availability(hist, self.step_hours)
+        self.steps = Steps.of(task, self.step_hours)
+        self.values = solve(task, self.step_hours, self.model)
         segs = segments(hist)
         self._up: bool | None = segs[-1][0] if segs else None
         self._since = -segs[-1][1] * tick_hours if segs else 0.0  # start of the current run / gap
@@ -306,19 +313,19 @@ class SemiMarkovDP(_RulesBase):
         t, up = obs.elapsed_hours, bool(obs.spot_available)
         if self._up is None or up != self._up:
             self._up, self._since = up, t
-        age = int(math.floor((t - self._since) / self.tick_hours + 0.5)) + 1
+        age = int(math.floor((t - self._since) / self.step_hours + 0.5)) + 1
         a = min(age, self.model.max_age) - 1
         return a if up else self.model.max_age + a
 
-    def _choices(self, obs: Observation, slack: float, n: int) -> list[tuple[int, int]]:
-        """(action, changeover?) pairs Uniform Progress's margins allow here."""
+    def _choices(self, obs: Observation, n: int) -> list[tuple[int, int]]:
+        """(action, changeover?) pairs Uniform Progress's margins and the idle floor allow here."""
         state, up = obs.state, obs.spot_available
-        st = self.steps
-        idle_ok = slack >= idle_floor(st, n) - 1e-9
+        hours = self._slack(obs)
+        idle_ok = hours / self.step_hours >= idle_floor(self.steps, n) and hours >= self._idle_margin
         out: list[tuple[int, int]] = [(_OD, 0 if state is Kind.ON_DEMAND else 1)]
         if idle_ok and (OD_TO_IDLE or state is not Kind.ON_DEMAND):
             out.append((_IDLE, 0))
-        if up and slack >= (st.idle_margin if state is Kind.IDLE else st.spot_margin) - 1e-9:
+        if up and hours >= (self._idle_margin if state is Kind.IDLE else self._spot_margin):
             out.append((_SPOT, 1))
         return out
 
@@ -328,14 +335,14 @@ class SemiMarkovDP(_RulesBase):
             return self._overrun(obs)
         if obs.state is Kind.SPOT and obs.spot_available:
             return SPOT  # Exploitation
-        slack = self._slack(obs) / self.tick_hours
-        if slack < self.steps.idle_margin - 1e-9 and obs.state is not Kind.ON_DEMAND:
+        if self._slack(obs) < self._idle_margin and obs.state is not Kind.ON_DEMAND:
             return ON_DEMAND  # Safety Net
-        n = self.steps.ticks - int(round(obs.elapsed_hours / self.tick_hours))
+        slack = self._slack(obs) / self.step_hours
+        n = int(math.ceil((self._r - obs.elapsed_hours) / self.step_hours - 1e-9))
         if n < 1:
             return ON_DEMAND
         q = q_values(self.values[n - 1].astype(np.float64), self.steps, self.model)
-        best = min(self._choices(obs, slack, n), key=lambda c: (_interp(q[c][z], slack, self.steps.grid), _TIE[c[0]]))
+        best = min(self._choices(obs, n), key=lambda c: (_interp(q[c][z], slack, self.steps.grid), _TIE[c[0]]))
         return ACTIONS[best[0]]
 
     def state_dict(self) -> dict[str, Any]:
