@@ -310,7 +310,8 @@ def print_gap(gap: dict[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------
 # sweep (Fig. 11-12)
 # ---------------------------------------------------------------------------------------------
-SWEEP_POLICIES = ("on_demand", "greedy", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient")
+SWEEP_POLICIES = ("on_demand", "greedy", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient",
+                  "semi_markov_dp")
 
 
 def sweep(args: argparse.Namespace) -> dict[str, Any]:
@@ -379,7 +380,7 @@ def sweep_summary(rows: list[dict[str, Any]], merged: dict[tuple[Any, ...], dict
     out["missed"] = missed
     for coll in sorted({c for c, _, _ in cells}):
         per: dict[str, Any] = {}
-        for pol in ("greedy", "uniform_progress", "uniform_progress_loose", "time_sliced", "partial_lookahead", "up_oracle"):
+        for pol in ("greedy", "uniform_progress", "uniform_progress_loose", "time_sliced", "partial_lookahead", "up_oracle", "semi_markov_dp"):
             gaps = []
             for (c, _t, _f), res in merged.items():
                 if c == coll and "omniscient" in res and pol in res:
@@ -392,12 +393,26 @@ def sweep_summary(rows: list[dict[str, Any]], merged: dict[tuple[Any, ...], dict
             per["up_closes_greedy_gap_mean"] = round(1 - u["gap_mean"] / g["gap_mean"], 3) if g["gap_mean"] > 0 else None
             per["up_closes_greedy_gap_p75"] = round(1 - u["gap_p75"] / g["gap_p75"], 3) if g["gap_p75"] > 0 else None
         out[coll] = per
+        gap_cells = {k: res for k, res in merged.items() if k[0] == coll and all(p in res for p in (*GAP_POLICIES, "on_demand"))}
+        if gap_cells:
+            out[coll]["semi_markov_dp_gap"] = _sweep_gap(gap_cells)
     return out
+
+
+def _sweep_gap(cells: dict[tuple[Any, ...], dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Share of UP's gap to omniscient that semi_markov_dp closes: per trace, per job fraction, overall."""
+    def pooled(keys: list[tuple[Any, ...]]) -> dict[str, float]:
+        return _gap_row({p: np.vstack([cells[k][p] for k in keys]) for p in (*GAP_POLICIES, "on_demand")})
+
+    keys = sorted(cells)
+    return {"overall": pooled(keys),
+            "traces": {t: pooled([k for k in keys if k[1] == t]) for t in sorted({k[1] for k in keys})},
+            "fractions": {str(f): pooled([k for k in keys if k[2] == f]) for f in sorted({k[2] for k in keys})}}
 
 
 def print_sweep(out: dict[str, Any]) -> None:
     rows = out["rows"]
-    pols = ["greedy", "time_sliced", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient"]
+    pols = ["greedy", "time_sliced", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient", "semi_markov_dp"]
     pols = [p for p in pols if any(r["policy"] == p for r in rows)]
     print("Mean cost savings vs on-demand per (trace, job fraction)")
     print(f"{'coll':<5}{'trace':<28}{'frac':>6}" + "".join(f"{p[:12]:>13}" for p in pols))
@@ -570,7 +585,8 @@ def plot_savings(path: str, rows: list[dict[str, Any]]) -> None:
     nrows = math.ceil(len(traces) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows), squeeze=False)
     for ax, (coll, tr) in zip(axes.flat, traces, strict=False):
-        for pol in ("greedy", "time_sliced", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient"):
+        for pol in ("greedy", "time_sliced", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient",
+                    "semi_markov_dp"):
             pts = sorted((r["job_fraction"], r["saving_mean"]) for r in rows if r["trace"] == tr and r["collection"] == coll and r["policy"] == pol)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] * 100 for p in pts], marker="o", ms=3, label=pol)
