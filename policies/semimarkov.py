@@ -200,15 +200,20 @@ def _shift(v: FloatArray, by: float, grid: float) -> FloatArray:
 
 def _expect(vn: FloatArray, cont: npt.NDArray[np.int64], flip: npt.NDArray[np.int64], p: FloatArray,
             stay: int, flipped: int) -> FloatArray:
-    """E[V(next)] for every availability state: holding ``stay`` if spot keeps its state,
-    ``flipped`` if it changes (a spot instance is lost when spot goes down)."""
+    """E[V(next)] for each availability state (rows of ``cont``, ``flip``, ``p``): holding
+    ``stay`` if spot keeps its state, ``flipped`` if it changes (a spot instance is lost when
+    spot goes down)."""
     return (1.0 - p)[:, None] * vn[stay][cont] + p[:, None] * vn[flipped][flip]
 
 
-def q_values(vn: FloatArray, st: Steps, model: AvailabilityModel) -> dict[tuple[int, int], FloatArray]:
-    """Q(action, from) on the grid for every availability state, one tick with ``vn`` next:
-    keys (action, 0 = continue on it / 1 = changeover onto it); idle has only (idle, 0)."""
+def q_values(vn: FloatArray, st: Steps, model: AvailabilityModel,
+             rows: npt.NDArray[np.int64] | None = None) -> dict[tuple[int, int], FloatArray]:
+    """Q(action, from) on the grid for every availability state (or those in ``rows``), one tick
+    with ``vn`` next: keys (action, 0 = continue on it / 1 = changeover onto it); idle has only
+    (idle, 0)."""
     cont, flip, p = _transitions(model)
+    if rows is not None:
+        cont, flip, p = cont[rows], flip[rows], p[rows]
     e_idle = _expect(vn, cont, flip, p, _IDLE, _IDLE)
     e_od = _expect(vn, cont, flip, p, _OD, _OD)
     e_spot = _expect(vn, cont, flip, p, _SPOT, _IDLE)
@@ -341,8 +346,8 @@ class SemiMarkovDP(_RulesBase):
         n = int(math.ceil((self._r - obs.elapsed_hours) / self.step_hours - 1e-9))
         if n < 1:
             return ON_DEMAND
-        q = q_values(self.values[n - 1].astype(np.float64), self.steps, self.model)
-        best = min(self._choices(obs, n), key=lambda c: (_interp(q[c][z], slack, self.steps.grid), _TIE[c[0]]))
+        q = q_values(self.values[n - 1].astype(np.float64), self.steps, self.model, np.array([z]))
+        best = min(self._choices(obs, n), key=lambda c: (_interp(q[c][0], slack, self.steps.grid), _TIE[c[0]]))
         return ACTIONS[best[0]]
 
     def state_dict(self) -> dict[str, Any]:
