@@ -44,7 +44,7 @@ PAPER_TABLE3 = {
     "uniform_progress": (25.1, 22.9),
     "omniscient": (20.7, 27.4),
 }
-TABLE3_POLICIES = ["on_demand", "greedy", "uniform_progress", "time_sliced", "partial_lookahead", "up_oracle", "omniscient"]
+TABLE3_POLICIES = ["on_demand", "greedy", "uniform_progress", "time_sliced", "partial_lookahead", "up_oracle", "omniscient", "semi_markov_dp"]
 TS_GRID = (2, 4, 6, 8, 12, 16, 24, 32, 50)
 FRACTIONS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 SEED = 20221026
@@ -85,6 +85,8 @@ def build_policy(name: str, task: DeadlineTask, sc: Scenario, start: int, n_tick
             return float(life[start + int(round(obs.elapsed_hours / g))])
 
         return make_policy(name, task, lifetime=lifetime, tick_hours=g)
+    if name == "semi_markov_dp":
+        return make_policy(name, task, tick_hours=g, history=sc.up[:start])  # the past only
     return make_policy(name, task, tick_hours=g, **kw)
 
 
@@ -202,6 +204,7 @@ def table3(args: argparse.Namespace) -> dict[str, Any]:
     jobs = _split(jobs, max(1, args.workers))
     results = run_jobs(jobs, args.workers)
     merged = _merge(results, [("all",)] * len(results))[("all",)]
+    by_trace = _merge(results, [(traces[j.trace_index].name,) for j in jobs])
     ts_n = 0
     if grid:
         ts_n, merged["time_sliced"] = _best_ts(merged)
@@ -235,11 +238,34 @@ def table3(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "seconds": round(time.perf_counter() - t_start, 2),
     }
+    if all(p in merged for p in GAP_POLICIES):
+        out["gap_closed"] = gap_closed(merged, {k[0]: v for k, v in by_trace.items()})
     if args.plot:
         sc = Scenario.of(traces[2])
         start = int(sample_starts(traces[2], window_ticks(task.deadline_hours, sc.g), 1, np.random.default_rng(args.seed))[0])
-        plot_decisions(args.plot, task, sc, start, ["greedy", "uniform_progress", "omniscient"])
+        shown = [p for p in GAP_POLICIES if p in merged] or ["greedy", "uniform_progress", "omniscient"]
+        plot_decisions(args.plot, task, sc, start, shown)
     return out
+
+
+GAP_POLICIES = ("uniform_progress", "semi_markov_dp", "omniscient")
+
+
+def _gap_row(res: dict[str, np.ndarray]) -> dict[str, float]:
+    """Mean costs as fractions of on-demand's, and the share of UP's gap to the omniscient
+    cost that semi_markov_dp closes: (UP - ours) / (UP - omniscient)."""
+    od = float(res["on_demand"][:, 0].mean())
+    up, ours, omni = (float(res[p][:, 0].mean()) for p in GAP_POLICIES)
+    row = {"windows": int(res["uniform_progress"].shape[0]), "uniform_progress": round(up / od, 4),
+           "semi_markov_dp": round(ours / od, 4), "omniscient": round(omni / od, 4),
+           "vs_up_pct": round((ours / up - 1) * 100, 2), "missed": int(res["semi_markov_dp"][:, 3].sum())}
+    row["gap_closed"] = round((up - ours) / (up - omni), 4) if up - omni > 1e-9 else 0.0
+    return row
+
+
+def gap_closed(merged: dict[str, np.ndarray], by_trace: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    """UP, ours and the omniscient plan per trace and overall (costs over on-demand's)."""
+    return {"overall": _gap_row(merged), "traces": {name: _gap_row(res) for name, res in sorted(by_trace.items())}}
 
 
 def decide_microseconds(task: DeadlineTask, reps: int = 20000) -> dict[str, float]:
@@ -267,14 +293,25 @@ def print_table3(out: dict[str, Any]) -> None:
         util = f"{r['spot_util']:>7.0%}" if r["spot_util"] is not None else f"{'-':>7}"
         print(f"{label:<20}{r['od_hours']:>8.2f}{r['spot_hours']:>8.2f}{util}{r['cost']:>9.2f}{r['missed']:>7d}"
               f"{r['changeovers']:>6.1f}{r['policy_seconds']:>8.1f}   {ptxt}")
+    if "gap_closed" in out:
+        print_gap(out["gap_closed"])
     print(f"greedy+UP+on-demand replay time {out['core_policy_seconds']} s; decide() us {out['decide_us']}; "
           f"total {out['seconds']} s on {out['workers']} worker(s)")
+
+
+def print_gap(gap: dict[str, Any]) -> None:
+    print("cost / on-demand cost: UP, semi_markov_dp, omniscient; share of UP's gap to omniscient closed")
+    print(f"{'trace':<30}{'UP':>8}{'semiMkv':>9}{'omni':>8}{'closed':>8}{'vs UP':>8}{'missed':>7}")
+    for name, r in [*gap["traces"].items(), ("overall", gap["overall"])]:
+        print(f"{name[4:] if name.startswith('aws/') else name:<30}{r['uniform_progress']:>8.4f}{r['semi_markov_dp']:>9.4f}"
+              f"{r['omniscient']:>8.4f}{r['gap_closed']:>8.1%}{r['vs_up_pct']:>7.2f}%{r['missed']:>7d}")
 
 
 # ---------------------------------------------------------------------------------------------
 # sweep (Fig. 11-12)
 # ---------------------------------------------------------------------------------------------
-SWEEP_POLICIES = ("on_demand", "greedy", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient")
+SWEEP_POLICIES = ("on_demand", "greedy", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient",
+                  "semi_markov_dp")
 
 
 def sweep(args: argparse.Namespace) -> dict[str, Any]:
@@ -343,7 +380,7 @@ def sweep_summary(rows: list[dict[str, Any]], merged: dict[tuple[Any, ...], dict
     out["missed"] = missed
     for coll in sorted({c for c, _, _ in cells}):
         per: dict[str, Any] = {}
-        for pol in ("greedy", "uniform_progress", "uniform_progress_loose", "time_sliced", "partial_lookahead", "up_oracle"):
+        for pol in ("greedy", "uniform_progress", "uniform_progress_loose", "time_sliced", "partial_lookahead", "up_oracle", "semi_markov_dp"):
             gaps = []
             for (c, _t, _f), res in merged.items():
                 if c == coll and "omniscient" in res and pol in res:
@@ -356,12 +393,26 @@ def sweep_summary(rows: list[dict[str, Any]], merged: dict[tuple[Any, ...], dict
             per["up_closes_greedy_gap_mean"] = round(1 - u["gap_mean"] / g["gap_mean"], 3) if g["gap_mean"] > 0 else None
             per["up_closes_greedy_gap_p75"] = round(1 - u["gap_p75"] / g["gap_p75"], 3) if g["gap_p75"] > 0 else None
         out[coll] = per
+        gap_cells = {k: res for k, res in merged.items() if k[0] == coll and all(p in res for p in (*GAP_POLICIES, "on_demand"))}
+        if gap_cells:
+            out[coll]["semi_markov_dp_gap"] = _sweep_gap(gap_cells)
     return out
+
+
+def _sweep_gap(cells: dict[tuple[Any, ...], dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Share of UP's gap to omniscient that semi_markov_dp closes: per trace, per job fraction, overall."""
+    def pooled(keys: list[tuple[Any, ...]]) -> dict[str, float]:
+        return _gap_row({p: np.vstack([cells[k][p] for k in keys]) for p in (*GAP_POLICIES, "on_demand")})
+
+    keys = sorted(cells)
+    return {"overall": pooled(keys),
+            "traces": {t: pooled([k for k in keys if k[1] == t]) for t in sorted({k[1] for k in keys})},
+            "fractions": {str(f): pooled([k for k in keys if k[2] == f]) for f in sorted({k[2] for k in keys})}}
 
 
 def print_sweep(out: dict[str, Any]) -> None:
     rows = out["rows"]
-    pols = ["greedy", "time_sliced", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient"]
+    pols = ["greedy", "time_sliced", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient", "semi_markov_dp"]
     pols = [p for p in pols if any(r["policy"] == p for r in rows)]
     print("Mean cost savings vs on-demand per (trace, job fraction)")
     print(f"{'coll':<5}{'trace':<28}{'frac':>6}" + "".join(f"{p[:12]:>13}" for p in pols))
@@ -534,7 +585,8 @@ def plot_savings(path: str, rows: list[dict[str, Any]]) -> None:
     nrows = math.ceil(len(traces) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows), squeeze=False)
     for ax, (coll, tr) in zip(axes.flat, traces, strict=False):
-        for pol in ("greedy", "time_sliced", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient"):
+        for pol in ("greedy", "time_sliced", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "omniscient",
+                    "semi_markov_dp"):
             pts = sorted((r["job_fraction"], r["saving_mean"]) for r in rows if r["trace"] == tr and r["collection"] == coll and r["policy"] == pol)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] * 100 for p in pts], marker="o", ms=3, label=pol)

@@ -10,6 +10,8 @@ spotplane (ours: policies.multizone.SpotplaneMultiZone) and omniscient (multi-zo
 dollars for one a3-highgpu-8g; windows start at random ticks (fixed seed). spotplane learns zone
 run lengths from the trace *before* the window (the past, which a live system has observed).
 
+``--semi-markov`` adds spotplane_semi_markov (spotplane with ``semi_markov_dp`` of
+``policies.semimarkov`` deciding idle / spot / on-demand, learnt from the same past).
 ``--observe paid`` adds spotplane_paid: spotplane when a zone's availability is known only
 where the job runs, where a launch was tried or where a probe was bought (one minute of spot in
 that zone, in the cost), the policy choosing what to probe
@@ -34,6 +36,7 @@ from policies.deadline_sim import SimResult, simulate_zones, window_ticks
 from policies.multizone import (
     EagerFailover,
     MultiZonePlanPolicy,
+    SemiMarkovSpotplane,
     SpotplaneMultiZone,
     ZonePinned,
     multizone_plan,
@@ -65,7 +68,8 @@ class World:
 
 
 def run_window(world: World, task: DeadlineTask, start: int, paid: bool = False,
-               probes: list[tuple[int, float, int]] | None = None) -> dict[str, SimResult | list[SimResult]]:
+               probes: list[tuple[int, float, int]] | None = None,
+               semi_markov: bool = False) -> dict[str, SimResult | list[SimResult]]:
     n = window_ticks(task.deadline_hours, world.g)
     out: dict[str, SimResult | list[SimResult]] = {}
     pinned = []
@@ -77,6 +81,8 @@ def run_window(world: World, task: DeadlineTask, start: int, paid: bool = False,
     out["up_eager_failover"] = world.run(EagerFailover(task, tick_hours=world.g), start, n)
     hist = world.up[:, :start]
     out["spotplane"] = world.run(SpotplaneMultiZone(task, tick_hours=world.g, history=hist, zone_names=world.names), start, n)
+    if semi_markov:
+        out["spotplane_semi_markov"] = world.run(SemiMarkovSpotplane(task, tick_hours=world.g, history=hist, zone_names=world.names), start, n)
     if paid:
         pol = ProbingSpotplane(task, tick_hours=world.g, history=hist, zone_names=world.names)
         r = simulate_zones_paid(pol, world.up[:, start : start + n], world.g, world.names, world.spot, world.od)
@@ -94,7 +100,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     if not 1 <= args.zones <= len(full.names):
         raise InvalidInput("--zones", f"must be 1..{len(full.names)}, got {args.zones}", fix="e.g. --zones 6")
     paid = args.observe == "paid"
-    policies = POLICIES + (("spotplane_paid",) if paid else ())
+    extra = (("spotplane_paid",) if paid else ()) + (("spotplane_semi_markov",) if args.semi_markov else ())
+    policies = POLICIES + extra
     probes: list[tuple[int, float, int]] = []
     task = DeadlineTask(args.compute_hours, args.deadline_hours, args.overhead_hours,
                         on_demand_price=min(world.od), spot_price=min(world.spot))
@@ -113,7 +120,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     for w, s in enumerate(starts):
         if args.zones < len(full.names):
             world = World([full.zones[j] for j in subsets[w]])
-        res = run_window(world, task, int(s), paid, probes)
+        res = run_window(world, task, int(s), paid, probes, args.semi_markov)
         pinned = res["pinned"]
         assert isinstance(pinned, list)
         costs = [r.cost for r in pinned]
@@ -122,7 +129,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         b = int(np.argmin(costs))
         acc["up_best_zone"].append((pinned[b].cost, pinned[b].met_deadline, pinned[b].changeovers))
         acc["up_zone_mean"].append((float(np.mean(costs)), all(r.met_deadline for r in pinned), int(np.mean([r.changeovers for r in pinned]))))
-        for p in ("up_eager_failover", "spotplane", "omniscient") + (("spotplane_paid",) if paid else ()):
+        for p in ("up_eager_failover", "spotplane", "omniscient") + extra:
             r = res[p]
             assert isinstance(r, SimResult)
             acc[p].append((r.cost, r.met_deadline, r.changeovers))
@@ -215,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--observe", choices=("free", "paid"), default="free",
                     help="paid: add spotplane learning zones by running, launching and probing")
     ap.add_argument("--zones", type=int, default=13, help="zones per window, drawn at random")
+    ap.add_argument("--semi-markov", action="store_true",
+                    help="add spotplane_semi_markov: spotplane with semi_markov_dp deciding idle / spot / on-demand")
     args = ap.parse_args(argv)
     out = bench(args)
     if args.json:

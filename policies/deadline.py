@@ -453,7 +453,7 @@ def _load_extensions() -> None:
     # Import for their register_policy side effect (they import this module, so lazily).
     import importlib
 
-    for mod in ("policies.omniscient", "policies.multizone", "policies.paid_observation"):
+    for mod in ("policies.omniscient", "policies.multizone", "policies.paid_observation", "policies.semimarkov"):
         try:
             importlib.import_module(mod)
         except ModuleNotFoundError as exc:  # pragma: no cover - only while a module is absent

@@ -36,6 +36,7 @@ from policies.deadline import (
     register_policy,
 )
 from policies.omniscient import Mode, Plan, plan_modes
+from policies.semimarkov import SemiMarkovDP
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -83,7 +84,7 @@ class EagerFailover(UniformProgress):
             raise InvalidInput("zones", f"{self.name} needs the per-zone view in the observation")
         avail = [z for z in obs.zones if z.spot_available]
         on_spot = obs.state is Kind.SPOT  # the simulator drops a preempted spot to IDLE
-        act = super().decide(_single(obs, on_spot or bool(avail)))
+        act = self._kind(_single(obs, on_spot or bool(avail)))
         if act.kind is Kind.IDLE:
             return IDLE
         if act.kind is Kind.SPOT:
@@ -93,6 +94,10 @@ class EagerFailover(UniformProgress):
         if obs.state is Kind.ON_DEMAND and obs.zone is not None:
             return Action(Kind.ON_DEMAND, obs.zone)
         return Action(Kind.ON_DEMAND, _cheapest_on_demand(obs.zones))
+
+    def _kind(self, obs: Observation) -> Action:
+        """Idle, spot or on-demand, seeing spot up when any zone has it: Uniform Progress."""
+        return UniformProgress.decide(self, obs)
 
     def _keep_or_move(self, obs: Observation, avail: list[ZoneView]) -> Action:
         return Action(Kind.SPOT, obs.zone)
@@ -188,6 +193,31 @@ class SpotplaneMultiZone(EagerFailover):
         self._runs = {k: [float(x) for x in v] for k, v in state.get("runs", {}).items()}
         lt = state.get("last_t")
         self._last_t = None if lt is None else float(lt)
+
+
+class SemiMarkovSpotplane(SpotplaneMultiZone):
+    """spotplane's zones (ranking, migration) with :class:`~policies.semimarkov.SemiMarkovDP`
+    choosing idle / spot / on-demand instead of Uniform Progress: its model learnt from when any
+    zone had spot in the past, the age it sees that of the current run or gap of "any zone up"."""
+
+    name = "spotplane_semi_markov"
+
+    def __init__(self, task: DeadlineTask, *, tick_hours: float, history: BoolArray | None = None,
+                 zone_names: Sequence[str] | None = None, **kw: Any) -> None:
+        super().__init__(task, tick_hours=tick_hours, history=history, zone_names=zone_names, **kw)
+        union = None if history is None else np.asarray(np.asarray(history, dtype=bool).any(axis=0), dtype=bool)
+        self.inner = SemiMarkovDP(task, tick_hours=tick_hours, history=union)
+
+    def _kind(self, obs: Observation) -> Action:
+        return self.inner.decide(obs)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "inner": self.inner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if "inner" in state:
+            self.inner.load_state_dict(state["inner"])
 
 
 # ---------------------------------------------------------------------------------------------

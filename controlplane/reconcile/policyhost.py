@@ -20,7 +20,7 @@ from policies.paid_observation import Probing
 #: Deadline policies a job may name in ``policy:`` (those a live host makes from the task alone).
 LIVE_POLICIES: tuple[str, ...] = ("spotplane", "spotplane_probing", "uniform_progress",
                                   "up_eager_failover", "greedy", "time_sliced",
-                                  "uniform_progress_loose", "on_demand")
+                                  "uniform_progress_loose", "semi_markov_dp", "on_demand")
 #: The default where a job's offers span several zones: ``python -m benchmarks.multiregion``
 #: measures spotplane at +2.2 % of the omniscient cost against +7.0 % for eager failover.
 MULTI_ZONE_DEFAULT = "spotplane"
@@ -30,7 +30,7 @@ MULTI_ZONE_EVIDENCE_DEFAULT = "spotplane_probing"
 SINGLE_ZONE_DEFAULT = "uniform_progress"
 _PROBING = frozenset({"spotplane_probing"})
 _TICKED = frozenset({"uniform_progress", "uniform_progress_loose", "greedy", "time_sliced",
-                     "spotplane", "spotplane_probing", "up_eager_failover"})
+                     "spotplane", "spotplane_probing", "up_eager_failover", "semi_markov_dp"})
 
 
 def check_policy(name: str, field: str = "policy") -> str:

@@ -56,7 +56,7 @@ def test_table3_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0
     out = _json(capsys)
     assert out["windows"] == 8
-    names = {"greedy", "uniform_progress", "omniscient", "time_sliced", "partial_lookahead", "up_oracle", "on_demand"}
+    names = {"greedy", "uniform_progress", "omniscient", "time_sliced", "partial_lookahead", "up_oracle", "on_demand", "semi_markov_dp"}
     assert set(out["policies"]) == names
     for name, row in out["policies"].items():
         assert set(row) >= {"od_hours", "spot_hours", "spot_util", "cost", "missed"}
@@ -65,6 +65,12 @@ def test_table3_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["policies"]["omniscient"]["spot_util"] == 1.0
     assert out["policies"]["omniscient"]["cost"] <= min(r["cost"] for r in out["policies"].values()) + 1e-9
     assert "seconds" in out
+    gap = out["gap_closed"]
+    assert set(gap["traces"]) == {"aws/" + t for t in ("us-west-2a/p2.xlarge", "us-west-2a/p2.8xlarge", "us-west-2a/p3.2xlarge",
+                                                      "us-west-2a/p3.16xlarge", "us-west-2b/p2.xlarge", "us-west-2b/p2.8xlarge",
+                                                      "us-west-2b/p3.2xlarge", "us-west-2b/p3.16xlarge")}
+    assert gap["overall"]["uniform_progress"] == pytest.approx(out["policies"]["uniform_progress"]["cost"] / 144.6, abs=1e-3)
+    assert gap["overall"]["missed"] == 0
 
 
 @pytest.mark.slow
@@ -73,7 +79,8 @@ def test_sweep_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0
     out = _json(capsys)
     rows = out["rows"]
-    assert {r["policy"] for r in rows} == {"greedy", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "time_sliced"}
+    assert {r["policy"] for r in rows} == {"greedy", "uniform_progress", "uniform_progress_loose", "partial_lookahead", "up_oracle", "time_sliced",
+                                           "semi_markov_dp"}
     assert len({r["trace"] for r in rows}) == 8 and all(r["job_fraction"] == 0.9 for r in rows)
     assert all(r["missed"] == 0 for r in rows if r["policy"] != "partial_lookahead")
 

@@ -196,7 +196,7 @@ def test_a_deadline_job_names_its_policy_and_an_unknown_one_is_a_422(store: Stor
         service.submit_job(me, spec("yolo"))
     assert (e.value.field, str(e.value.fix)) == ("policy", (
         "use one of spotplane, spotplane_probing, uniform_progress, up_eager_failover, greedy, "
-        "time_sliced, uniform_progress_loose, on_demand, or leave it null for the default "
+        "time_sliced, uniform_progress_loose, semi_markov_dp, on_demand, or leave it null for the default "
         "(spotplane on a multi-zone fleet)"))
     with pytest.raises(ValueError, match="policy: only kind=deadline jobs take a deadline policy"):
         JobSpec(name="s", kind=JobKind.SPOT, compute_hours=1.0, policy="greedy")

@@ -27,7 +27,8 @@ WALL_CLOCK = frozenset({"policy_seconds", "core_policy_seconds", "seconds", "sec
 TIMED_TARGET = re.compile(r"<[\d.]+s(_cpu)?$")  # e.g. "5h<0.2s": a speed target, the machine's
 
 RUNS: dict[str, tuple[Callable[[list[str]], int], list[str]]] = {
-    "deadline_table3": (deadline.main, ["table3", "--windows", "2", "--workers", "1", "--json"]),
+    "deadline_table3": (deadline.main, ["table3", "--windows", "2", "--workers", "1", "--json", "--policies",
+                                        "on_demand,greedy,uniform_progress,time_sliced,partial_lookahead,up_oracle,omniscient"]),
     "deadline_gang": (deadline.main, ["gang", "--windows", "1", "--workers", "1", "--json"]),
     "multiregion_free": (multiregion.main, ["--windows", "4", "--json"]),
     "multiregion_paid_6_zones": (multiregion.main, ["--windows", "4", "--observe", "paid",

@@ -56,11 +56,13 @@ def kwargs(name: str, avail: np.ndarray) -> dict[str, Any]:
         return {"n": 4}
     if name in ("partial_lookahead", "omniscient"):
         return {"availability": avail, "tick_hours": G} | ({"n": 4} if name == "partial_lookahead" else {})
+    if name == "semi_markov_dp":
+        return {"tick_hours": G}
     return {}
 
 
 @pytest.mark.parametrize("name", ["greedy", "uniform_progress", "uniform_progress_loose", "time_sliced",
-                                  "partial_lookahead", "omniscient", "on_demand"])
+                                  "partial_lookahead", "omniscient", "on_demand", "semi_markov_dp"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_restored_policy_decides_as_one_that_never_stopped(name: str, seed: int) -> None:
     avail = availability(seed)
