@@ -271,6 +271,25 @@ _HTTP_FIX = {
 }
 
 
+def path_methods(routes: Sequence[Any], path: str) -> set[str]:
+    """Every method some route of ``routes`` (included routers' too) answers at ``path``."""
+    methods: set[str] = set()
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            prefix = route.include_context.prefix
+            if path.startswith(prefix):
+                methods |= path_methods(included.routes, path.removeprefix(prefix))
+        elif getattr(route, "methods", None) and route.path_regex.match(path):
+            methods |= set(route.methods)
+    return methods
+
+
+def allow_header(request: Request) -> str:
+    """``Allow`` of a 405: the methods of every route of the path, not only the first one's."""
+    return ", ".join(sorted(path_methods(request.app.router.routes, request.url.path)))
+
+
 @app.exception_handler(StarletteHTTPException)
 async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     """Starlette's and FastAPI's own errors (unknown route, wrong method, too large)."""
@@ -279,6 +298,8 @@ async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONR
                          fix="send a UTF-8 JSON object with the fields listed at /docs")
         return _unprocessable(request, [err])
     headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = allow_header(request) or headers.get("Allow", "")
     return error_response(request.app, exc.status_code, str(exc.detail),
                           _HTTP_FIX.get(exc.status_code), headers=headers or None)
 
