@@ -207,6 +207,8 @@ PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc"
                           "/"})  # "/" and /dashboard/* are the dashboard's page and assets
 PUBLIC_PREFIXES = ("/dashboard/",)
 PACKAGE_PATHS = (f"{API}/packages/", "/api/packages/")
+# admin-only routes, refused to a tenant by the gate before the body is read (what each does)
+ADMIN_ROUTES = {("POST", f"{API}/tenants"): "creating a tenant"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,7 +385,8 @@ class Gate:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            await gate.admit(scope["path"], bearer_token(headers.get("authorization")))
+            await gate.admit(scope["path"], bearer_token(headers.get("authorization")),
+                             scope["method"])
             gate.check_length(headers.get("content-length"), scope["path"])
         except SpotplaneError as exc:
             await spotplane_error_response(answering, exc)(scope, receive, send)
@@ -408,15 +411,19 @@ class GateState:
         self.buckets = TokenBuckets(limits.rate_per_s, limits.burst)
         self.replica, self.node_id = "", ""  # which replica answers (REPLICA_HEADER), on which Ray node
 
-    async def admit(self, path: str, token: str | None) -> None:
-        """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket; a
-        token not seen before is looked up in the store off the event loop."""
+    async def admit(self, path: str, token: str | None, method: str = "GET") -> None:
+        """Authenticate ``token`` for ``path``, refuse a tenant an admin route (403 whatever
+        the body) and take one from the tenant's rate bucket; a token not seen before is looked
+        up in the store off the event loop."""
         if path == "/metrics":
             await run_in_threadpool(self._metrics_token, token)
             return
         principal = self.service.known(token)
         if principal is None:
             principal = await run_in_threadpool(self.service.authenticate, token)
+        admin_only = ADMIN_ROUTES.get((method, path))
+        if admin_only is not None:
+            ControlPlaneService.require_admin(principal, admin_only)
         if principal.tenant_id is not None:
             if self.shared:
                 wait = await run_in_threadpool(self._take_shared, principal.tenant_id)
@@ -600,7 +607,7 @@ class SpotplaneAPI:
 
     @app.get(f"{API}/tenants/me", tags=["tenants"], response_model=Tenant, responses=_ERRORS)
     def me(self, creds: Auth = None) -> Tenant:
-        """The calling tenant (422 for the admin token, which is no tenant)."""
+        """The calling tenant (403 for the admin token, which is no tenant)."""
         return self.service.me(self._who(creds))
 
     # -- jobs ----------------------------------------------------------------------------------

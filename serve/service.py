@@ -197,6 +197,14 @@ class ControlPlaneService:
         if not principal.is_admin:
             raise Forbidden(f"{what} needs the admin token", fix="use the admin token printed by `spotplane up`")
 
+    @staticmethod
+    def require_tenant(principal: Principal, what: str) -> str:
+        """The caller's tenant id; :class:`Forbidden` for the admin, who is no tenant."""
+        if principal.tenant_id is None:
+            raise Forbidden(f"{what} needs a tenant's token; the admin is no tenant",
+                            fix="use the token printed when the tenant was created")
+        return principal.tenant_id
+
     # -- tenants -------------------------------------------------------------------------------
     def create_tenant(self, principal: Principal, spec: TenantSpec) -> tuple[Tenant, str]:
         self.require_admin(principal, "creating a tenant")
@@ -215,9 +223,7 @@ class ControlPlaneService:
         return [] if after is not None or limit == 0 else [me]
 
     def me(self, principal: Principal) -> Tenant:
-        if principal.tenant_id is None:
-            raise InvalidInput("token", "the admin is not a tenant", fix="use a tenant's token")
-        return self.store.get_tenant(principal.tenant_id)
+        return self.store.get_tenant(self.require_tenant(principal, "/v1/tenants/me"))
 
     # -- jobs ----------------------------------------------------------------------------------
     def _submitter(self, principal: Principal, tenant_id: str | None) -> Tenant:
@@ -274,10 +280,7 @@ class ControlPlaneService:
     def package_store(self, principal: Principal) -> tuple[PackageStore, str]:
         if self.packages is None:
             raise NotFound("this API stores no packages", fix="start it with a package directory")
-        if principal.tenant_id is None:
-            raise InvalidInput("token", "packages belong to a tenant; the admin is none",
-                               fix="upload with the tenant's token")
-        return self.packages, principal.tenant_id
+        return self.packages, self.require_tenant(principal, "a package")
 
     def package_exists(self, principal: Principal, name: str) -> bool:
         """Whether the caller's tenant has uploaded the package ``name``."""

@@ -550,7 +550,7 @@ def _expected(method: str, path: str, caller: str) -> int:
     if caller == "other" and any(p in path for p in OWNED):
         return 404
     if caller == "admin" and path in ("/v1/tenants/me", "/v1/packages/{name}"):
-        return 422  # the admin is not a tenant
+        return 403  # the admin is not a tenant
     if path == "/v1/packages/{name}":  # the owner's package; an upload must be a zip
         return 422 if method != "GET" else 404 if caller == "other" else 200
     return {"POST /v1/jobs": 201, "POST /v1/bags": 201, "POST /v1/tenants": 201,

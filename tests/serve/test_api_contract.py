@@ -1,5 +1,6 @@
 """The API keeps the contract its OpenAPI states, checked without Ray on the real FastAPI app over
-a real SQLite store (``tests.serve.bareapi``): a 405 names every method of the path."""
+a real SQLite store (``tests.serve.bareapi``): a tenant is refused an admin route before its body
+is read, the admin a tenant's route, and a 405 names every method of the path."""
 
 from __future__ import annotations
 
@@ -32,3 +33,39 @@ def test_a_405_allows_every_method_of_the_path(api: BareApi, method: str, path: 
     assert r.status_code == 405, r.text
     assert r.headers["allow"] == allow
     assert r.json()["fix"] == "see the methods of this route at /docs"
+
+
+@pytest.mark.parametrize("body", [
+    b'{"name": "mallory"}',  # valid: refused for who sends it
+    b'{"name": 5, "max_gpus": "many", "extra": true}',  # invalid fields
+    b'{"name": ',  # not JSON
+    b"\xff\xfe",  # not UTF-8
+    b"",  # no body
+])
+def test_a_tenant_posting_to_an_admin_route_gets_403_whatever_the_body(api: BareApi,
+                                                                     body: bytes) -> None:
+    with api.client(api.tenant_token) as http:
+        r = http.post("/v1/tenants", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 403, r.text
+    assert r.json() == {"message": "creating a tenant needs the admin token",
+                        "fix": "use the admin token printed by `spotplane up`", "errors": []}
+
+
+def test_the_admin_posting_a_malformed_tenant_gets_the_422_that_names_the_field(
+        api: BareApi) -> None:
+    with api.client(api.admin_token) as http:
+        r = http.post("/v1/tenants", json={"name": 5})
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "name"
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/v1/tenants/me"),
+    ("GET", "/v1/packages/_ray_pkg_0123456789abcdef.zip"),
+    ("PUT", "/v1/packages/_ray_pkg_0123456789abcdef.zip"),
+])
+def test_the_admin_is_refused_a_tenants_own_routes(api: BareApi, method: str, path: str) -> None:
+    with api.client(api.admin_token) as http:
+        r = http.request(method, path, content=b"PK\x05\x06" + bytes(18))
+    assert r.status_code == 403, r.text
+    assert "needs a tenant's token" in r.json()["message"]
