@@ -24,6 +24,7 @@ from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 import ray
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query, Request, Security
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
@@ -45,8 +46,10 @@ from controlplane.core.errors import (
     RateLimited,
     SpotplaneError,
     Unauthorized,
+    UnknownReference,
 )
 from controlplane.core.models import (
+    PACKAGE_NAME,
     Bag,
     BagSpec,
     CostSummary,
@@ -71,7 +74,10 @@ from serve.metrics import CONTENT_TYPE, ApiMetrics
 from serve.rayjobs import router as ray_jobs_router
 from serve.schemas import (
     ERROR_CODES,
+    ID_CURSOR,
+    MAX_CURSOR,
     MAX_OFFSET,
+    NUMBER_CURSOR,
     AvailabilityRow,
     BagCreated,
     ClockView,
@@ -258,7 +264,11 @@ def spotplane_error_response(asgi_app: Any, exc: SpotplaneError) -> JSONResponse
     headers = None
     if isinstance(exc, RateLimited):
         headers = {"Retry-After": retry_after_header(exc.retry_after_s)}
-    return error_response(asgi_app, status, exc.message, exc.fix, headers=headers)
+    errors = []
+    if isinstance(exc, UnknownReference):
+        errors = [FieldError(field=exc.field, message=exc.message.removeprefix(f"{exc.field}: "),
+                             fix=exc.fix or "see /docs")]
+    return error_response(asgi_app, status, exc.message, exc.fix, errors, headers=headers)
 
 
 @app.exception_handler(SpotplaneError)
@@ -323,8 +333,12 @@ _LIST_HEADERS = {
 _CURSOR_PAGE: dict[int | str, dict[str, Any]] = {200: {"description": "one page, oldest first", "headers": {
     **_LIST_HEADERS, NEXT_AFTER_HEADER: {"description": "`after` of the next page, while one follows",
                                          "schema": {"type": "string"}}}}}
-After = Annotated[str | None, Query(max_length=64, description=(
+After = Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR, pattern=ID_CURSOR, description=(
     "cursor: the id of the last item of the previous page (X-Spotplane-Next-After)"))]
+NumberAfter = Annotated[str | None, Query(pattern=NUMBER_CURSOR, description=(
+    "cursor: the id (a number) of the last item of the previous page (X-Spotplane-Next-After)"))]
+PackageName = Annotated[str, PathParam(pattern=PACKAGE_NAME, description=(
+    "Ray's content-addressed name of the zip: _ray_pkg_<hex hash>.zip"))]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)]
 
 
@@ -494,6 +508,9 @@ app.add_middleware(Gate)
 app.middleware("http")(_measure)  # added last, so outermost: the gate's 401/413/429 are counted too
 
 
+ZIP_BODY = {"requestBody": {"required": True, "description": (
+    "the zip ray._private.runtime_env.packaging.create_package writes"), "content": {
+        "application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
 ADMIN_TENANT = "admin only: the tenant (id or name) to submit for; a tenant's token submits for itself"
 IdempotencyKey = Annotated[str | None, Header(
     alias=IDEMPOTENCY_HEADER, min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
@@ -645,8 +662,10 @@ class SpotplaneAPI:
         tenant_id: Annotated[str | None, Query(max_length=128, description="admin only: one tenant's jobs")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1000,
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-        after: Annotated[str | None, Query(max_length=64, description=(
-            "cursor: the id of the last job of the previous page (X-Spotplane-Next-After)"))] = None,
+        after: Annotated[str | None, Query(
+            min_length=1, max_length=MAX_CURSOR, pattern=ID_CURSOR, description=(
+                "cursor: the id of the last job of the previous page (X-Spotplane-Next-After); "
+                "`offset` then skips that many more"))] = None,
     ) -> Response:
         """The caller's jobs (every tenant's for the admin), oldest first; at most ``limit`` and
         at most the list byte cap. ``X-Spotplane-Next-After`` names the cursor of the next page
@@ -683,17 +702,20 @@ class SpotplaneAPI:
     # -- packages ------------------------------------------------------------------------------
     @app.get(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
              responses=_ERRORS)
-    def package(self, name: str, creds: Auth = None) -> PackageView:
+    def package(self, name: PackageName, creds: Auth = None) -> PackageView:
         """Whether the caller's tenant holds the package ``name`` (404 when not)."""
         who = self._who(creds)
         store, tenant = self.service.package_store(who)
         return PackageView.of(name, store.size(tenant, package_name(name)), created=False)
 
     @app.put(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
-             responses=_ERRORS | {413: {"description": "larger than the package cap"}})
+             responses=_ERRORS | {413: {"description": "larger than the package cap"}},
+             openapi_extra=ZIP_BODY)
     @app.post(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
-              responses=_ERRORS | {413: {"description": "larger than the package cap"}})
-    async def put_package(self, name: str, request: Request, creds: Auth = None) -> PackageView:
+              responses=_ERRORS | {413: {"description": "larger than the package cap"}},
+              openapi_extra=ZIP_BODY)
+    async def put_package(self, name: PackageName, request: Request,
+                          creds: Auth = None) -> PackageView:
         """Upload one zip of a working directory under Ray's content-addressed name
         (``_ray_pkg_<hash>.zip``, ``get_uri_for_directory``); the same name again stores
         nothing. Jobs then name it as ``runtime_env.working_dir: gcs://<name>``."""
@@ -704,7 +726,7 @@ class SpotplaneAPI:
 
     @app.get(f"{API}/jobs/{{job_id}}/events", tags=["jobs"], response_model=list[Event],
              responses=_ERRORS | _CURSOR_PAGE)
-    def job_events(self, job_id: str, creds: Auth = None, after: After = None,
+    def job_events(self, job_id: str, creds: Auth = None, after: NumberAfter = None,
                    limit: Limit = 1000) -> Response:
         """Every transition of the job with its cause, oldest first; paged by cursor (event id)."""
         events = self.service.job_events(self._who(creds), job_id, after=after, limit=limit + 1)
@@ -712,7 +734,7 @@ class SpotplaneAPI:
 
     @app.get(f"{API}/jobs/{{job_id}}/decisions", tags=["jobs"], response_model=list[Decision],
              responses=_ERRORS | _CURSOR_PAGE)
-    def job_decisions(self, job_id: str, creds: Auth = None, after: After = None,
+    def job_decisions(self, job_id: str, creds: Auth = None, after: NumberAfter = None,
                       limit: Limit = 1000) -> Response:
         """The decision trace: each policy decision with the observation it was made on,
         oldest first; paged by cursor (decision id)."""

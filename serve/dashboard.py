@@ -20,7 +20,14 @@ from controlplane.core.errors import NotFound
 from controlplane.core.models import CapacityPoint, Event, Job, JobKind, JobState, Node
 from controlplane.core.units import HOUR
 from serve.auth import Auth, authenticated
-from serve.schemas import ERROR_CODES, MAX_OFFSET, CostReport, declared_errors
+from serve.schemas import (
+    ERROR_CODES,
+    ID_CURSOR,
+    MAX_CURSOR,
+    MAX_OFFSET,
+    CostReport,
+    declared_errors,
+)
 
 STATIC = Path(__file__).with_name("static")
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
@@ -138,7 +145,7 @@ def job_page(
     desc: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-    after: Annotated[str | None, Query(max_length=64, description=(
+    after: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR, pattern=ID_CURSOR, description=(
         "cursor (sort=submitted only): the page starts past this job; `offset` then only "
         "numbers the rows"))] = None,
 ) -> JobPage:

@@ -26,7 +26,14 @@ from pydantic import BaseModel
 from clusters.packages import PackageStore, package_name
 from clusters.rayjobs import LogArchive, attempt_logs, submission_client
 from controlplane.core.clock import Clock, WallClock
-from controlplane.core.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthorized
+from controlplane.core.errors import (
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    RateLimited,
+    Unauthorized,
+    UnknownReference,
+)
 from controlplane.core.models import (
     Bag,
     BagSpec,
@@ -217,7 +224,7 @@ class ControlPlaneService:
             return self.store.list_tenants(after=after, limit=limit)
         me = self.me(principal)
         if after is not None and after != me.id:
-            raise InvalidInput("after", f"{after!r} is not an id of this list",
+            raise UnknownReference("after", f"{after!r} is not an id of this list",
                                fix="pass the X-Spotplane-Next-After of the previous page, or "
                                    "leave after out for the first page")
         return [] if after is not None or limit == 0 else [me]
@@ -230,10 +237,9 @@ class ControlPlaneService:
         """The tenant a submission is for: the caller, or ``tenant_id`` when the admin submits."""
         if principal.is_admin:
             if tenant_id is None:
-                raise InvalidInput(
-                    "tenant_id", "the admin must say which tenant submits",
-                    fix="add ?tenant_id=<id> (CLI: --tenant <id>), or use the tenant's token"
-                )
+                raise Forbidden(
+                    "tenant_id: the admin is no tenant and must say which tenant submits",
+                    fix="add ?tenant_id=<id> (CLI: --tenant <id>), or use the tenant's token")
             return self.store.get_tenant(tenant_id)
         assert principal.tenant_id is not None
         return self.store.get_tenant(principal.tenant_id)
@@ -383,9 +389,8 @@ class ControlPlaneService:
         max_bytes: int | None = None,
         after: str | None = None,
     ) -> list[Job]:
-        if after is not None and offset:
-            raise InvalidInput("after", "cannot be combined with offset",
-                               fix="page with `after` (the X-Spotplane-Next-After header) alone")
+        """The caller's jobs (``tenant_id``'s or every tenant's for the admin), oldest first;
+        past the job ``after`` when given, then past ``offset`` more."""
         scope = principal.scope
         if principal.is_admin:
             scope = tenant_id

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from controlplane.core.errors import Conflict, InvalidInput, NotFound
+from controlplane.core.errors import Conflict, InvalidInput, NotFound, UnknownReference
 from controlplane.core.models import (
     ACTIVE_STATES,
     Bag,
@@ -176,10 +176,11 @@ class JobRows(TenantRows):
         return [self._job_or_stand_in(r) for r in rows]
 
     def _cursor_seq(self, after: str, tenant_id: str | None) -> int:
-        """The seq of job ``after`` (a page cursor); InvalidInput when it is no job of the scope."""
+        """The seq of job ``after`` (a page cursor); :class:`UnknownReference` when it is no
+        job of the scope."""
         rows = self._q("SELECT seq, tenant_id FROM jobs WHERE id = ?", (after,))
         if not rows or (tenant_id is not None and rows[0][1] != tenant_id):
-            raise InvalidInput("after", f"{after!r} is not a job of this list",
+            raise UnknownReference("after", f"{after!r} is not a job of this list",
                                fix="pass the X-Spotplane-Next-After header of the previous page, "
                                    "or leave `after` out for the first page")
         return int(rows[0][0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core.errors import InvalidInput
+from controlplane.core.errors import UnknownReference
 from controlplane.core.models import BagSpec, Decision, Event, JobSpec, Market, Node, NodeState
 from controlplane.store import Store
 
@@ -41,7 +41,7 @@ def test_every_list_pages_in_sql_each_item_once(store_url: str) -> None:
         name="t", compute_hours=1.0), params=[{}]), now=float(i % 2))[0] for i in range(7)]
     mine = [g.id for g in sorted(bags, key=lambda g: (g.created_at, g.id)) if g.tenant_id == a]
     assert _pages(lambda x, n: st.list_bags(a, after=x, limit=n), 2) == mine
-    with pytest.raises(InvalidInput, match="after"):  # another tenant's bag is no cursor here
+    with pytest.raises(UnknownReference, match="after"):  # another tenant's bag is no cursor here
         st.list_bags(a, after=next(g.id for g in bags if g.tenant_id == b))
     job = st.submit_job(a, JobSpec(name="j", compute_hours=1.0))
     st.commit(events=[Event(at=float(k), tenant_id=a, job_id=job.id, kind="note", cause=f"e{k}")
@@ -54,7 +54,7 @@ def test_every_list_pages_in_sql_each_item_once(store_url: str) -> None:
     assert _pages(lambda x, n: st.job_decisions(job.id, after=x, limit=n), 3) == [
         str(d.id) for d in decisions]
     for bad in ("nope", "99999999", "1" * 30):
-        with pytest.raises(InvalidInput, match="after"):
+        with pytest.raises(UnknownReference, match="after"):
             st.job_events(job.id, after=bad)
     gone = (NodeState.TERMINATED, NodeState.PREEMPTED)
     st.commit(nodes=[_node(i, a if i % 2 else b, gone[i % 2] if i % 3 == 0 else NodeState.READY)
@@ -66,6 +66,6 @@ def test_every_list_pages_in_sql_each_item_once(store_url: str) -> None:
     live = [n.id for n in st.list_nodes(live_only=True) if n.tenant_id == a]
     assert live and live != ours
     assert _pages(lambda x, n: st.node_page(tenant_id=a, live_only=True, after=x, limit=n), 1) == live
-    with pytest.raises(InvalidInput, match="after"):
+    with pytest.raises(UnknownReference, match="after"):
         st.node_page(tenant_id=a, after=next(n.id for n in st.list_nodes() if n.tenant_id == b))
     st.close()
