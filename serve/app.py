@@ -515,7 +515,7 @@ ADMIN_TENANT = "admin only: the tenant (id or name) to submit for; a tenant's to
 IdempotencyKey = Annotated[str | None, Header(
     alias=IDEMPOTENCY_HEADER, min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
     description="a client-chosen key (printable ASCII): a retry with the same key and body "
-                "returns the first answer and creates nothing; another body -> 422")]
+                "returns the first answer and creates nothing; another body -> 409")]
 
 
 def _render_job(bag: Bag | None, jobs: Sequence[Job]) -> str:

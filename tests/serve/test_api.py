@@ -164,7 +164,6 @@ def test_bags_are_tenant_scoped(api: Api) -> None:
         ({"name": "x", "kind": "deadline", "compute_hours": 2.0}, "deadline_hours", "give deadline_hours"),
         ({"name": "x", "kind": "spot", "compute_hours": 2.0, "deadline_hours": 9.0}, "deadline_hours", "kind: deadline"),
         ({"name": "x", "compute_hours": 0}, "compute_hours", "above 0"),
-        ({"name": "x", "compute_hours": 1, "gpus_per_worker": 8, "workers": 4}, "gpus_per_worker", "fewer workers"),
         ({"name": "x", "compute_hours": 1, "kind": "urgent"}, "kind", "'hp', 'spot' or 'deadline'"),
         ({"name": "x", "compute_hours": 1, "priority": 9}, "priority", "remove it"),
         ({"compute_hours": 1}, "name", "add `name`"),
@@ -187,7 +186,17 @@ def test_bad_input_is_a_422_naming_the_field_and_never_stored(api: Api, body: di
     assert len(api.store.list_jobs(None, limit=100_000)) == before
 
 
-def test_unknown_accelerator_is_a_422_listing_the_known_ones(api: Api) -> None:
+def test_more_gpus_than_the_tenants_limit_is_a_403_naming_the_field(api: Api) -> None:
+    """A schema-valid job beyond the tenant's allowance: refused as a quota, never stored."""
+    before = len(api.store.list_jobs(None, limit=100_000))
+    r = api.acme.post("/v1/jobs", json={"name": "x", "compute_hours": 1, "gpus_per_worker": 8,
+                                        "workers": 4})
+    assert r.status_code == 403, r.text
+    assert r.json()["message"].startswith("gpus_per_worker: ") and "fewer workers" in r.json()["fix"]
+    assert len(api.store.list_jobs(None, limit=100_000)) == before
+
+
+def test_unknown_accelerator_is_a_404_listing_the_known_ones(api: Api) -> None:
     from controlplane.core.models import ZoneInfo
 
     api.store.put_zones([
@@ -199,8 +208,9 @@ def test_unknown_accelerator_is_a_422_listing_the_known_ones(api: Api) -> None:
                  updated_at=0.0),
     ])
     r = api.acme.post("/v1/jobs", json={"name": "x", "compute_hours": 1, "accelerator": "TPUv5"})
-    assert r.status_code == 422
-    assert r.json()["message"] == "accelerator: unknown accelerator 'TPUv5'; use one of H100, V100, or leave it null for any"
+    assert r.status_code == 404
+    assert r.json()["message"] == "accelerator: unknown accelerator 'TPUv5'"
+    assert r.json()["errors"][0]["fix"] == "use one of H100, V100, or leave it null for any"
     assert _submit(api.acme, accelerator="H100")["spec"]["accelerator"] == "H100"
     prices = {p["zone"]: p for p in api.acme.get("/v1/fleet/prices").json()}
     assert prices["us-east-1a"]["spot_discount_pct"] == pytest.approx(70.0)
@@ -489,8 +499,8 @@ def test_idempotent_retry_returns_the_first_answer_and_creates_nothing(api: Api)
     assert len(_named(api, "idem-seq")) == 1
     # the same key with another body: refused, naming the header
     other = api.acme.post("/v1/jobs", json={**body, "compute_hours": 3.0}, headers={"Idempotency-Key": "k-seq-1"})
-    assert other.status_code == 422
-    assert other.json()["errors"][0]["field"] == "Idempotency-Key"
+    assert other.status_code == 409
+    assert other.json()["message"].startswith("Idempotency-Key: ")
     assert "already used for a different request" in other.json()["message"]
     # keys are per tenant: beta's same key is beta's own submission
     theirs = api.beta.post("/v1/jobs", json=body, headers={"Idempotency-Key": "k-seq-1"})
@@ -589,7 +599,7 @@ def test_packages_are_the_tenants_own_and_capped(api: Api) -> None:
             "runtime_env": {"working_dir": f"gcs://{name}"}}
     assert api.acme.post("/v1/jobs", json=spec).status_code == 201
     r = api.beta.post("/v1/jobs", json=spec)
-    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "runtime_env.working_dir"
+    assert r.status_code == 404 and r.json()["errors"][0]["field"] == "runtime_env.working_dir"
 
 
 def test_authorization_matrix_from_the_openapi(api: Api) -> None:
