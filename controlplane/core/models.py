@@ -18,7 +18,15 @@ import unicodedata
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    model_validator,
+)
 
 from controlplane.core.errors import Conflict
 
@@ -28,8 +36,16 @@ MAX_ENV_VALUE = 4096
 MAX_PARAMS_DEPTH = 8
 MAX_DEADLINE_S = 1e12  # absolute deadlines: ~31,700 years of control-plane seconds
 
+
+
+def _whole(value: Any) -> Any:
+    """A float with no fraction (``8.0``) as the int it is: JSON has one number type, and JSON
+    Schema's ``integer`` takes it; any other value as it came."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 # Strict scalars: a JSON string is not an int, a boolean is not a number.
-StrictInt = Annotated[int, Strict()]
+StrictInt = Annotated[int, BeforeValidator(_whole), Strict()]
 StrictFloat = Annotated[float, Strict()]
 StrictBool = Annotated[bool, Strict()]
 
