@@ -78,7 +78,7 @@ class JobPage(BaseModel):
     limit: int
     now: float
     items: list[JobRow]
-    next_after: str | None = None  # the cursor of the next page (submission order, full page)
+    next_after: str | None = None  # the cursor of the next page (a full page)
 
 
 class NodeCount(BaseModel):
@@ -146,8 +146,8 @@ def job_page(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     after: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR, pattern=ID_CURSOR, description=(
-        "cursor (sort=submitted only): the page starts past this job; `offset` then only "
-        "numbers the rows"))] = None,
+        "cursor: the page starts past this job in the page's order (next_after of the previous "
+        "page); `offset` then only numbers the rows"))] = None,
 ) -> JobPage:
     """One sorted, filtered page of the caller's jobs (every tenant's for the admin) and the total."""
     service, who = authenticated(creds)
@@ -155,7 +155,7 @@ def job_page(
                                    order_by=sort, descending=desc, limit=limit,
                                    offset=0 if after is not None else offset, after=after)
     now = service.control_time()
-    cursor = jobs[-1].id if sort == "submitted" and len(jobs) == limit else None
+    cursor = jobs[-1].id if len(jobs) == limit else None
     return JobPage(total=total, offset=offset, limit=limit, now=now,
                    items=[JobRow.of(j, now) for j in jobs], next_after=cursor)
 

@@ -25,7 +25,6 @@ from controlplane.store.rows import (
     COUNT_UP,
     JOB_BODY_AT,
     JOB_COLUMNS,
-    JOB_ORDER,
     IdempotentCall,
     StoredAnswer,
     job_from_row,
@@ -202,15 +201,9 @@ class JobRows(TenantRows):
                  offset: int = 0, after: str | None = None) -> tuple[int, list[Job]]:
         """One sorted, filtered page of jobs and how many match; ``order_by`` is a key of
         :data:`JOB_ORDER` (the dashboard's sortable columns), ``text`` matches id or name;
-        ``after`` (a job id, in submission order only) starts the page past that job."""
+        ``after`` (a job id) starts the page past that job in the page's order."""
         where: list[str] = []
         args: list[Any] = []
-        if after is not None:
-            if JOB_ORDER[order_by] != "seq":
-                raise InvalidInput("after", f"pages by cursor only in submission order, not by "
-                                   f"{order_by}", fix="sort by submitted, or page with offset")
-            where.append("seq < ?" if descending else "seq > ?")
-            args.append(self._cursor_seq(after, tenant_id))
         if tenant_id is not None:
             where.append("tenant_id = ?")
             args.append(tenant_id)
@@ -224,12 +217,12 @@ class JobRows(TenantRows):
             like = self._sql.like
             where.append(f"(id {like} ? OR {self._sql.json('body', 'name')} {like} ?)")
             args.extend([f"%{text}%"] * 2)
+        total = int(self._q("SELECT COUNT(*) FROM jobs"  # every match, not only past the cursor
+                            + ((" WHERE " + " AND ".join(where)) if where else ""), args)[0][0])
+        if after is not None:
+            cursor, cursor_args = self._past(after, tenant_id, order_by, descending, now)
+            where, args = [*where, cursor], [*args, *cursor_args]
         sql_where = (" WHERE " + " AND ".join(where)) if where else ""
-        count_where = [w for w in where if not w.startswith("seq ")]  # every match, not the rest
-        count_args = args[1:] if after is not None else args
-        total = int(self._q("SELECT COUNT(*) FROM jobs"
-                            + ((" WHERE " + " AND ".join(count_where)) if count_where else ""),
-                            count_args)[0][0])
         order = job_order(self._sql)[order_by]
         direction = "DESC" if descending else "ASC"
         order_args = [now] if "?" in order else []
@@ -238,6 +231,22 @@ class JobRows(TenantRows):
         rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs{sql_where} ORDER BY {by} LIMIT ? OFFSET ?",
                        [*args, *order_args, *order_args, limit, offset])
         return total, [self._job_or_stand_in(r) for r in rows]
+
+    def _past(self, after: str, tenant_id: str | None, order_by: str, descending: bool,
+              now: float) -> tuple[str, list[Any]]:
+        """The condition (and its arguments) of the jobs past job ``after`` in :meth:`job_page`'s
+        order: ``order_by``'s value (nulls last), then submission order."""
+        seq = self._cursor_seq(after, tenant_id)
+        order = job_order(self._sql)[order_by]
+        if order == "seq":
+            return ("seq < ?" if descending else "seq > ?"), [seq]
+        at = [now] if "?" in order else []  # the control time the slack column is computed at
+        value = self._q(f"SELECT {order} FROM jobs WHERE seq = ?", [*at, seq])[0][0]
+        if value is None:
+            return f"({order} IS NULL AND seq > ?)", [*at, seq]
+        beyond = "<" if descending else ">"
+        return (f"({order} IS NULL OR {order} {beyond} ? OR ({order} = ? AND seq > ?))",
+                [*at, *at, value, *at, value, seq])
 
     def job_counts(self, tenant_id: str | None = None) -> dict[str, int]:
         """Jobs per state (every state, zeros included) for one tenant or all."""

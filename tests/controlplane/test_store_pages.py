@@ -69,3 +69,22 @@ def test_every_list_pages_in_sql_each_item_once(store_url: str) -> None:
     with pytest.raises(UnknownReference, match="after"):
         st.node_page(tenant_id=a, after=next(n.id for n in st.list_nodes() if n.tenant_id == b))
     st.close()
+
+
+@pytest.mark.parametrize("order_by", ["cost", "slack", "name", "submitted"])
+@pytest.mark.parametrize("descending", [False, True])
+def test_the_job_table_pages_by_cursor_in_any_order(store_url: str, order_by: str,
+                                                     descending: bool) -> None:
+    """Past the cursor in the page's own order, ties and nulls (slack of jobs without a
+    deadline) included: the pages are the one sorted page, each job once."""
+    st = Store(store_url)
+    t, _ = st.create_tenant("t", max_gpus=4)
+    for i in range(11):
+        kind = {"kind": "deadline", "deadline_hours": 5.0 + i % 3} if i % 2 else {}
+        job = st.submit_job(t.id, JobSpec(name=f"j{i % 4}", compute_hours=1.0, **kind), now=0.0)
+        job.cost = float(i % 3)  # ties, broken by submission order
+        st.commit(jobs=[job])
+    page = dict(order_by=order_by, descending=descending, now=100.0)
+    _, whole = st.job_page(t.id, limit=100, **page)  # type: ignore[arg-type]
+    seen = _pages(lambda a, n: st.job_page(t.id, limit=n, after=a, **page)[1], 3)  # type: ignore[arg-type]
+    assert seen == [j.id for j in whole] and len(seen) == 11
