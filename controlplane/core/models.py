@@ -555,7 +555,9 @@ class BagSpec(BaseModel):
         min_length=1, max_length=10_000,
                                          description="One parameter set per job.")
     compute_hours: list[Annotated[StrictFloat, Field(gt=0, le=10_000)]] | None = Field(
-        default=None, description="Per-job compute hours (simulated bags); default: template's.")
+        default=None, min_length=1, max_length=10_000,
+        description="Per-job compute hours (simulated bags), one per parameter set; default: "
+                    "template's.")
 
     @model_validator(mode="after")
     def _check(self) -> BagSpec:

@@ -110,8 +110,8 @@ class JobRows(TenantRows):
         if deadline is None and spec.deadline_hours is not None:
             deadline = now + spec.deadline_hours * HOUR
         if deadline is not None and deadline < now + (spec.compute_hours + spec.overhead_hours) * HOUR:
-            raise InvalidInput("deadline", f"{deadline} leaves less than compute_hours + "
-                               "overhead_hours before it", fix="use a later deadline")
+            raise Conflict(f"deadline: {deadline} leaves less than compute_hours + overhead_hours "
+                           f"after the control-plane time {now}", fix="use a later deadline")
         return Job(id=new_id("job"), tenant_id=tenant_id, name=spec.name, kind=spec.kind,
                    spec=spec, bag_id=spec.bag_id, submitted_at=now, deadline_at=deadline)
 
