@@ -280,6 +280,7 @@ _HTTP_FIX = {
     404: "see the routes at /docs",
     405: "see the methods of this route at /docs",
     413: "send a smaller body (split a bag into several)",
+    415: "send the zip as application/zip",
 }
 
 
@@ -508,9 +509,12 @@ app.add_middleware(Gate)
 app.middleware("http")(_measure)  # added last, so outermost: the gate's 401/413/429 are counted too
 
 
+ZIP_TYPES = frozenset({"application/zip", "application/x-zip-compressed", "application/octet-stream"})
 ZIP_BODY = {"requestBody": {"required": True, "description": (
     "the zip ray._private.runtime_env.packaging.create_package writes"), "content": {
         "application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
+_NOT_A_ZIP = {413: {"description": "larger than the package cap"},
+              415: {**declared_errors(415)[415]}}
 ADMIN_TENANT = "admin only: the tenant (id or name) to submit for; a tenant's token submits for itself"
 IdempotencyKey = Annotated[str | None, Header(
     alias=IDEMPOTENCY_HEADER, min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
@@ -709,17 +713,18 @@ class SpotplaneAPI:
         return PackageView.of(name, store.size(tenant, package_name(name)), created=False)
 
     @app.put(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
-             responses=_ERRORS | {413: {"description": "larger than the package cap"}},
-             openapi_extra=ZIP_BODY)
+             responses=_ERRORS | _NOT_A_ZIP, openapi_extra=ZIP_BODY)
     @app.post(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
-              responses=_ERRORS | {413: {"description": "larger than the package cap"}},
-              openapi_extra=ZIP_BODY)
+              responses=_ERRORS | _NOT_A_ZIP, openapi_extra=ZIP_BODY)
     async def put_package(self, name: PackageName, request: Request,
                           creds: Auth = None) -> PackageView:
         """Upload one zip of a working directory under Ray's content-addressed name
         (``_ray_pkg_<hash>.zip``, ``get_uri_for_directory``); the same name again stores
         nothing. Jobs then name it as ``runtime_env.working_dir: gcs://<name>``."""
         who = await run_in_threadpool(self._who, creds)
+        media = request.headers.get("content-type", "application/zip").split(";")[0].strip()
+        if media.lower() not in ZIP_TYPES:
+            raise HTTPException(415, f"a package is a zip, not {media or 'an empty type'}")
         data = await request.body()
         created = await run_in_threadpool(self.service.put_package, who, package_name(name), data)
         return PackageView.of(name, len(data), created=created)

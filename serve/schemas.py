@@ -329,6 +329,7 @@ def declared_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         404: "not found (or another tenant's)",
         409: "conflicts with the current state",
         413: "request body larger than the API's cap",
+        415: "a body of another media type than the route takes",
         422: "invalid input: names the field and the fix",
         429: "too many requests or too many unfinished jobs; see Retry-After",
         500: "internal error",

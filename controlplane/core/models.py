@@ -132,6 +132,11 @@ def _command_schema(schema: dict[str, Any]) -> None:
     schema.setdefault("description", PRINTABLE_TEXT + " (tabs and newlines allowed)")
 
 
+def _env_schema(schema: dict[str, Any]) -> None:
+    """Every key of an env mapping matches ENV_KEY (pydantic states it for the values only)."""
+    schema.setdefault("propertyNames", {})["pattern"] = ENV_KEY
+
+
 def _params_schema(schema: dict[str, Any]) -> None:
     schema["propertyNames"] = {"pattern": printable_pattern(), "description": PRINTABLE_TEXT}
 
@@ -143,7 +148,8 @@ Printable = Field(json_schema_extra=_printable_schema)
 PrintableCommand = Field(json_schema_extra=_command_schema)
 Name = Annotated[str, AfterValidator(_printable), Printable]
 Command = Annotated[str, AfterValidator(_printable_command), PrintableCommand]
-EnvKey = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvKey = Annotated[str, Field(min_length=1, max_length=256, pattern=ENV_KEY)]
 EnvValue = Annotated[str, Field(max_length=MAX_ENV_VALUE), AfterValidator(_printable_command),
                      PrintableCommand]
 
@@ -347,7 +353,7 @@ class RuntimeEnv(BaseModel):
     pip: PipList | PipConfig | None = Field(default=None, description="pip requirements")
     uv: PipList | PipConfig | None = Field(default=None, description="uv requirements")
     env_vars: dict[EnvKey, EnvValue] = Field(
-        default_factory=dict, max_length=MAX_ENV_VARS,
+        default_factory=dict, max_length=MAX_ENV_VARS, json_schema_extra=_env_schema,
         description="the job's own variables (SPOTPLANE_* names are dropped, as in `env`)")
     excludes: list[Pattern] | None = Field(
         default=None, max_length=MAX_EXCLUDES, description="patterns left out when zipping (client side)")
@@ -427,7 +433,7 @@ class JobSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict, description="Parameters (bags).",
                                    json_schema_extra=_params_schema)
     env: dict[EnvKey, EnvValue] = Field(
-        default_factory=dict, max_length=MAX_ENV_VARS,
+        default_factory=dict, max_length=MAX_ENV_VARS, json_schema_extra=_env_schema,
         description=f"Environment variables (at most {MAX_ENV_VARS}, values up to {MAX_ENV_VALUE} characters).")
     replicas: StrictInt = Field(default=1, ge=1, le=64, description="Executor replicas.")
     policy: str | None = Field(

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from controlplane.core.models import PACKAGE_NAME, printable_pattern
+from serve.schemas import ID_CURSOR, NUMBER_CURSOR
 from tests.serve.bareapi import BareApi, bare_api
 
 
@@ -69,3 +71,34 @@ def test_the_admin_is_refused_a_tenants_own_routes(api: BareApi, method: str, pa
         r = http.request(method, path, content=b"PK\x05\x06" + bytes(18))
     assert r.status_code == 403, r.text
     assert "needs a tenant's token" in r.json()["message"]
+
+
+@pytest.mark.parametrize(("content_type", "status"), [
+    (None, 200), ("application/zip", 200), ("application/octet-stream", 200),
+    ("text/plain", 415), ("application/json", 415)])
+def test_a_package_upload_is_a_zip_by_its_media_type(api: BareApi, content_type: str | None,
+                                                     status: int) -> None:
+    empty_zip = b"PK\x05\x06" + bytes(18)
+    headers = {"Content-Type": content_type} if content_type else {}
+    with api.client(api.tenant_token) as http:
+        r = http.put("/v1/packages/_ray_pkg_0123456789abcdef.zip", content=empty_zip,
+                     headers=headers)
+    assert r.status_code == status, r.text
+    if status == 415:
+        assert r.json()["fix"] == "send the zip as application/zip"
+
+
+def test_the_openapi_states_the_servers_patterns(api: BareApi) -> None:
+    """The constraints the server checks by hand are in the schema schemathesis reads."""
+    with api.client(None) as http:
+        spec = http.get("/openapi.json").json()
+    params = {p["name"]: p["schema"] for p in spec["paths"]["/v1/jobs"]["get"]["parameters"]}
+    assert params["after"]["anyOf"][0]["pattern"] == ID_CURSOR
+    events = spec["paths"]["/v1/jobs/{job_id}/events"]["get"]["parameters"]
+    assert {p["name"]: p["schema"] for p in events}["after"]["anyOf"][0]["pattern"] == NUMBER_CURSOR
+    package = spec["paths"]["/v1/packages/{name}"]["put"]
+    assert package["parameters"][0]["schema"]["pattern"] == PACKAGE_NAME
+    assert list(package["requestBody"]["content"]) == ["application/zip"]
+    job = spec["components"]["schemas"]["JobSpec"]
+    assert job["properties"]["name"]["pattern"] == printable_pattern()
+    assert job["allOf"][0]["if"]["properties"]["kind"] == {"const": "deadline"}
