@@ -513,8 +513,8 @@ ZIP_TYPES = frozenset({"application/zip", "application/x-zip-compressed", "appli
 ZIP_BODY = {"requestBody": {"required": True, "description": (
     "the zip ray._private.runtime_env.packaging.create_package writes"), "content": {
         "application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
-_NOT_A_ZIP = {413: {"description": "larger than the package cap"},
-              415: {**declared_errors(415)[415]}}
+_NOT_A_ZIP: dict[int | str, dict[str, Any]] = {
+    413: {"description": "larger than the package cap"}, 415: declared_errors(415)[415]}
 ADMIN_TENANT = "admin only: the tenant (id or name) to submit for; a tenant's token submits for itself"
 IdempotencyKey = Annotated[str | None, Header(
     alias=IDEMPOTENCY_HEADER, min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
