@@ -1,6 +1,7 @@
 """The API keeps the contract its OpenAPI states, checked without Ray on the real FastAPI app over
 a real SQLite store (``tests.serve.bareapi``): a tenant is refused an admin route before its body
-is read, the admin a tenant's route, and a 405 names every method of the path."""
+is read, the admin a tenant's route, a 405 names every method of the path, a package upload is a
+zip by its media type, and the OpenAPI states the patterns the server checks by hand."""
 
 from __future__ import annotations
 
