@@ -427,18 +427,15 @@ class GateState:
         self.replica, self.node_id = "", ""  # which replica answers (REPLICA_HEADER), on which Ray node
 
     async def admit(self, path: str, token: str | None, method: str = "GET") -> None:
-        """Authenticate ``token`` for ``path``, refuse a tenant an admin route (403 whatever
-        the body) and take one from the tenant's rate bucket; a token not seen before is looked
-        up in the store off the event loop."""
+        """Authenticate ``token`` for ``path``, take one from the tenant's rate bucket, and
+        refuse a tenant an admin route (403 whatever the body); a token not seen before is
+        looked up in the store off the event loop."""
         if path == "/metrics":
             await run_in_threadpool(self._metrics_token, token)
             return
         principal = self.service.known(token)
         if principal is None:
             principal = await run_in_threadpool(self.service.authenticate, token)
-        admin_only = ADMIN_ROUTES.get((method, path))
-        if admin_only is not None:
-            ControlPlaneService.require_admin(principal, admin_only)
         if principal.tenant_id is not None:
             if self.shared:
                 wait = await run_in_threadpool(self._take_shared, principal.tenant_id)
@@ -448,6 +445,9 @@ class GateState:
                 raise RateLimited(
                     f"more than {self.limits.rate_per_s:g} requests/s (burst {self.limits.burst})",
                     retry_after_s=wait, fix="slow down and retry after the Retry-After seconds")
+        admin_only = ADMIN_ROUTES.get((method, path))
+        if admin_only is not None:
+            ControlPlaneService.require_admin(principal, admin_only)
 
     def _take_shared(self, tenant_id: str) -> float:
         return self.service.store.take_token(f"tenant:{tenant_id}", self.limits.rate_per_s,
