@@ -4,13 +4,15 @@ over a real SQLite store), as a tenant and as the admin, with every check schema
 ``negative_data_rejection``, ``positive_data_acceptance``, ``use_after_free``,
 ``ensure_resource_availability``, ``ignored_auth``, ``unsupported_method``,
 ``allow_header_conformance``, ...) in every phase (examples, coverage, fuzzing, stateful): zero
-failures. Seeded and derandomized, so a run is reproducible; the default budget stays under a
-minute on two cores.
+failures. Seeded and derandomized, so a run is reproducible. The default budget (2 examples per
+operation and phase; the coverage phase's own cases dominate) sends about 3,600 cases in about
+100 s on two busy cores.
 
-A larger run (the same test, more examples per operation, another seed)::
+A larger run (the same test, more examples per operation, another seed; it sent 5,773 cases,
+none failing)::
 
-    SPOTPLANE_FUZZ_EXAMPLES=40 SPOTPLANE_FUZZ_SEED=7 nice -n 10 \\
-        .venv/bin/pytest -p no:cacheprovider -s tests/serve/test_schemathesis.py
+    SPOTPLANE_FUZZ_EXAMPLES=50 SPOTPLANE_FUZZ_SEED=11 nice -n 10 .venv/bin/pytest \
+        -p no:cacheprovider --timeout=1200 -s tests/serve/test_schemathesis.py
 
 What the schema states only in words, the fuzzer is taught here (:func:`before_call`, on
 every request of every phase before it is sent; schemathesis then re-reads whether the request
@@ -19,7 +21,8 @@ is valid), narrowly: ``deadline_hours`` covers
 the clock), a bag's ``compute_hours`` has one value per parameter set (two lengths compared),
 text holds no unassigned code point (a pattern of hundreds of ranges), and the keys of
 ``params`` below its first level are printable like the first level's (the schema states the
-first level's only).
+first level's only). One failure the fuzzer makes itself is dropped (:func:`filter_failure`):
+a zip it labels invalid although its zip strategy draws only valid ones.
 """
 
 from __future__ import annotations
