@@ -678,6 +678,7 @@ def fuzz_token(api: Api) -> str:
     return str(r.json()["token"])
 
 
+schemathesis.serializer("application/zip")(lambda ctx, value: value)  # package uploads: raw bytes
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_headers_conformance, response_schema_conformance, negative_data_rejection]
 
