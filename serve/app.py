@@ -24,6 +24,7 @@ from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 
 import ray
 from fastapi import Body, Depends, FastAPI, Header, HTTPException, Query, Request, Security
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
@@ -45,8 +46,10 @@ from controlplane.core.errors import (
     RateLimited,
     SpotplaneError,
     Unauthorized,
+    UnknownReference,
 )
 from controlplane.core.models import (
+    PACKAGE_NAME,
     Bag,
     BagSpec,
     CostSummary,
@@ -72,7 +75,10 @@ from serve.metrics import CONTENT_TYPE, ApiMetrics
 from serve.rayjobs import router as ray_jobs_router
 from serve.schemas import (
     ERROR_CODES,
+    ID_CURSOR,
+    MAX_CURSOR,
     MAX_OFFSET,
+    NUMBER_CURSOR,
     AvailabilityRow,
     BagCreated,
     ClockView,
@@ -208,6 +214,8 @@ PUBLIC_PATHS = frozenset({"/healthz", "/docs", "/docs/oauth2-redirect", "/redoc"
                           "/"})  # "/" and /dashboard/* are the dashboard's page and assets
 PUBLIC_PREFIXES = ("/dashboard/",)
 PACKAGE_PATHS = (f"{API}/packages/", "/api/packages/")
+# admin-only routes, refused to a tenant by the gate before the body is read (what each does)
+ADMIN_ROUTES = {("POST", f"{API}/tenants"): "creating a tenant"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,7 +265,11 @@ def spotplane_error_response(asgi_app: Any, exc: SpotplaneError) -> JSONResponse
     headers = None
     if isinstance(exc, RateLimited):
         headers = {"Retry-After": retry_after_header(exc.retry_after_s)}
-    return error_response(asgi_app, status, exc.message, exc.fix, headers=headers)
+    errors = []
+    if isinstance(exc, UnknownReference):
+        errors = [FieldError(field=exc.field, message=exc.message.removeprefix(f"{exc.field}: "),
+                             fix=exc.fix or "see /docs")]
+    return error_response(asgi_app, status, exc.message, exc.fix, errors, headers=headers)
 
 
 @app.exception_handler(SpotplaneError)
@@ -269,7 +281,27 @@ _HTTP_FIX = {
     404: "see the routes at /docs",
     405: "see the methods of this route at /docs",
     413: "send a smaller body (split a bag into several)",
+    415: "send the zip as application/zip",
 }
+
+
+def path_methods(routes: Sequence[Any], path: str) -> set[str]:
+    """Every method some route of ``routes`` (included routers' too) answers at ``path``."""
+    methods: set[str] = set()
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            prefix = route.include_context.prefix
+            if path.startswith(prefix):
+                methods |= path_methods(included.routes, path.removeprefix(prefix))
+        elif getattr(route, "methods", None) and route.path_regex.match(path):
+            methods |= set(route.methods)
+    return methods
+
+
+def allow_header(request: Request) -> str:
+    """``Allow`` of a 405: the methods of every route of the path, not only the first one's."""
+    return ", ".join(sorted(path_methods(request.app.router.routes, request.url.path)))
 
 
 @app.exception_handler(StarletteHTTPException)
@@ -280,6 +312,8 @@ async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONR
                          fix="send a UTF-8 JSON object with the fields listed at /docs")
         return _unprocessable(request, [err])
     headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = allow_header(request) or headers.get("Allow", "")
     return error_response(request.app, exc.status_code, str(exc.detail),
                           _HTTP_FIX.get(exc.status_code), headers=headers or None)
 
@@ -301,8 +335,12 @@ _LIST_HEADERS = {
 _CURSOR_PAGE: dict[int | str, dict[str, Any]] = {200: {"description": "one page, oldest first", "headers": {
     **_LIST_HEADERS, NEXT_AFTER_HEADER: {"description": "`after` of the next page, while one follows",
                                          "schema": {"type": "string"}}}}}
-After = Annotated[str | None, Query(max_length=64, description=(
+After = Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR, pattern=ID_CURSOR, description=(
     "cursor: the id of the last item of the previous page (X-Spotplane-Next-After)"))]
+NumberAfter = Annotated[str | None, Query(pattern=NUMBER_CURSOR, description=(
+    "cursor: the id (a number) of the last item of the previous page (X-Spotplane-Next-After)"))]
+PackageName = Annotated[str, PathParam(pattern=PACKAGE_NAME, description=(
+    "Ray's content-addressed name of the zip: _ray_pkg_<hex hash>.zip"))]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)]
 
 
@@ -363,7 +401,8 @@ class Gate:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
-            tenant = await gate.admit(scope["path"], bearer_token(headers.get("authorization")))
+            tenant = await gate.admit(scope["path"], bearer_token(headers.get("authorization")),
+                                      scope["method"])
             gate.check_length(headers.get("content-length"), scope["path"])
             held = await gate.in_flight.acquire(tenant)  # 429 past the tenant's requests in flight
         except SpotplaneError as exc:
@@ -393,10 +432,10 @@ class GateState:
         self.in_flight = InFlight(limits.max_in_flight_per_tenant, wait_s=limits.in_flight_wait_s)
         self.replica, self.node_id = "", ""  # which replica answers (REPLICA_HEADER), on which Ray node
 
-    async def admit(self, path: str, token: str | None) -> str | None:
-        """Authenticate ``token`` for ``path`` and take one from the tenant's rate bucket; the
-        tenant's id (None: admin or metrics). A token not seen before is looked up in the
-        store off the event loop."""
+    async def admit(self, path: str, token: str | None, method: str = "GET") -> str | None:
+        """Authenticate ``token`` for ``path``, take one from the tenant's rate bucket, and
+        refuse a tenant an admin route (403 whatever the body); the tenant's id (None: admin
+        or metrics). A token not seen before is looked up in the store off the event loop."""
         if path == "/metrics":
             await run_in_threadpool(self._metrics_token, token)
             return None
@@ -412,6 +451,9 @@ class GateState:
                 raise RateLimited(
                     f"more than {self.limits.rate_per_s:g} requests/s (burst {self.limits.burst})",
                     retry_after_s=wait, fix="slow down and retry after the Retry-After seconds")
+        admin_only = ADMIN_ROUTES.get((method, path))
+        if admin_only is not None:
+            ControlPlaneService.require_admin(principal, admin_only)
         return principal.tenant_id
 
     def _take_shared(self, tenant_id: str) -> float:
@@ -474,11 +516,17 @@ app.add_middleware(Gate)
 app.middleware("http")(_measure)  # added last, so outermost: the gate's 401/413/429 are counted too
 
 
+ZIP_TYPES = frozenset({"application/zip", "application/x-zip-compressed", "application/octet-stream"})
+ZIP_BODY = {"requestBody": {"required": True, "description": (
+    "the zip ray._private.runtime_env.packaging.create_package writes"), "content": {
+        "application/zip": {"schema": {"type": "string", "format": "binary"}}}}}
+_NOT_A_ZIP: dict[int | str, dict[str, Any]] = {
+    413: {"description": "larger than the package cap"}, 415: declared_errors(415)[415]}
 ADMIN_TENANT = "admin only: the tenant (id or name) to submit for; a tenant's token submits for itself"
 IdempotencyKey = Annotated[str | None, Header(
     alias=IDEMPOTENCY_HEADER, min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
     description="a client-chosen key (printable ASCII): a retry with the same key and body "
-                "returns the first answer and creates nothing; another body -> 422")]
+                "returns the first answer and creates nothing; another body -> 409")]
 
 
 def _render_job(bag: Bag | None, jobs: Sequence[Job]) -> str:
@@ -588,7 +636,7 @@ class SpotplaneAPI:
 
     @app.get(f"{API}/tenants/me", tags=["tenants"], response_model=Tenant, responses=_ERRORS)
     def me(self, creds: Auth = None) -> Tenant:
-        """The calling tenant (422 for the admin token, which is no tenant)."""
+        """The calling tenant (403 for the admin token, which is no tenant)."""
         return self.service.me(self._who(creds))
 
     # -- jobs ----------------------------------------------------------------------------------
@@ -626,8 +674,10 @@ class SpotplaneAPI:
         tenant_id: Annotated[str | None, Query(max_length=128, description="admin only: one tenant's jobs")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 1000,
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-        after: Annotated[str | None, Query(max_length=64, description=(
-            "cursor: the id of the last job of the previous page (X-Spotplane-Next-After)"))] = None,
+        after: Annotated[str | None, Query(
+            min_length=1, max_length=MAX_CURSOR, pattern=ID_CURSOR, description=(
+                "cursor: the id of the last job of the previous page (X-Spotplane-Next-After); "
+                "`offset` then skips that many more"))] = None,
     ) -> Response:
         """The caller's jobs (every tenant's for the admin), oldest first; at most ``limit`` and
         at most the list byte cap. ``X-Spotplane-Next-After`` names the cursor of the next page
@@ -664,28 +714,32 @@ class SpotplaneAPI:
     # -- packages ------------------------------------------------------------------------------
     @app.get(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
              responses=_ERRORS)
-    def package(self, name: str, creds: Auth = None) -> PackageView:
+    def package(self, name: PackageName, creds: Auth = None) -> PackageView:
         """Whether the caller's tenant holds the package ``name`` (404 when not)."""
         who = self._who(creds)
         store, tenant = self.service.package_store(who)
         return PackageView.of(name, store.size(tenant, package_name(name)), created=False)
 
     @app.put(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
-             responses=_ERRORS | {413: {"description": "larger than the package cap"}})
+             responses=_ERRORS | _NOT_A_ZIP, openapi_extra=ZIP_BODY)
     @app.post(f"{API}/packages/{{name}}", tags=["packages"], response_model=PackageView,
-              responses=_ERRORS | {413: {"description": "larger than the package cap"}})
-    async def put_package(self, name: str, request: Request, creds: Auth = None) -> PackageView:
+              responses=_ERRORS | _NOT_A_ZIP, openapi_extra=ZIP_BODY)
+    async def put_package(self, name: PackageName, request: Request,
+                          creds: Auth = None) -> PackageView:
         """Upload one zip of a working directory under Ray's content-addressed name
         (``_ray_pkg_<hash>.zip``, ``get_uri_for_directory``); the same name again stores
         nothing. Jobs then name it as ``runtime_env.working_dir: gcs://<name>``."""
         who = await run_in_threadpool(self._who, creds)
+        media = request.headers.get("content-type", "application/zip").split(";")[0].strip()
+        if media.lower() not in ZIP_TYPES:
+            raise HTTPException(415, f"a package is a zip, not {media or 'an empty type'}")
         data = await request.body()
         created = await run_in_threadpool(self.service.put_package, who, package_name(name), data)
         return PackageView.of(name, len(data), created=created)
 
     @app.get(f"{API}/jobs/{{job_id}}/events", tags=["jobs"], response_model=list[Event],
              responses=_ERRORS | _CURSOR_PAGE)
-    def job_events(self, job_id: str, creds: Auth = None, after: After = None,
+    def job_events(self, job_id: str, creds: Auth = None, after: NumberAfter = None,
                    limit: Limit = 1000) -> Response:
         """Every transition of the job with its cause, oldest first; paged by cursor (event id)."""
         events = self.service.job_events(self._who(creds), job_id, after=after, limit=limit + 1)
@@ -693,7 +747,7 @@ class SpotplaneAPI:
 
     @app.get(f"{API}/jobs/{{job_id}}/decisions", tags=["jobs"], response_model=list[Decision],
              responses=_ERRORS | _CURSOR_PAGE)
-    def job_decisions(self, job_id: str, creds: Auth = None, after: After = None,
+    def job_decisions(self, job_id: str, creds: Auth = None, after: NumberAfter = None,
                       limit: Limit = 1000) -> Response:
         """The decision trace: each policy decision with the observation it was made on,
         oldest first; paged by cursor (decision id)."""

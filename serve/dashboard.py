@@ -20,7 +20,14 @@ from controlplane.core.errors import NotFound
 from controlplane.core.models import CapacityPoint, Event, Job, JobKind, JobState, Node
 from controlplane.core.units import HOUR
 from serve.auth import Auth, authenticated
-from serve.schemas import ERROR_CODES, MAX_OFFSET, CostReport, declared_errors
+from serve.schemas import (
+    ERROR_CODES,
+    ID_CURSOR,
+    MAX_CURSOR,
+    MAX_OFFSET,
+    CostReport,
+    declared_errors,
+)
 
 STATIC = Path(__file__).with_name("static")
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
@@ -71,7 +78,7 @@ class JobPage(BaseModel):
     limit: int
     now: float
     items: list[JobRow]
-    next_after: str | None = None  # the cursor of the next page (submission order, full page)
+    next_after: str | None = None  # the cursor of the next page (a full page)
 
 
 class NodeCount(BaseModel):
@@ -138,9 +145,9 @@ def job_page(
     desc: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-    after: Annotated[str | None, Query(max_length=64, description=(
-        "cursor (sort=submitted only): the page starts past this job; `offset` then only "
-        "numbers the rows"))] = None,
+    after: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR, pattern=ID_CURSOR, description=(
+        "cursor: the page starts past this job in the page's order (next_after of the previous "
+        "page); `offset` then only numbers the rows"))] = None,
 ) -> JobPage:
     """One sorted, filtered page of the caller's jobs (every tenant's for the admin) and the total."""
     service, who = authenticated(creds)
@@ -148,7 +155,7 @@ def job_page(
                                    order_by=sort, descending=desc, limit=limit,
                                    offset=0 if after is not None else offset, after=after)
     now = service.control_time()
-    cursor = jobs[-1].id if sort == "submitted" and len(jobs) == limit else None
+    cursor = jobs[-1].id if len(jobs) == limit else None
     return JobPage(total=total, offset=offset, limit=limit, now=now,
                    items=[JobRow.of(j, now) for j in jobs], next_after=cursor)
 

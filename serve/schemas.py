@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from controlplane.core.models import (
+    PACKAGE_NAME,
     Bag,
     BagSpec,
     CostSummary,
@@ -31,7 +32,10 @@ from controlplane.core.units import HOUR
 
 __all__ = [
     "ERROR_CODES",
+    "ID_CURSOR",
+    "MAX_CURSOR",
     "MAX_OFFSET",
+    "NUMBER_CURSOR",
     "declared_errors",
     "BagCreated",
     "BagSpec",
@@ -224,7 +228,8 @@ def _builtin(kind: str, ctx: Mapping[str, Any], msg: str, field: str) -> tuple[s
     }
     if kind in bounds:
         m, f = bounds[kind]
-        return m.format(**ctx), f.format(**ctx)
+        fix = PATTERN_FIXES.get(str(ctx.get("pattern")), f) if kind == "string_pattern_mismatch" else f
+        return m.format(**ctx), fix.format(**ctx)
     if kind == "missing":
         return "is required", f"add `{field}` to the request"
     if kind == "extra_forbidden":
@@ -299,6 +304,19 @@ JobSpecBody = JobSpec
 BagSpecBody = BagSpec
 
 
+# Page cursors: the id of a list's last item (X-Spotplane-Next-After). A well-formed cursor that
+# names no item of the list is a 404 naming ``after``; a malformed one, a 422.
+ID_CURSOR = r"^[A-Za-z0-9][A-Za-z0-9_.:=+-]*$"  # tenants, jobs, bags, nodes: ``job-1a2b...``
+NUMBER_CURSOR = r"^[0-9]{1,18}$"  # events and decisions, numbered by the store
+MAX_CURSOR = 64
+_CURSOR_FIX = "pass the X-Spotplane-Next-After of the previous page, or leave after out"
+PATTERN_FIXES = {  # the fix of a value that does not match one of these patterns
+    ID_CURSOR: _CURSOR_FIX,
+    NUMBER_CURSOR: _CURSOR_FIX,
+    PACKAGE_NAME: "use Ray's content-addressed name _ray_pkg_<hex hash>.zip "
+                  "(ray._private.runtime_env.packaging.get_uri_for_directory)",
+}
+
 ERROR_CODES = (401, 403, 404, 409, 413, 422, 429, 500)
 MAX_OFFSET = 10**12  # a list offset beyond any store; SQLite's integers end at 2**63 - 1
 
@@ -311,6 +329,7 @@ def declared_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         404: "not found (or another tenant's)",
         409: "conflicts with the current state",
         413: "request body larger than the API's cap",
+        415: "a body of another media type than the route takes",
         422: "invalid input: names the field and the fix",
         429: "too many requests or too many unfinished jobs; see Retry-After",
         500: "internal error",

@@ -26,7 +26,14 @@ from pydantic import BaseModel
 from clusters.packages import PackageStore, package_name
 from clusters.rayjobs import LogArchive, attempt_logs, submission_client
 from controlplane.core.clock import Clock, WallClock
-from controlplane.core.errors import Forbidden, InvalidInput, NotFound, RateLimited, Unauthorized
+from controlplane.core.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    RateLimited,
+    Unauthorized,
+    UnknownReference,
+)
 from controlplane.core.models import (
     Bag,
     BagSpec,
@@ -47,7 +54,7 @@ from controlplane.core.models import (
     hash_token,
 )
 from controlplane.core.units import DB_FILE
-from controlplane.reconcile.policyhost import check_policy
+from controlplane.reconcile.policyhost import LIVE_POLICIES
 from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer, is_postgres
 from serve.metrics import ApiMetrics, build_registry, exposition
 
@@ -197,6 +204,14 @@ class ControlPlaneService:
         if not principal.is_admin:
             raise Forbidden(f"{what} needs the admin token", fix="use the admin token in the file `spotplane up` names (STATE/admin-token)")
 
+    @staticmethod
+    def require_tenant(principal: Principal, what: str) -> str:
+        """The caller's tenant id; :class:`Forbidden` for the admin, who is no tenant."""
+        if principal.tenant_id is None:
+            raise Forbidden(f"{what} needs a tenant's token; the admin is no tenant",
+                            fix="use the token printed when the tenant was created")
+        return principal.tenant_id
+
     # -- tenants -------------------------------------------------------------------------------
     def create_tenant(self, principal: Principal, spec: TenantSpec) -> tuple[Tenant, str]:
         self.require_admin(principal, "creating a tenant")
@@ -209,46 +224,46 @@ class ControlPlaneService:
             return self.store.list_tenants(after=after, limit=limit)
         me = self.me(principal)
         if after is not None and after != me.id:
-            raise InvalidInput("after", f"{after!r} is not an id of this list",
+            raise UnknownReference("after", f"{after!r} is not an id of this list",
                                fix="pass the X-Spotplane-Next-After of the previous page, or "
                                    "leave after out for the first page")
         return [] if after is not None or limit == 0 else [me]
 
     def me(self, principal: Principal) -> Tenant:
-        if principal.tenant_id is None:
-            raise InvalidInput("token", "the admin is not a tenant", fix="use a tenant's token")
-        return self.store.get_tenant(principal.tenant_id)
+        return self.store.get_tenant(self.require_tenant(principal, "/v1/tenants/me"))
 
     # -- jobs ----------------------------------------------------------------------------------
     def _submitter(self, principal: Principal, tenant_id: str | None) -> Tenant:
         """The tenant a submission is for: the caller, or ``tenant_id`` when the admin submits."""
         if principal.is_admin:
             if tenant_id is None:
-                raise InvalidInput(
-                    "tenant_id", "the admin must say which tenant submits",
-                    fix="add ?tenant_id=<id> (CLI: --tenant <id>), or use the tenant's token"
-                )
+                raise Forbidden(
+                    "tenant_id: the admin is no tenant and must say which tenant submits",
+                    fix="add ?tenant_id=<id> (CLI: --tenant <id>), or use the tenant's token")
             return self.store.get_tenant(tenant_id)
         assert principal.tenant_id is not None
         return self.store.get_tenant(principal.tenant_id)
 
     def _check_spec(self, tenant: Tenant, spec: JobSpec, field_prefix: str = "") -> None:
-        """What only the service can check: the tenant's GPU limit and a known accelerator."""
+        """What only the service can check, against the tenant and the fleet: the tenant's GPU
+        limit (403, as a quota), a known policy, accelerator and uploaded packages (404)."""
         if spec.gpus > tenant.max_gpus:
-            raise InvalidInput(
-                f"{field_prefix}gpus_per_worker",
-                f"the job needs {spec.gpus} GPUs (gpus_per_worker {spec.gpus_per_worker} x workers "
-                f"{spec.workers}) but tenant {tenant.name} may use at most {tenant.max_gpus}",
+            raise Forbidden(
+                f"{field_prefix}gpus_per_worker: the job needs {spec.gpus} GPUs (gpus_per_worker "
+                f"{spec.gpus_per_worker} x workers {spec.workers}) but tenant {tenant.name} may "
+                f"use at most {tenant.max_gpus}",
                 fix="use fewer workers or GPUs per worker, or ask the admin to raise max_gpus",
             )
-        if spec.policy is not None:
-            check_policy(spec.policy, f"{field_prefix}policy")
+        if spec.policy is not None and spec.policy not in LIVE_POLICIES:
+            raise UnknownReference(
+                f"{field_prefix}policy", f"unknown deadline policy {spec.policy!r}",
+                fix=f"use one of {', '.join(LIVE_POLICIES)}, or leave it null for the default")
         if spec.runtime_env is not None:
             self._check_packages(tenant, spec, field_prefix)
         if spec.accelerator is not None:
             known = self.accelerators()
             if known and spec.accelerator not in known:
-                raise InvalidInput(
+                raise UnknownReference(
                     f"{field_prefix}accelerator",
                     f"unknown accelerator {spec.accelerator!r}",
                     fix=f"use one of {', '.join(sorted(known))}, or leave it null for any",
@@ -264,7 +279,7 @@ class ControlPlaneService:
             if uri is None or not uri.startswith("gcs://"):
                 continue
             if self.packages is None or not self.packages.exists(tenant.id, package_name(uri)):
-                raise InvalidInput(
+                raise UnknownReference(
                     f"{field_prefix}runtime_env.{name}", f"package {uri} was not uploaded by "
                     f"tenant {tenant.name}",
                     fix="upload it first: `spotplane submit --working-dir DIR` (or PUT "
@@ -274,10 +289,7 @@ class ControlPlaneService:
     def package_store(self, principal: Principal) -> tuple[PackageStore, str]:
         if self.packages is None:
             raise NotFound("this API stores no packages", fix="start it with a package directory")
-        if principal.tenant_id is None:
-            raise InvalidInput("token", "packages belong to a tenant; the admin is none",
-                               fix="upload with the tenant's token")
-        return self.packages, principal.tenant_id
+        return self.packages, self.require_tenant(principal, "a package")
 
     def package_exists(self, principal: Principal, name: str) -> bool:
         """Whether the caller's tenant has uploaded the package ``name``."""
@@ -352,8 +364,8 @@ class ControlPlaneService:
     @staticmethod
     def _same_request(answer: StoredAnswer, call: IdempotentCall) -> StoredAnswer:
         if answer.fingerprint != call.fingerprint:
-            raise InvalidInput(
-                "Idempotency-Key", f"key {call.key!r} was already used for a different request",
+            raise Conflict(
+                f"Idempotency-Key: key {call.key!r} was already used for a different request",
                 fix="send a new key for a new request; reuse a key only to retry the same body")
         return answer
 
@@ -380,9 +392,8 @@ class ControlPlaneService:
         max_bytes: int | None = None,
         after: str | None = None,
     ) -> list[Job]:
-        if after is not None and offset:
-            raise InvalidInput("after", "cannot be combined with offset",
-                               fix="page with `after` (the X-Spotplane-Next-After header) alone")
+        """The caller's jobs (``tenant_id``'s or every tenant's for the admin), oldest first;
+        past the job ``after`` when given, then past ``offset`` more."""
         scope = principal.scope
         if principal.is_admin:
             scope = tenant_id
@@ -455,9 +466,9 @@ class ControlPlaneService:
                           lambda call: self.store.create_bag_once(tenant.id, spec, call))
 
     def _check_bag(self, tenant: Tenant, spec: BagSpec) -> None:
-        if len(spec.params) > self.caps.max_bag_jobs:
-            raise InvalidInput(
-                "params", f"{len(spec.params)} parameter sets is more than the bag cap of "
+        if len(spec.params) > self.caps.max_bag_jobs:  # this API's cap (a setting): a quota
+            raise Forbidden(
+                f"params: {len(spec.params)} parameter sets is more than this API's bag cap of "
                 f"{self.caps.max_bag_jobs}", fix="split the sweep into several bags")
         self._check_spec(tenant, spec.template, "template.")
         self._check_in_flight(tenant, len(spec.params))

@@ -83,6 +83,15 @@ class NotFound(SpotplaneError, LookupError):
     exit_code = 2
 
 
+class UnknownReference(NotFound):
+    """A well-formed value that names nothing the caller can see (a page cursor past a deleted
+    or another tenant's item): not found, naming the field that named it."""
+
+    def __init__(self, field: str, message: str, *, fix: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}", fix=fix)
+
+
 class Conflict(SpotplaneError):
     """The request contradicts the current state (cancel a finished job, a duplicate name)."""
 

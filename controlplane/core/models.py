@@ -8,15 +8,25 @@ says ``_hours``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
 import secrets
+import sys
 import unicodedata
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    model_validator,
+)
 
 from controlplane.core.errors import Conflict
 
@@ -26,8 +36,16 @@ MAX_ENV_VALUE = 4096
 MAX_PARAMS_DEPTH = 8
 MAX_DEADLINE_S = 1e12  # absolute deadlines: ~31,700 years of control-plane seconds
 
+
+
+def _whole(value: Any) -> Any:
+    """A float with no fraction (``8.0``) as the int it is: JSON has one number type, and JSON
+    Schema's ``integer`` takes it; any other value as it came."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 # Strict scalars: a JSON string is not an int, a boolean is not a number.
-StrictInt = Annotated[int, Strict()]
+StrictInt = Annotated[int, BeforeValidator(_whole), Strict()]
 StrictFloat = Annotated[float, Strict()]
 StrictBool = Annotated[bool, Strict()]
 
@@ -78,10 +96,62 @@ def _finite_tree(value: Any, path: str, depth: int = 0) -> None:
             _finite_tree(v, f"{path}[{i}]", depth + 1)
 
 
-Name = Annotated[str, AfterValidator(_printable)]
-Command = Annotated[str, AfterValidator(_printable_command)]
-EnvKey = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-EnvValue = Annotated[str, Field(max_length=MAX_ENV_VALUE), AfterValidator(_printable_command)]
+@functools.cache
+def printable_pattern(allow: str = "") -> str:
+    """A JSON Schema ``pattern`` refusing what :func:`unprintable` refuses (but ``allow``) among
+    the assigned characters, as this Python's Unicode data has them: 26 ranges. Unassigned code
+    points (hundreds of ranges, a pattern no generator draws from quickly) and surrogates (no
+    regex engine of a validator takes them; no UTF-8 text holds one) are left to the schema's
+    description."""
+    ranges: list[str] = []
+    start = None
+    for cp in range(sys.maxunicode + 2):
+        refused = (cp <= sys.maxunicode and chr(cp) not in allow
+                   and unicodedata.category(chr(cp)) in _UNPRINTABLE - {"Cn", "Cs"})
+        if refused and start is None:
+            start = cp
+        elif not refused and start is not None:
+            ranges.append(_char(start) if start == cp - 1 else f"{_char(start)}-{_char(cp - 1)}")
+            start = None
+    return f"^[^{''.join(ranges)}]*$"
+
+
+def _char(cp: int) -> str:
+    """One code point inside a regex character class: escaped when special there, else the
+    character itself."""
+    return re.escape(chr(cp)) if chr(cp) in "\\]^-[" else chr(cp)
+
+
+def _printable_schema(schema: dict[str, Any]) -> None:
+    schema["pattern"] = printable_pattern()
+    schema.setdefault("description", PRINTABLE_TEXT)
+
+
+def _command_schema(schema: dict[str, Any]) -> None:
+    schema["pattern"] = printable_pattern(allow="\t\n")
+    schema.setdefault("description", PRINTABLE_TEXT + " (tabs and newlines allowed)")
+
+
+def _env_schema(schema: dict[str, Any]) -> None:
+    """Every key of an env mapping matches ENV_KEY (pydantic states it for the values only)."""
+    schema.setdefault("propertyNames", {})["pattern"] = ENV_KEY
+
+
+def _params_schema(schema: dict[str, Any]) -> None:
+    schema["propertyNames"] = {"pattern": printable_pattern(), "description": PRINTABLE_TEXT}
+
+
+# Printable text: refused by the validator, stated as a pattern in the JSON Schema
+PRINTABLE_TEXT = ("printable: no control, format, private-use, surrogate, separator or "
+                  "unassigned characters")
+Printable = Field(json_schema_extra=_printable_schema)
+PrintableCommand = Field(json_schema_extra=_command_schema)
+Name = Annotated[str, AfterValidator(_printable), Printable]
+Command = Annotated[str, AfterValidator(_printable_command), PrintableCommand]
+ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*$"
+EnvKey = Annotated[str, Field(min_length=1, max_length=256, pattern=ENV_KEY)]
+EnvValue = Annotated[str, Field(max_length=MAX_ENV_VALUE), AfterValidator(_printable_command),
+                     PrintableCommand]
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,6 +289,8 @@ MAX_METADATA = 32
 PACKAGE_URI = r"^gcs://_ray_pkg_[0-9a-f]{16,64}\.zip$"
 PACKAGE_NAME = r"^_ray_pkg_[0-9a-f]{16,64}\.zip$"
 REMOTE_SCHEMES = ("s3://", "gs://", "https://")  # Ray downloads these on each node itself
+# what check_package_uri accepts, as a JSON Schema pattern
+PACKAGE_URI_PATTERN = r"^(gcs://_ray_pkg_[0-9a-f]{16,64}\.zip|(s3|gs|https)://[\s\S]*\.(zip|whl))$"
 UPLOAD_FIX = ("upload the directory first: `spotplane submit --working-dir DIR` or "
               "`ray job submit --working-dir DIR` zip and upload it and send its gcs:// URI")
 
@@ -238,8 +310,8 @@ def check_package_uri(field: str, uri: str) -> str:
     raise ValueError(f"{field}: {uri!r} is a local path the server cannot see; {UPLOAD_FIX}")
 
 
-PipSpec = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(_printable)]
-Pattern = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_printable)]
+PipSpec = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(_printable), Printable]
+Pattern = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_printable), Printable]
 PipList = Annotated[list[PipSpec], Field(max_length=MAX_PIP_SPECS)]
 
 
@@ -268,16 +340,20 @@ class RuntimeEnvConfig(BaseModel):
 class RuntimeEnv(BaseModel):
     """A job's Ray ``runtime_env``: only what runs the same on every node and every attempt."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={  # pip or uv, not both
+        "not": {"required": ["pip", "uv"], "properties": {
+            "pip": {"not": {"type": "null"}}, "uv": {"not": {"type": "null"}}}}})
 
-    working_dir: Annotated[str, Field(max_length=1024)] | None = Field(
+    working_dir: Annotated[str, Field(max_length=1024, json_schema_extra={
+        "pattern": PACKAGE_URI_PATTERN})] | None = Field(
         default=None, description="gcs://_ray_pkg_<hash>.zip (uploaded) or an s3://, gs://, https:// .zip")
-    py_modules: list[Annotated[str, Field(max_length=1024)]] | None = Field(
+    py_modules: list[Annotated[str, Field(max_length=1024, json_schema_extra={
+        "pattern": PACKAGE_URI_PATTERN})]] | None = Field(
         default=None, max_length=MAX_PACKAGE_URIS, description="package URIs, as working_dir")
     pip: PipList | PipConfig | None = Field(default=None, description="pip requirements")
     uv: PipList | PipConfig | None = Field(default=None, description="uv requirements")
     env_vars: dict[EnvKey, EnvValue] = Field(
-        default_factory=dict, max_length=MAX_ENV_VARS,
+        default_factory=dict, max_length=MAX_ENV_VARS, json_schema_extra=_env_schema,
         description="the job's own variables (SPOTPLANE_* names are dropped, as in `env`)")
     excludes: list[Pattern] | None = Field(
         default=None, max_length=MAX_EXCLUDES, description="patterns left out when zipping (client side)")
@@ -306,10 +382,34 @@ class RuntimeEnv(BaseModel):
 # --------------------------------------------------------------------------------------------
 # Jobs
 # --------------------------------------------------------------------------------------------
+def _null(*fields: str) -> dict[str, Any]:
+    """JSON Schema: each of ``fields``, when present, is null."""
+    return {"properties": {f: {"type": "null"} for f in fields}}
+
+
+def _given(field: str, kind: str) -> dict[str, Any]:
+    """JSON Schema: ``field`` is present and of JSON type ``kind`` (not null)."""
+    return {"required": [field], "properties": {field: {"type": kind}}}
+
+
+# What JobSpec's model validator checks across fields, stated in its JSON Schema (the OpenAPI):
+# a deadline (and a deadline policy) for kind=deadline only; runtime_env only with an
+# entrypoint; entrypoint or workload, not both. That deadline_hours covers compute_hours +
+# overhead_hours compares two numbers, which JSON Schema cannot: its description says it.
+JOB_SPEC_RULES: list[dict[str, Any]] = [
+    {"if": {"required": ["kind"], "properties": {"kind": {"const": "deadline"}}},
+     "then": {"anyOf": [_given("deadline_hours", "number"), _given("deadline", "number")]},
+     "else": _null("deadline_hours", "deadline", "policy")},
+    {"if": _given("runtime_env", "object"), "then": _given("entrypoint", "string")},
+    {"if": _given("entrypoint", "string"), "then": _null("workload")},
+]
+
+
 class JobSpec(BaseModel):
     """A job as submitted: validated here, so nothing invalid reaches the store."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False,
+                              json_schema_extra=lambda schema: schema.update(allOf=JOB_SPEC_RULES))
 
     name: Name = Field(min_length=1, max_length=128, description="Free-form job name (printable).")
     kind: JobKind = Field(default=JobKind.SPOT, description="hp | spot | deadline")
@@ -320,7 +420,8 @@ class JobSpec(BaseModel):
     compute_hours: StrictFloat = Field(gt=0, le=10_000, description="Estimated compute hours C.")
     deadline_hours: StrictFloat | None = Field(
         default=None, gt=0, le=100_000,
-        description="Deadline relative to submission (deadline jobs; or give `deadline`).")
+        description="Deadline relative to submission (deadline jobs; or give `deadline`); at "
+                    "least compute_hours + overhead_hours.")
     deadline: StrictFloat | None = Field(default=None, ge=0, le=MAX_DEADLINE_S,
                                          description="Absolute deadline, control-plane seconds.")
     overhead_hours: StrictFloat = Field(default=0.05, ge=0, le=24, description="Changeover overhead d.")
@@ -329,9 +430,10 @@ class JobSpec(BaseModel):
     entrypoint: Command | None = Field(default=None, max_length=4096,
                                        description="Command to run; null = simulated workload.")
     workload: Literal["simulated"] | None = None
-    params: dict[str, Any] = Field(default_factory=dict, description="Parameters (bags).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Parameters (bags).",
+                                   json_schema_extra=_params_schema)
     env: dict[EnvKey, EnvValue] = Field(
-        default_factory=dict, max_length=MAX_ENV_VARS,
+        default_factory=dict, max_length=MAX_ENV_VARS, json_schema_extra=_env_schema,
         description=f"Environment variables (at most {MAX_ENV_VARS}, values up to {MAX_ENV_VALUE} characters).")
     replicas: StrictInt = Field(default=1, ge=1, le=64, description="Executor replicas.")
     policy: str | None = Field(
@@ -455,10 +557,13 @@ class BagSpec(BaseModel):
     name: Name = Field(min_length=1, max_length=120,
                        description="Bag name; its jobs are named NAME-0, NAME-1, ...")
     template: JobSpec = Field(description="Every field of each job except its params.")
-    params: list[dict[str, Any]] = Field(min_length=1, max_length=10_000,
+    params: list[Annotated[dict[str, Any], Field(json_schema_extra=_params_schema)]] = Field(
+        min_length=1, max_length=10_000,
                                          description="One parameter set per job.")
     compute_hours: list[Annotated[StrictFloat, Field(gt=0, le=10_000)]] | None = Field(
-        default=None, description="Per-job compute hours (simulated bags); default: template's.")
+        default=None, min_length=1, max_length=10_000,
+        description="Per-job compute hours (simulated bags), one per parameter set; default: "
+                    "template's.")
 
     @model_validator(mode="after")
     def _check(self) -> BagSpec:

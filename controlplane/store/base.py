@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from controlplane.core.counters import Buckets
-from controlplane.core.errors import Conflict, InvalidInput
+from controlplane.core.errors import Conflict, InvalidInput, UnknownReference
 from controlplane.store.backend import PostgresBackend, Tx
 from controlplane.store.dialect import redact, sqlite_path
 from controlplane.store.rows import (
@@ -70,7 +70,7 @@ class StoreBase:
                scope_args: Sequence[Any] = ()) -> tuple[str, list[Any]]:
         """The WHERE clause (and its arguments) of ``table``'s rows in ``scope`` that come after
         the row whose id is ``after`` in the order ``(order, id)``: a cursor page read in SQL.
-        An ``after`` that is no id of the list is an :class:`InvalidInput` naming ``after``."""
+        An ``after`` that is no id of the list is an :class:`UnknownReference` naming ``after``."""
         conds, args = list(scope), list(scope_args)
         if after is not None:
             numeric = table in INT_IDS
@@ -79,7 +79,7 @@ class StoreBase:
             found = (self._q(f"SELECT {order} FROM {table} WHERE {where}", [key, *scope_args])
                      if not numeric or isinstance(key, int) else [])
             if not found:
-                raise InvalidInput("after", f"{after!r} is not an id of this list",
+                raise UnknownReference("after", f"{after!r} is not an id of this list",
                                    fix="pass the X-Spotplane-Next-After of the previous page, or "
                                        "leave after out for the first page")
             conds.append(f"({order}, id) > (?, ?)")

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from controlplane.core.errors import Conflict, InvalidInput, NotFound
+from controlplane.core.errors import Conflict, InvalidInput, NotFound, UnknownReference
 from controlplane.core.models import (
     ACTIVE_STATES,
     Bag,
@@ -25,7 +25,6 @@ from controlplane.store.rows import (
     COUNT_UP,
     JOB_BODY_AT,
     JOB_COLUMNS,
-    JOB_ORDER,
     IdempotentCall,
     StoredAnswer,
     job_from_row,
@@ -111,8 +110,8 @@ class JobRows(TenantRows):
         if deadline is None and spec.deadline_hours is not None:
             deadline = now + spec.deadline_hours * HOUR
         if deadline is not None and deadline < now + (spec.compute_hours + spec.overhead_hours) * HOUR:
-            raise InvalidInput("deadline", f"{deadline} leaves less than compute_hours + "
-                               "overhead_hours before it", fix="use a later deadline")
+            raise Conflict(f"deadline: {deadline} leaves less than compute_hours + overhead_hours "
+                           f"after the control-plane time {now}", fix="use a later deadline")
         return Job(id=new_id("job"), tenant_id=tenant_id, name=spec.name, kind=spec.kind,
                    spec=spec, bag_id=spec.bag_id, submitted_at=now, deadline_at=deadline)
 
@@ -176,10 +175,11 @@ class JobRows(TenantRows):
         return [self._job_or_stand_in(r) for r in rows]
 
     def _cursor_seq(self, after: str, tenant_id: str | None) -> int:
-        """The seq of job ``after`` (a page cursor); InvalidInput when it is no job of the scope."""
+        """The seq of job ``after`` (a page cursor); :class:`UnknownReference` when it is no
+        job of the scope."""
         rows = self._q("SELECT seq, tenant_id FROM jobs WHERE id = ?", (after,))
         if not rows or (tenant_id is not None and rows[0][1] != tenant_id):
-            raise InvalidInput("after", f"{after!r} is not a job of this list",
+            raise UnknownReference("after", f"{after!r} is not a job of this list",
                                fix="pass the X-Spotplane-Next-After header of the previous page, "
                                    "or leave `after` out for the first page")
         return int(rows[0][0])
@@ -201,15 +201,9 @@ class JobRows(TenantRows):
                  offset: int = 0, after: str | None = None) -> tuple[int, list[Job]]:
         """One sorted, filtered page of jobs and how many match; ``order_by`` is a key of
         :data:`JOB_ORDER` (the dashboard's sortable columns), ``text`` matches id or name;
-        ``after`` (a job id, in submission order only) starts the page past that job."""
+        ``after`` (a job id) starts the page past that job in the page's order."""
         where: list[str] = []
         args: list[Any] = []
-        if after is not None:
-            if JOB_ORDER[order_by] != "seq":
-                raise InvalidInput("after", f"pages by cursor only in submission order, not by "
-                                   f"{order_by}", fix="sort by submitted, or page with offset")
-            where.append("seq < ?" if descending else "seq > ?")
-            args.append(self._cursor_seq(after, tenant_id))
         if tenant_id is not None:
             where.append("tenant_id = ?")
             args.append(tenant_id)
@@ -223,12 +217,12 @@ class JobRows(TenantRows):
             like = self._sql.like
             where.append(f"(id {like} ? OR {self._sql.json('body', 'name')} {like} ?)")
             args.extend([f"%{text}%"] * 2)
+        total = int(self._q("SELECT COUNT(*) FROM jobs"  # every match, not only past the cursor
+                            + ((" WHERE " + " AND ".join(where)) if where else ""), args)[0][0])
+        if after is not None:
+            cursor, cursor_args = self._past(after, tenant_id, order_by, descending, now)
+            where, args = [*where, cursor], [*args, *cursor_args]
         sql_where = (" WHERE " + " AND ".join(where)) if where else ""
-        count_where = [w for w in where if not w.startswith("seq ")]  # every match, not the rest
-        count_args = args[1:] if after is not None else args
-        total = int(self._q("SELECT COUNT(*) FROM jobs"
-                            + ((" WHERE " + " AND ".join(count_where)) if count_where else ""),
-                            count_args)[0][0])
         order = job_order(self._sql)[order_by]
         direction = "DESC" if descending else "ASC"
         order_args = [now] if "?" in order else []
@@ -237,6 +231,22 @@ class JobRows(TenantRows):
         rows = self._q(f"SELECT {JOB_COLUMNS} FROM jobs{sql_where} ORDER BY {by} LIMIT ? OFFSET ?",
                        [*args, *order_args, *order_args, limit, offset])
         return total, [self._job_or_stand_in(r) for r in rows]
+
+    def _past(self, after: str, tenant_id: str | None, order_by: str, descending: bool,
+              now: float) -> tuple[str, list[Any]]:
+        """The condition (and its arguments) of the jobs past job ``after`` in :meth:`job_page`'s
+        order: ``order_by``'s value (nulls last), then submission order."""
+        seq = self._cursor_seq(after, tenant_id)
+        order = job_order(self._sql)[order_by]
+        if order == "seq":
+            return ("seq < ?" if descending else "seq > ?"), [seq]
+        at = [now] if "?" in order else []  # the control time the slack column is computed at
+        value = self._q(f"SELECT {order} FROM jobs WHERE seq = ?", [*at, seq])[0][0]
+        if value is None:
+            return f"({order} IS NULL AND seq > ?)", [*at, seq]
+        beyond = "<" if descending else ">"
+        return (f"({order} IS NULL OR {order} {beyond} ? OR ({order} = ? AND seq > ?))",
+                [*at, *at, value, *at, value, seq])
 
     def job_counts(self, tenant_id: str | None = None) -> dict[str, int]:
         """Jobs per state (every state, zeros included) for one tenant or all."""

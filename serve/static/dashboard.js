@@ -69,7 +69,7 @@ async function login(token) {
   try {
     const tenants = await api("/v1/tenants");
     tenantNames = Object.fromEntries(tenants.map((t) => [t.id, t.name]));
-    const admin = await api("/v1/tenants/me").then(() => false, (e) => e.status === 422);
+    const admin = await api("/v1/tenants/me").then(() => false, (e) => e.status === 403);
     sessionStorage.setItem("spotplane.who", admin ? "admin" : "tenant " + tenants[0].name);
     return null;
   } catch (e) {

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from controlplane.core.errors import Conflict, InvalidInput, NotFound, SpotplaneError
+from controlplane.core.errors import (
+    Conflict,
+    NotFound,
+    SpotplaneError,
+    UnknownReference,
+)
 from controlplane.core.models import (
     BagSpec,
     CapacityPoint,
@@ -339,7 +344,7 @@ def test_a_page_cursor_of_another_tenants_job_names_after(store_url: str) -> Non
     a, _ = st.create_tenant("a")
     b, _ = st.create_tenant("b")
     theirs = st.submit_job(b.id, JobSpec(name="x", compute_hours=1), now=0.0)
-    with pytest.raises(InvalidInput, match="is not a job of this list") as err:
+    with pytest.raises(UnknownReference, match="is not a job of this list") as err:
         st.list_jobs(a.id, after=theirs.id)
     assert err.value.field == "after"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core.errors import InvalidInput
+from controlplane.core.errors import UnknownReference
 from controlplane.core.models import BagSpec, Decision, Event, JobSpec, Market, Node, NodeState
 from controlplane.store import Store
 
@@ -41,7 +41,7 @@ def test_every_list_pages_in_sql_each_item_once(store_url: str) -> None:
         name="t", compute_hours=1.0), params=[{}]), now=float(i % 2))[0] for i in range(7)]
     mine = [g.id for g in sorted(bags, key=lambda g: (g.created_at, g.id)) if g.tenant_id == a]
     assert _pages(lambda x, n: st.list_bags(a, after=x, limit=n), 2) == mine
-    with pytest.raises(InvalidInput, match="after"):  # another tenant's bag is no cursor here
+    with pytest.raises(UnknownReference, match="after"):  # another tenant's bag is no cursor here
         st.list_bags(a, after=next(g.id for g in bags if g.tenant_id == b))
     job = st.submit_job(a, JobSpec(name="j", compute_hours=1.0))
     st.commit(events=[Event(at=float(k), tenant_id=a, job_id=job.id, kind="note", cause=f"e{k}")
@@ -54,7 +54,7 @@ def test_every_list_pages_in_sql_each_item_once(store_url: str) -> None:
     assert _pages(lambda x, n: st.job_decisions(job.id, after=x, limit=n), 3) == [
         str(d.id) for d in decisions]
     for bad in ("nope", "99999999", "1" * 30):
-        with pytest.raises(InvalidInput, match="after"):
+        with pytest.raises(UnknownReference, match="after"):
             st.job_events(job.id, after=bad)
     gone = (NodeState.TERMINATED, NodeState.PREEMPTED)
     st.commit(nodes=[_node(i, a if i % 2 else b, gone[i % 2] if i % 3 == 0 else NodeState.READY)
@@ -66,6 +66,25 @@ def test_every_list_pages_in_sql_each_item_once(store_url: str) -> None:
     live = [n.id for n in st.list_nodes(live_only=True) if n.tenant_id == a]
     assert live and live != ours
     assert _pages(lambda x, n: st.node_page(tenant_id=a, live_only=True, after=x, limit=n), 1) == live
-    with pytest.raises(InvalidInput, match="after"):
+    with pytest.raises(UnknownReference, match="after"):
         st.node_page(tenant_id=a, after=next(n.id for n in st.list_nodes() if n.tenant_id == b))
     st.close()
+
+
+@pytest.mark.parametrize("order_by", ["cost", "slack", "name", "submitted"])
+@pytest.mark.parametrize("descending", [False, True])
+def test_the_job_table_pages_by_cursor_in_any_order(store_url: str, order_by: str,
+                                                     descending: bool) -> None:
+    """Past the cursor in the page's own order, ties and nulls (slack of jobs without a
+    deadline) included: the pages are the one sorted page, each job once."""
+    st = Store(store_url)
+    t, _ = st.create_tenant("t", max_gpus=4)
+    for i in range(11):
+        kind = {"kind": "deadline", "deadline_hours": 5.0 + i % 3} if i % 2 else {}
+        job = st.submit_job(t.id, JobSpec(name=f"j{i % 4}", compute_hours=1.0, **kind), now=0.0)
+        job.cost = float(i % 3)  # ties, broken by submission order
+        st.commit(jobs=[job])
+    page = dict(order_by=order_by, descending=descending, now=100.0)
+    _, whole = st.job_page(t.id, limit=100, **page)  # type: ignore[arg-type]
+    seen = _pages(lambda a, n: st.job_page(t.id, limit=n, after=a, **page)[1], 3)  # type: ignore[arg-type]
+    assert seen == [j.id for j in whole] and len(seen) == 11

@@ -90,10 +90,10 @@ def test_unfinished_jobs_and_bag_size_are_capped(limited: Limited) -> None:
 
         bag = {"name": "b", "template": {"name": "t", "compute_hours": 1.0}, "params": [{}] * 4}
         r = bags.post("/v1/bags", json=bag)
-        assert r.status_code == 422
-        assert r.json()["errors"][0] == {"field": "params",
-                                         "message": "4 parameter sets is more than the bag cap of 3",
-                                         "fix": "split the sweep into several bags"}
+        assert r.status_code == 403
+        assert r.json() == {"message": "params: 4 parameter sets is more than this API's bag cap "
+                                       "of 3", "fix": "split the sweep into several bags",
+                            "errors": []}
         assert bags.post("/v1/bags", json={**bag, "params": [{}] * 3}).status_code == 201
         r = bags.post("/v1/jobs", json=body)  # the bag's 3 jobs fill the tenant's cap
         assert r.status_code == 429

@@ -331,7 +331,7 @@ def test_spotplane_submit_uploads_a_tree_once(world: World) -> None:
         r = acme.post("/v1/jobs", json={"name": "steal", "compute_hours": 1.0,
                                         "entrypoint": "python train.py",
                                         "runtime_env": {"working_dir": uris.pop()}})
-        assert r.status_code == 422 and "runtime_env.working_dir" in r.text, r.text
+        assert r.status_code == 404 and "runtime_env.working_dir" in r.text, r.text
         r = acme.post("/v1/jobs", json={"name": "local", "compute_hours": 1.0,
                                         "entrypoint": "python train.py",
                                         "runtime_env": {"working_dir": "./src"}})

@@ -1,6 +1,6 @@
 """Cursor pages of GET /v1/jobs on a real Serve server: ``after=<job id>`` and the
 ``X-Spotplane-Next-After`` header, under a tight byte cap; each job once, tenants kept apart, a
-cursor that is no job of the list a 422 naming ``after``."""
+well-formed cursor that is no job of the list a 404 naming ``after``, a malformed one a 422."""
 
 from __future__ import annotations
 
@@ -115,35 +115,37 @@ def test_cursor_pages_keep_tenants_apart(paged: Paged) -> None:
         seen, _ = _follow(beta, limit=15)
         assert seen == paged.jobs["beta"]
         r = beta.get("/v1/jobs", params={"after": paged.jobs["acme"][0]})  # another's job
-        assert r.status_code == 422, r.text
+        assert r.status_code == 404, r.text
         assert r.json()["errors"][0]["field"] == "after"  # as if it did not exist
         missing = beta.get("/v1/jobs", params={"after": "job-000000000000"})
-        assert missing.status_code == 422 and missing.json()["fix"] == r.json()["fix"]
+        assert missing.status_code == 404 and missing.json()["fix"] == r.json()["fix"]
     with paged.client("admin") as admin:
         everyone, _ = _follow(admin, limit=500)
         assert sorted(everyone) == sorted(paged.jobs["acme"] + paged.jobs["beta"])
         assert len(everyone) == len(set(everyone))
         r = admin.get("/v1/jobs", params={"tenant_id": paged.store.get_tenant("beta").id,
                                           "after": paged.jobs["acme"][5]})
-        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "after"
+        assert r.status_code == 404 and r.json()["errors"][0]["field"] == "after"
 
 
-@pytest.mark.parametrize("params", [{"after": "job-doesnotexist"}, {"after": ""},
-                                    {"after": "x" * 65}])
-def test_a_bad_cursor_is_a_422_naming_after(paged: Paged, params: dict[str, str]) -> None:
+@pytest.mark.parametrize(("params", "status"), [
+    ({"after": "job-doesnotexist"}, 404), ({"after": ""}, 422), ({"after": "x" * 65}, 422),
+    ({"after": "job 1"}, 422)])
+def test_a_bad_cursor_names_after(paged: Paged, params: dict[str, str], status: int) -> None:
+    """Well-formed but no job of the list: 404; not an id at all (the OpenAPI's pattern): 422."""
     with paged.client("acme") as acme:
         r = acme.get("/v1/jobs", params=params)
-    assert r.status_code == 422, r.text
+    assert r.status_code == status, r.text
     body = r.json()
     assert body["errors"][0]["field"] == "after"
     assert body["message"].startswith("after: ")
 
 
-def test_after_and_offset_together_is_a_422_naming_after(paged: Paged) -> None:
+def test_an_offset_after_a_cursor_skips_past_it(paged: Paged) -> None:
     with paged.client("acme") as acme:
-        r = acme.get("/v1/jobs", params={"after": paged.jobs["acme"][3], "offset": 10})
-        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "after"
-        assert "X-Spotplane-Next-After" in r.json()["fix"]
+        r = acme.get("/v1/jobs", params={"after": paged.jobs["acme"][3], "offset": 10, "limit": 5})
+        assert r.status_code == 200, r.text
+        assert [j["id"] for j in r.json()] == paged.jobs["acme"][14:19]
         old = acme.get("/v1/jobs", params={"offset": 995, "limit": 10})  # offset still works
         assert [j["id"] for j in old.json()] == paged.jobs["acme"][995:]
 
@@ -163,13 +165,17 @@ def test_the_dashboards_jobs_table_pages_by_cursor_in_submission_order(paged: Pa
                     break
                 params = {**params, "after": page["next_after"], "offset": len(seen)}
             assert seen == want
-        r = acme.get("/v1/dashboard/jobs", params={"sort": "cost", "after": paged.jobs["acme"][0]})
-        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "after"
+        r = acme.get("/v1/dashboard/jobs", params={"sort": "cost", "limit": 3})
+        past = acme.get("/v1/dashboard/jobs", params={"sort": "cost", "limit": 3,
+                                                      "after": r.json()["next_after"]})
+        assert past.status_code == 200, past.text  # past the cursor in the page's own order
+        assert r.json()["next_after"] == r.json()["items"][-1]["id"]
+        assert not {j["id"] for j in r.json()["items"]} & {j["id"] for j in past.json()["items"]}
 
 
 def test_the_other_lists_page_by_cursor_too(paged: Paged) -> None:
     """Tenants, bags, a job's events and decisions, fleet nodes: ``after`` + ``limit``, the next
-    cursor while more follow, each item once, a foreign cursor a 422 naming ``after``."""
+    cursor while more follow, each item once, a foreign cursor a 404 naming ``after``."""
     acme_id = paged.store.get_tenant("acme").id
     with paged.client("admin") as admin:
         first = admin.get("/v1/tenants", params={"limit": 1})
@@ -199,6 +205,6 @@ def test_the_other_lists_page_by_cursor_too(paged: Paged) -> None:
             query = {"limit": 2, "after": page.headers["x-spotplane-next-after"]}
         assert seen == events  # two pages: 2 + 1
         bad = acme.get(f"/v1/jobs/{job}/events", params={"after": "999999999"})
-        assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "after"
+        assert bad.status_code == 404 and bad.json()["errors"][0]["field"] == "after"
         assert acme.get(f"/v1/jobs/{job}/decisions", params={"limit": 5}).json() == []
-        assert acme.get("/v1/tenants", params={"after": paged.store.get_tenant("beta").id}).status_code == 422
+        assert acme.get("/v1/tenants", params={"after": paged.store.get_tenant("beta").id}).status_code == 404

@@ -205,10 +205,10 @@ def test_dashboard_in_a_real_browser(control_plane: str, tmp_path: Path) -> None
             page.click("#login button[type=submit]")
             page.wait_for_selector("#overview .jobs-by-state")
             assert page.inner_text("#who") == "admin"
-            # the login tells the admin by /v1/tenants/me's 422 (the admin is no tenant), which
+            # the login tells the admin by /v1/tenants/me's 403 (the admin is no tenant), which
             # the browser logs as a failed resource: that line, and nothing else
-            assert rec.errors == ["Failed to load resource: the server responded with a status of 422 "
-                                  "(Unprocessable Entity)"], rec.errors
+            assert rec.errors == ["Failed to load resource: the server responded with a status of 403 "
+                                  "(Forbidden)"], rec.errors
             rec.errors.clear()
             page.click("#nav a[href='#/capacity']")
             _check_capacity(page, admin, demand=True)
