@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controlplane.core.errors import InvalidInput
+from controlplane.core.errors import InvalidInput, UnknownReference
 from controlplane.core.models import Job, JobKind, JobSpec, JobState, Market, Node, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
@@ -182,7 +182,7 @@ def test_always_keeps_every_idle_vm_an_hour_and_never_keeps_none(
         assert (n.state is NodeState.READY) is kept, mode
 
 
-def test_a_deadline_job_names_its_policy_and_an_unknown_one_is_a_422(store: Store) -> None:
+def test_a_deadline_job_names_its_policy_and_an_unknown_one_is_a_404(store: Store) -> None:
     service = ControlPlaneService(store, "admin-hash")
     tenant = store.create_tenant("acme")[0].id
     me = Principal(tenant_id=tenant)
@@ -192,12 +192,11 @@ def test_a_deadline_job_names_its_policy_and_an_unknown_one_is_a_422(store: Stor
 
     job = service.submit_job(me, spec("greedy"))
     assert job.spec.policy == "greedy"
-    with pytest.raises(InvalidInput) as e:
+    with pytest.raises(UnknownReference) as e:  # a well-formed name of nothing: 404
         service.submit_job(me, spec("yolo"))
     assert (e.value.field, str(e.value.fix)) == ("policy", (
         "use one of spotplane, spotplane_probing, uniform_progress, up_eager_failover, greedy, "
-        "time_sliced, uniform_progress_loose, semi_markov_dp, on_demand, or leave it null for the default "
-        "(spotplane on a multi-zone fleet)"))
+        "time_sliced, uniform_progress_loose, semi_markov_dp, on_demand, or leave it null for the default"))
     with pytest.raises(ValueError, match="policy: only kind=deadline jobs take a deadline policy"):
         JobSpec(name="s", kind=JobKind.SPOT, compute_hours=1.0, policy="greedy")
     assert check_policy("spotplane") == "spotplane" and "spotplane" in LIVE_POLICIES

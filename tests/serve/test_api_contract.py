@@ -51,7 +51,7 @@ def test_a_tenant_posting_to_an_admin_route_gets_403_whatever_the_body(api: Bare
         r = http.post("/v1/tenants", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 403, r.text
     assert r.json() == {"message": "creating a tenant needs the admin token",
-                        "fix": "use the admin token printed by `spotplane up`", "errors": []}
+                        "fix": "use the admin token in the file `spotplane up` names (STATE/admin-token)", "errors": []}
 
 
 def test_the_admin_posting_a_malformed_tenant_gets_the_422_that_names_the_field(
