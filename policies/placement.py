@@ -42,7 +42,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -367,6 +367,17 @@ class FilterPlugin(Protocol):
     def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray | None: ...
 
 
+@runtime_checkable
+class PodFilterPlugin(Protocol):
+    """A Filter asked again before every pod of a gang, as the pods placed so far take capacity;
+    the framework asks every other filter once per task."""
+
+    @property
+    def name(self) -> str: ...
+
+    def pod_filter(self, task: TaskRequest, work: WorkState) -> BoolArray: ...
+
+
 class ScorePlugin(Protocol):
     @property
     def name(self) -> str: ...
@@ -381,6 +392,9 @@ class CapacityFilter:
     name: str = "capacity"
 
     def filter(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray | None:
+        return self.mask(task, work)
+
+    def pod_filter(self, task: TaskRequest, work: WorkState) -> BoolArray:
         return self.mask(task, work)
 
     @staticmethod
@@ -704,6 +718,12 @@ class FrameworkScheduler:
     preempt_every_s: float | None = None  # Chronus: preempt only at lease ends (multiples of it)
     lease_release_s: float | None = None  # Chronus as released: every task re-queued this often
     seed: int = 0
+    _task_filters: tuple[FilterPlugin, ...] = field(init=False, repr=False, compare=False)
+    _pod_filters: tuple[PodFilterPlugin, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._pod_filters = tuple(f for f in self.filters if isinstance(f, PodFilterPlugin))
+        self._task_filters = tuple(f for f in self.filters if not isinstance(f, PodFilterPlugin))
 
     def quota_satisfied(self, snap: ClusterSnapshot, task: TaskRequest) -> bool:
         """Algorithm 3 line 1: a spot task must fit under Q_H; HP tasks always pass."""
@@ -727,11 +747,10 @@ class FrameworkScheduler:
 
     def _static_mask(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> BoolArray:
         mask = np.ones(snap.n_nodes, dtype=bool)
-        for f in self.filters:
-            if not isinstance(f, CapacityFilter):
-                m = f.filter(snap, task, work)
-                if m is not None:
-                    mask &= m
+        for f in self._task_filters:
+            m = f.filter(snap, task, work)
+            if m is not None:
+                mask &= m
         if not task.is_hp and snap.spot_nodes is not None:
             mask &= snap.spot_nodes
         return mask
@@ -740,17 +759,26 @@ class FrameworkScheduler:
         """Algorithm 1 as a gang transaction: all pods fit (best node each time) or None."""
         work = WorkState(snap)
         static = self._static_mask(snap, task, work)
-        cap = CapacityFilter()
-        if not GangPreFilter().feasible(task, work, static & cap.mask(task, work)):
+        if not GangPreFilter().feasible(task, work, static & self._pod_mask(task, work)):
             return None
         pods = []
         for _ in range(task.pods):
-            cand = np.flatnonzero(static & cap.mask(task, work))
+            cand = np.flatnonzero(static & self._pod_mask(task, work))
             if len(cand) == 0:
                 return None
             n = best_node(cand, [s.score(snap, task, work) for s in self.scores])
             pods.append(PodPlacement(n, str(snap.node_names[n]), work.take(n, task.gpus, task.is_hp)))
         return Placement(task.id, tuple(pods))
+
+    def _pod_mask(self, task: TaskRequest, work: WorkState) -> BoolArray:
+        """The nodes every per-pod filter (capacity) allows for the gang's next pod."""
+        filters = self._pod_filters
+        if len(filters) == 1:
+            return filters[0].pod_filter(task, work)
+        mask = np.ones(work.idle.shape[0], dtype=bool)
+        for f in filters:
+            mask &= f.pod_filter(task, work)
+        return mask
 
     def preemptive(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
         """Algorithm 2 for an HP task (gang transaction as well); spot tasks never get here."""

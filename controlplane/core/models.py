@@ -644,7 +644,7 @@ class Decision(BaseModel):
     job_id: str
     tenant_id: str | None = None
     policy: str
-    action: str  # idle | spot | on_demand | place | preempt | admit | reject
+    action: str  # idle | spot | on_demand | place | replace | wait | preempt | admit | reject
     zone: str | None = None
     reason: str = ""
     observation: dict[str, Any] = Field(default_factory=dict)

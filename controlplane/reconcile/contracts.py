@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, cast, runtime_checkable
 
 from controlplane.core.models import Job, Node
 from controlplane.core.units import HOUR
+from policies.zones import ZONE_OBSERVATIONS, ZoneRule
 
-ZONE_OBSERVATIONS = ("free", "evidence")  # ControllerSettings.zone_observation's modes
+__all__ = ["ZONE_OBSERVATIONS", "ControllerSettings", "ExecutorReport", "JobExecutor",
+           "QuotaSource", "ReplicatingExecutor", "replicating"]
 
 
 @dataclass
@@ -60,6 +62,12 @@ class ControllerSettings:
     # tick): accounting restarts from the stored accounted_at/billed_at, so nothing is lost.
     persist_progress_every: int = 10
     seed: int = 0
+
+    def zone_rule(self) -> ZoneRule:
+        """How spot zones are ranked (:func:`policies.zones.rank_spot`)."""
+        return ZoneRule(observation=cast("Literal['free', 'evidence']", self.zone_observation),
+                        penalty=self.zone_penalty, memory_s=self.zone_memory_seconds,
+                        refused_s=self.refused_seconds)
 
 
 @dataclass

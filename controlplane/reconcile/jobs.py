@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from controlplane.core import counters
 from controlplane.core.clock import Clock
 from controlplane.core.errors import Unavailable
-from controlplane.core.models import Event, Job, JobKind, JobState, Market, Node, NodeState
+from controlplane.core.models import Event, Job, JobKind, JobState, Node, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile import workload
 from controlplane.reconcile.contracts import (
@@ -86,7 +86,7 @@ class AdvanceJobs:
         if report is not None and report.finished and job.state in (JobState.RUNNING,
                                                                     JobState.CHECKPOINTING):
             lost, missing = [], False  # it finished before its nodes went: not a preemption
-        if lost and not missing and self._replace_replicas(job, nodes, lost, now):
+        if lost and not missing and self._replace_replicas(job, lost, now):
             lost = []
         if lost or missing:
             end = min((n.ended_at or now for n in lost), default=now)
@@ -132,15 +132,15 @@ class AdvanceJobs:
         return (job.spec.replicas > 1 and job.spec.entrypoint is not None
                 and isinstance(self.executor, ReplicatingExecutor))
 
-    def _replace_replicas(self, job: Job, nodes: Sequence[Node], lost: Sequence[Node],
-                          now: float) -> bool:
-        """Replication: a replica survives the loss of a node, so the job keeps
-        running (no rollback) and each lost node gets a replacement that restores from the
+    def _replace_replicas(self, job: Job, lost: Sequence[Node], now: float) -> bool:
+        """Replication: a replica survives the loss of a node, so the job keeps running (no
+        rollback) and lets go of the lost nodes; placement then launches their replacements
+        (:meth:`controlplane.reconcile.placement.Place.replace`), which restore from the
         survivor's checkpoint. False when no replica survives (the usual preemption)."""
         if not self._replicated(job) or job.state not in (JobState.RUNNING,
                                                           JobState.CHECKPOINTING):
             return False
-        w, ops = self.state.work, self.ops
+        w = self.state.work
         executor = replicating(self.executor)
         survive = False
         for n in lost:
@@ -148,25 +148,16 @@ class AdvanceJobs:
         if not survive:
             return False
         self.rec.bill(job, now)
-        market = job.market or Market.SPOT
-        offers = ops.zones(job, market, now) or ops.zones(job, Market.ON_DEMAND, now)
         lost_ids = {n.id for n in lost}
         job.node_ids = [i for i in job.node_ids if i not in lost_ids]
         for n in lost:
             n.job_id = n.tenant_id = None
             w.nodes[n.id] = n
-        new = []
-        if offers:
-            m = market if ops.zones(job, market, now) else Market.ON_DEMAND
-            new = ops.launch(job, offers[0], m, len(lost), now)
-            for n in new:
-                n.replacement = True
-            job.node_ids += [n.id for n in new]
         w.count("replica_replacements_total", len(lost))
         w.events.append(Event(
             at=now, tenant_id=job.tenant_id, job_id=job.id, kind="replica",
             cause=f"{len(lost)} replica node(s) lost ({', '.join(sorted(lost_ids))}); a replica "
-                  f"survives, {len(new)} replacement(s) launched"))
+                  f"survives, {len(lost)} replacement(s) requested"))
         w.jobs[job.id] = job
         return True
 

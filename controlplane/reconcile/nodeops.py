@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
+from enum import StrEnum
 
 from clusters.fleet import FleetProvider, LaunchRequest, Offer
 from controlplane.core import counters
 from controlplane.core.models import (
     Event,
     Job,
-    JobKind,
     JobState,
     Market,
     Node,
@@ -33,48 +33,32 @@ from controlplane.store import BadRow, Intent
 log = logging.getLogger(__name__)
 
 
-def spot_offers(state: LoopState, settings: ControllerSettings, offers: list[Offer], now: float,
-                *, chosen: bool = False) -> list[Offer]:
-    """``offers`` where a spot launch may go now, best first: available and not recently
-    refused (a deadline policy's ``chosen`` zone is tried on evidence), by price x (1 + penalty
-    x recent preemptions in the zone)."""
-    s = state
-    horizon = now - settings.zone_memory_seconds
-    if settings.zone_observation == "evidence":
-        # zones known from evidence: a launch is how a zone is learned (a refusal is free),
-        # so a policy's chosen zone is tried; other jobs skip only a zone that just refused
-        ok = offers if chosen else [
-            o for o in offers if s.refused.get(o.zone, -1e18) < now - settings.refused_seconds]
-    else:
-        ok = [o for o in offers if s.availability.get(o.zone, False)
-              and s.refused.get(o.zone, -1e18) < now - settings.refused_seconds]
+class PreemptionReason(StrEnum):
+    """Why a job went back to its checkpoint: the bounded label of ``preemptions_total``."""
 
-    def score(o: Offer) -> tuple[float, str]:
-        recent = sum(1 for t in s.zone_preemptions.get(o.zone, ()) if t >= horizon)
-        return (o.spot_price * (1 + settings.zone_penalty * recent), o.zone)
+    LAUNCH_REFUSED = "launch_refused"  # the fleet refused its nodes' launch
+    EVICTION = "eviction"  # placement evicted it for a higher-priority job
+    NODE_PREEMPTED = "preempted"  # the cloud took a node back
+    NODE_FAILED = "failed"  # a node failed to come up
+    NODE_TERMINATED = "terminated"  # a node was terminated under it
+    GANG_INCOMPLETE = "gang_incomplete"  # a node of the gang is no longer known
 
-    return sorted(ok, key=score)
+    @classmethod
+    def of_lost(cls, lost: Sequence[Node]) -> PreemptionReason:
+        """The reason the first lost node gives (a gang missing a node when none is listed)."""
+        if not lost:
+            return cls.GANG_INCOMPLETE
+        return {NodeState.PREEMPTED: cls.NODE_PREEMPTED, NodeState.FAILED: cls.NODE_FAILED,
+                NodeState.TERMINATED: cls.NODE_TERMINATED}.get(lost[0].state, cls.NODE_TERMINATED)
 
 
 class NodeOps:
-    """Zones, launches, terminations, releases, preemptions and quarantines of one loop."""
+    """Launches, terminations, releases, preemptions and quarantines of one loop."""
 
     def __init__(self, state: LoopState, rec: Recorder, fleet: FleetProvider,
                  settings: ControllerSettings, executor: JobExecutor | None) -> None:
         self.state, self.rec, self.fleet = state, rec, fleet
         self.settings, self.executor = settings, executor
-
-    # -- where ----------------------------------------------------------------------------------
-    def zones(self, job: Job, market: Market, now: float) -> list[Offer]:
-        """The job's offers in ``market``, best first: on-demand by price; spot where it is
-        available and not recently refused, by price x (1 + penalty x recent preemptions)."""
-        offers = self.state.offers_for(job)
-        chosen = [o for o in offers if o.zone == job.policy_zone] if (
-            job.kind is JobKind.DEADLINE and job.policy_zone) else []
-        offers = chosen or offers
-        if market is Market.ON_DEMAND:
-            return sorted(offers, key=lambda o: (o.on_demand_price, o.zone))
-        return spot_offers(self.state, self.settings, offers, now, chosen=bool(chosen))
 
     # -- launch and terminate --------------------------------------------------------------------
     def launch(self, job: Job, offer: Offer, market: Market, count: int,
@@ -157,14 +141,17 @@ class NodeOps:
         job.billed_at = None
         w.jobs[job.id] = job
 
-    def preempt(self, job: Job, now: float, lost: Sequence[Node], cause: str = "") -> None:
-        """The job lost a worker: back to its checkpoint, release the rest, queue again."""
+    def preempt(self, job: Job, now: float, lost: Sequence[Node], cause: str = "",
+                reason: PreemptionReason | None = None) -> None:
+        """The job lost a worker: back to its checkpoint, release the rest, queue again
+        (``reason``, the metric's label, defaults to what happened to the first lost node)."""
         if not cause and not lost:
             cause = "a node of the gang is gone"
         if not cause:
             n = lost[0]
             cause = (f"launch failed for {n.id} in {n.zone}" if n.state is NodeState.FAILED
                      else f"node {n.id} {n.state.value.lower()} in {n.zone}")
+        reason = reason or PreemptionReason.of_lost(lost)
         w = self.state.work
         was = job.state
         where = counters.job_where(job, self.state.nodes)
@@ -177,8 +164,7 @@ class NodeOps:
             return
         job.preemptions += 1
         w.count("job_preemptions_total")
-        counters.count(w.counters, "preemptions_total", cause=_preemption_cause(cause, lost),
-                      **where)
+        counters.count(w.counters, "preemptions_total", cause=reason.value, **where)
         if w.report is not None:
             w.report.preempted += 1
         self.rec.move(job, JobState.PREEMPTED, f"{cause}; lost {hours:.3f} h since the last "
@@ -240,14 +226,3 @@ class NodeOps:
         if not isinstance(instance_id, str) or not instance_id:
             return
         self._terminate_instances([instance_id], [bad.id], now)
-
-
-def _preemption_cause(cause: str, lost: Sequence[Node]) -> str:
-    """A bounded label for why a job was preempted."""
-    if cause.startswith("launch refused"):
-        return "launch_refused"
-    if cause.startswith("preempted by"):
-        return "eviction"
-    if lost:
-        return lost[0].state.value.lower()
-    return "gang_incomplete"

@@ -16,7 +16,7 @@ from controlplane.core import counters
 from controlplane.core.errors import CapacityUnavailable, CloudError
 from controlplane.core.models import Job, JobState, Market, NodeState
 from controlplane.reconcile.contracts import ControllerSettings
-from controlplane.reconcile.nodeops import NodeOps
+from controlplane.reconcile.nodeops import NodeOps, PreemptionReason
 from controlplane.reconcile.placement import Demand
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import LoopState, TickWork
@@ -102,7 +102,8 @@ class Act:
                 self.rec.node_event(n, str(exc), now)
             if job is not None and job.state is JobState.STARTING and any(
                     i in job.node_ids for i in node_ids):
-                self.ops.preempt(job, now, nodes, f"launch refused: {exc.reason} ({req.zone})")
+                self.ops.preempt(job, now, nodes, f"launch refused: {exc.reason} ({req.zone})",
+                                PreemptionReason.LAUNCH_REFUSED)
             return
         except CloudError as exc:  # the tick aborts and the intent is retried: count it apart,
             # since the tick's own counters are rolled back with it

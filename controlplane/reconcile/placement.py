@@ -19,13 +19,14 @@ from controlplane.core import counters
 from controlplane.core.models import Job, JobKind, JobState, Market, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
-from controlplane.reconcile.nodeops import NodeOps
+from controlplane.reconcile.nodeops import NodeOps, PreemptionReason
 from controlplane.reconcile.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.spares import HotSpares
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from controlplane.store import Store
 from policies.placement import FrameworkScheduler
+from policies.zones import rank_offers
 
 _KIND_ORDER = {JobKind.HP: 0, JobKind.DEADLINE: 1, JobKind.SPOT: 2}
 
@@ -53,18 +54,79 @@ class Place:
         self.scheduler, self.quota, self.settings = scheduler, quota, settings
         self.state, self.rec, self.ops = state, rec, ops
         self._crowded = False
+        self._waiting: dict[str, str] = {}  # job id -> why its replacement replicas wait
 
     def run(self, now: float) -> None:
         s = self.state
         queued = [j for j in s.jobs.values() if j.state is JobState.QUEUED]
-        if not queued:
+        owed = [j for j in s.jobs.values() if replicas_owed(j) > 0]
+        self._waiting = {k: v for k, v in self._waiting.items() if k in s.jobs}
+        if not queued and not owed:
             return
+        pools = self._pools()
+        for job in owed:
+            try:
+                self.replace(job, pools, now)
+            except Exception as exc:  # noqa: BLE001 - one job must not stop the tick
+                self.ops.quarantine_job(job, now, f"replacing its replicas raised {exc!r}")
+        if queued:
+            self._place_queued(queued, pools, now)
+
+    def offers(self, job: Job, market: Market, now: float) -> list[Offer]:
+        """The job's offers in ``market``, in launch order (:func:`policies.zones.rank_offers`;
+        a deadline job's policy may have chosen the zone)."""
+        chosen = job.policy_zone if job.kind is JobKind.DEADLINE else None
+        return rank_offers(self.state.offers_for(job), market, self.state.zone_evidence(),
+                           self.settings.zone_rule(), now, chosen_zone=chosen)
+
+    def replace(self, job: Job, pools: dict[str, Pool], now: float) -> None:
+        """Launch the nodes a replicated job lost while a replica survived, in its market's best
+        zone (on-demand where no spot zone is open), under the pool's capacity and the spot
+        quota; it waits otherwise. Its GPUs never left its tenant's count."""
+        owed = replicas_owed(job)
+        market = job.market or Market.SPOT
+        offers = self.offers(job, market, now)
+        if not offers:
+            market, offers = Market.ON_DEMAND, self.offers(job, Market.ON_DEMAND, now)
+        if not offers:
+            self._replacement_waits(job, f"no zone for {owed} replacement replica node(s)", now)
+            return
+        best = offers[0]
+        pool = pools.setdefault(best.accelerator, Pool(best.accelerator,
+                                                       self._capacity_of(best.accelerator)))
+        why = pool.no_room_for(owed, spot=job.kind is JobKind.SPOT, jobs=self.state.jobs, now=now)
+        if why:
+            self._replacement_waits(job, why, now)
+            return
+        self._waiting.pop(job.id, None)
+        new = self.ops.launch(job, best, market, owed, now)
+        for n in new:
+            n.replacement = True
+        pool.add(new)
+        job.node_ids += [n.id for n in new]
+        self.rec.decide(job, "replication", "replace", f"{len(new)} replacement {market.value} "
+                        f"node(s) in {best.zone}", now, best.zone)
+        self.state.work.jobs[job.id] = job
+
+    def _replacement_waits(self, job: Job, why: str, now: float) -> None:
+        """A running job's replacements wait: one decision each time the reason changes."""
+        if self._waiting.get(job.id) != why:
+            self._waiting[job.id] = why
+            self.rec.decide(job, "replication", "wait", f"replacement replicas: {why}", now)
+
+    def _pools(self) -> dict[str, Pool]:
+        """This tick's pools, each with its spot quota in nodes."""
+        s = self.state
         pools = pools_of(list(s.nodes.values()), self._capacity())
         for acc, pool in pools.items():
             q = self.quota(acc)
             per_node = max((o.accelerator_count for o in s.offers if o.accelerator == acc),
                            default=1)
             pool.spot_quota_nodes = None if q is None else q / per_node
+        return pools
+
+    def _place_queued(self, queued: list[Job], pools: dict[str, Pool], now: float) -> None:
+        """The queued jobs in order (round-robin over tenants when crowded), one plan each."""
         cap = self.settings.max_placements_per_tick
         crowded = self._crowded = len(queued) > cap
         if crowded:
@@ -106,7 +168,7 @@ class Place:
         market = _market(job)
         if market is None:
             return "other"
-        offers = self.ops.zones(job, market, now)
+        offers = self.offers(job, market, now)
         if not offers:
             self._wait(job, f"no {market.value} zone for {job.spec.accelerator or 'any GPU'}",
                        now)
@@ -174,7 +236,7 @@ class Place:
             counters.count(w.counters, "evictions_total", cause=f"{job.kind.value}_placement",
                           **counters.job_where(victim, s.nodes))
             rec.decide(victim, p.policy, "preempt", cause, now)
-            ops.preempt(victim, now, [], cause)
+            ops.preempt(victim, now, [], cause, PreemptionReason.EVICTION)
         for node_id in p.replace:
             ops.terminate(s.nodes[node_id], now, f"replaced for job {job.id}")
         reused = [s.nodes[i] for i in p.reuse]
@@ -198,6 +260,13 @@ class Place:
                    + (f", evicting {', '.join(p.victims)}" if p.victims else ""), now, job.zone)
         rec.move(job, JobState.STARTING, f"placed on {len(job.node_ids)} {market.value} "
                  f"node(s) in {job.zone}", now)
+
+
+def replicas_owed(job: Job) -> int:
+    """Nodes a running replicated job lost and still waits to have replaced."""
+    if job.spec.replicas <= 1 or job.state not in (JobState.RUNNING, JobState.CHECKPOINTING):
+        return 0
+    return max(0, job.nodes_needed - len(job.node_ids))
 
 
 def _placeable(queued: list[Job], pools: dict[str, Pool]) -> list[Job]:

@@ -58,6 +58,23 @@ class Pool:
         idle = sum(1 for n in self.nodes if n.job_id is None and n.state is not NodeState.TERMINATING)
         return idle + max(0, self.capacity - len(self.nodes))
 
+    def add(self, nodes: Sequence[Node]) -> None:
+        """Nodes launched into the pool outside a plan; the snapshot is rebuilt when next asked."""
+        self.nodes.extend(nodes)
+        self._snap = None
+
+    def no_room_for(self, count: int, *, spot: bool, jobs: dict[str, Job], now: float) -> str:
+        """Why ``count`` more nodes of a running job do not fit now ('' when they do): the empty
+        slots under the pool's capacity and, for a spot job, the spot quota."""
+        empty = max(0, self.capacity - len(self.nodes))
+        if empty < count:
+            return f"{empty} free of {self.capacity} {self.accelerator} node slots"
+        if spot and self.spot_quota_nodes is not None:
+            snap, _ = self.snapshot(jobs, now)
+            if snap.spot_allocated + count > self.spot_quota_nodes + 1e-9:
+                return f"spot quota {self.spot_quota_nodes:.1f} nodes"
+        return ""
+
     def _build(self, jobs: dict[str, Job], now: float) -> tuple[ClusterSnapshot, list[str | None]]:
         slots: list[str | None] = [n.id for n in self.nodes]
         slots += [None] * max(0, self.capacity - len(self.nodes))

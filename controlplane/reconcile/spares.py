@@ -20,11 +20,11 @@ from controlplane.core.errors import InvalidInput
 from controlplane.core.models import Node
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
-from controlplane.reconcile.nodeops import spot_offers
 from controlplane.reconcile.pool import lifetime_key, node_age_hours
 from controlplane.reconcile.state import LoopState
 from policies.preemption import BathtubModel, PreemptionModel, default_gce_model
 from policies.reuse import REUSE_MODES, ReuseByAge
+from policies.zones import rank_spot
 
 DEFAULT_TYPICAL_JOB_HOURS = 1.0  # spares' yardstick when no job is active
 SPARE_SLACK = 1.0  # spares kept beyond rate x saving (the first spare is always worth a try)
@@ -89,9 +89,9 @@ class HotSpares:
 
     def fresh_price(self, node: Node, now: float) -> float | None:
         """The spot price per hour of the VM a launch of ``node``'s type would get now (the
-        launch's own zone order, :func:`spot_offers`), or None where no zone would take one."""
+        launch's own zone order, :func:`policies.zones.rank_spot`), or None where no zone would take one."""
         same = [o for o in self.state.offers if o.instance_type == node.instance_type]
-        best = spot_offers(self.state, self.settings, same, now)
+        best = rank_spot(same, self.state.zone_evidence(), self.settings.zone_rule(), now)
         return best[0].spot_price if best else None
 
     def priced_saving(self, node: Node, typical: float, now: float) -> float:

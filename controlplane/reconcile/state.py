@@ -15,6 +15,7 @@ from controlplane.core.models import Decision, Event, Job, JobState, Node, NodeS
 from controlplane.store import BadRow, Intent
 from policies.checkpoint import CheckpointIntervals
 from policies.preemption import PreemptionModel
+from policies.zones import ZoneEvidence
 
 UP_STATES = frozenset({NodeState.READY, NodeState.NOTICED})
 WITH_NODES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CHECKPOINTING})
@@ -95,3 +96,7 @@ class LoopState:
                    and o.accelerator_count >= job.spec.gpus_per_worker]
             self.offer_cache[key] = hit
         return hit
+
+    def zone_evidence(self) -> ZoneEvidence:
+        """What the loop knows of every zone's spot capacity now, for zone ranking."""
+        return ZoneEvidence(self.availability, self.refused, self.zone_preemptions)

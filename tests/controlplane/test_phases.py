@@ -681,6 +681,8 @@ class _Replicas(ReplicatingExecutor):
 
 
 def test_a_lost_replica_is_replaced_in_the_best_spot_zone(world: World) -> None:
+    """The survivor keeps the job running; placement, not the job phase, launches the
+    replacement, in the cheapest open spot zone."""
     job = world.job("r", kind="spot", replicas=2, entrypoint="python train.py")
     job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
     job.accounted_at = job.billed_at = 500.0
@@ -689,12 +691,38 @@ def test_a_lost_replica_is_replaced_in_the_best_spot_zone(world: World) -> None:
     world.state.availability = {"us-a": True, "us-b": True}
     AdvanceJobs(world.state, world.rec, world.ops, _Replicas(), world.clock).run(560.0)
     assert job.state is JobState.RUNNING and job.preemptions == 0
+    assert job.node_ids == [kept.id] and lost.job_id is None and not world.state.work.launches
+    assert world.state.work.counters["replica_replacements_total"] == 1.0
+    _place(world).run(560.0)
     new_id = job.node_ids[-1]
-    assert job.node_ids == [kept.id, new_id] and lost.job_id is None
+    assert job.node_ids == [kept.id, new_id]
     new = world.state.nodes[new_id]
     # us-b's spot (0.8 $/h) is cheaper than us-a's (1.0 $/h): the replacement goes there
     assert (new.zone, new.market, new.replacement) == ("us-b", Market.SPOT, True)
-    assert world.state.work.counters["replica_replacements_total"] == 1.0
+    (decision,) = [d for d in world.state.work.decisions if d.action == "replace"]
+    assert decision.reason == "1 replacement spot node(s) in us-b"
+
+
+def test_a_replacement_waits_for_room_in_its_pool_then_launches(world: World) -> None:
+    """A replacement is a request like any other: a full pool makes it wait (one decision
+    saying why), and it launches once a slot frees."""
+    job = world.job("r", kind="spot", replicas=2, entrypoint="python train.py")
+    job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
+    job.accounted_at = job.billed_at = 500.0
+    world.node(job, NodeState.PREEMPTED, ended_at=500.0)
+    kept = world.node(job, NodeState.READY)
+    world.state.availability = {"us-a": True, "us-b": True}
+    AdvanceJobs(world.state, world.rec, world.ops, _Replicas(), world.clock).run(560.0)
+    world.settings.pool_nodes = {kept.accelerator: 1}
+    place = _place(world)
+    place.run(560.0)
+    place.run(620.0)
+    assert job.node_ids == [kept.id] and not world.state.work.launches
+    (wait,) = [d for d in world.state.work.decisions if d.action == "wait"]
+    assert wait.reason == f"replacement replicas: 0 free of 1 {kept.accelerator} node slots"
+    world.settings.pool_nodes = {kept.accelerator: 2}
+    place.run(680.0)
+    assert len(job.node_ids) == 2 and len(world.state.work.launches) == 1
 
 
 def test_a_replica_replacement_event_is_the_tenants_with_its_exact_cause(world: World) -> None:
@@ -708,7 +736,7 @@ def test_a_replica_replacement_event_is_the_tenants_with_its_exact_cause(world: 
     (ev,) = [e for e in world.state.work.events if e.kind == "replica"]
     assert (ev.at, ev.tenant_id, ev.job_id, ev.cause) == (
         560.0, world.tenant.id, job.id,
-        f"1 replica node(s) lost ({lost.id}); a replica survives, 1 replacement(s) launched")
+        f"1 replica node(s) lost ({lost.id}); a replica survives, 1 replacement(s) requested")
     world.store.commit(events=[ev])
     assert [(e.kind, e.tenant_id) for e in world.store.job_events(job.id, world.tenant.id)] == [
         ("replica", world.tenant.id)]
