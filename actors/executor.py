@@ -66,7 +66,8 @@ from controlplane.core.blobs import Blobs
 from controlplane.core.clock import Clock, ManualClock, WallClock
 from controlplane.core.config import REPO_ROOT, load_settings
 from controlplane.core.errors import InvalidInput, NotFound, Unavailable
-from controlplane.core.models import Job, Node, RuntimeEnv
+from controlplane.core.models import Job, Node
+from controlplane.core.runtime_env import RuntimeEnv
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
 from controlplane.store import IN_STORE, LOGS, PACKAGES, Store, open_blobs

@@ -17,7 +17,8 @@ import numpy as np
 import ray
 
 from actors.tenant import tenant_actor
-from controlplane.core.models import ForecastRow, JobKind, JobState
+from controlplane.core.models import JobKind, JobState
+from controlplane.core.readmodels import ForecastRow
 from controlplane.store import Store
 from policies.forecast import HOURS_PER_WEEK, Forecast, LastWeekPeak, OrgLinear
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import ray
 
-from controlplane.core.models import CapacityPoint, JobKind, Quota
+from controlplane.core.models import JobKind
+from controlplane.core.readmodels import CapacityPoint, Quota
 from controlplane.store import Store
 from policies.forecast import Forecast
 from policies.quota import (

@@ -35,11 +35,12 @@ from benchmarks.stores import store_at
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import InvalidInput
-from controlplane.core.models import JobKind, JobSpec, JobState, hash_token
+from controlplane.core.models import JobKind, JobSpec, JobState
+from controlplane.core.tokens import hash_token
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
 from controlplane.store import Store, redact
-from serve.app import bounded_list
+from serve.paging import bounded_list
 from serve.schemas import JobView
 from serve.service import ControlPlaneService
 

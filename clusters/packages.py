@@ -19,7 +19,7 @@ from clusters.artifacts import check_id
 from clusters.blobs import DirBlobs
 from controlplane.core.blobs import Blobs
 from controlplane.core.errors import InvalidInput, NotFound
-from controlplane.core.models import PACKAGE_NAME
+from controlplane.core.runtime_env import PACKAGE_NAME
 
 GCS_PREFIX = "gcs://"
 DEFAULT_MAX_PACKAGE_BYTES = 512 << 20  # Ray's own cap on a package in its GCS

@@ -15,7 +15,7 @@ from fastapi import Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from ray import serve
 
-from controlplane.core.models import hash_token
+from controlplane.core.tokens import hash_token
 from serve.service import ControlPlaneService, Principal
 
 __all__ = ["ADMIN_PREFIX", "Auth", "Principal", "authenticated", "bearer_scheme", "bearer_token",

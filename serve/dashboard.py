@@ -17,7 +17,8 @@ from fastapi.responses import FileResponse, HTMLResponse
 from pydantic import BaseModel
 
 from controlplane.core.errors import NotFound
-from controlplane.core.models import CapacityPoint, Event, Job, JobKind, JobState, Node
+from controlplane.core.models import Event, Job, JobKind, JobState, Node
+from controlplane.core.readmodels import CapacityPoint
 from controlplane.core.units import HOUR
 from serve.auth import Auth, authenticated
 from serve.schemas import (

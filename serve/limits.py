@@ -14,7 +14,7 @@ import time
 from pydantic import BaseModel, Field
 
 from controlplane.core.config import Settings
-from controlplane.core.models import hash_token
+from controlplane.core.tokens import hash_token
 from serve.fairness import tenant_budget
 
 __all__ = ["ApiLimits", "TokenBuckets"]

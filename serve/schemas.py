@@ -16,18 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from controlplane.core.models import (
-    PACKAGE_NAME,
-    Bag,
-    BagSpec,
-    CostSummary,
-    Job,
-    JobSpec,
-    Tenant,
-    TenantSpec,
-    ZoneInfo,
-    unprintable,
-)
+from controlplane.core.inputs import unprintable
+from controlplane.core.models import Bag, BagSpec, Job, JobSpec, Tenant, TenantSpec
+from controlplane.core.readmodels import CostSummary, ZoneInfo
+from controlplane.core.runtime_env import PACKAGE_NAME
 from controlplane.core.units import HOUR
 
 __all__ = [

@@ -37,22 +37,18 @@ from controlplane.core.errors import (
 from controlplane.core.models import (
     Bag,
     BagSpec,
-    CapacityPoint,
-    CostSummary,
     Decision,
     Event,
-    ForecastRow,
     Job,
     JobKind,
     JobSpec,
     JobState,
     Node,
-    Quota,
     Tenant,
     TenantSpec,
-    ZoneInfo,
-    hash_token,
 )
+from controlplane.core.readmodels import CapacityPoint, CostSummary, ForecastRow, Quota, ZoneInfo
+from controlplane.core.tokens import hash_token
 from controlplane.core.units import DB_FILE
 from controlplane.reconcile.policyhost import LIVE_POLICIES
 from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer, is_postgres

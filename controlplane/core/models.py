@@ -1,157 +1,42 @@
 """spotplane's domain: tenants, jobs (and their state machine), bags, nodes, events, decisions.
 
 Pydantic models are what the store returns and what the API serialises. ``JobSpec`` / ``BagSpec``
-are the validated *input* (nothing invalid reaches the store); ``Job`` / ``Bag`` are the stored
-records. Times are control-plane clock seconds (see ``controlplane.core.clock``) unless a field name
-says ``_hours``.
+are the validated *input* (nothing invalid reaches the store; the rules of free-form text are in
+:mod:`controlplane.core.inputs`, a job's Ray ``runtime_env`` in :mod:`controlplane.core.runtime_env`);
+``Job`` / ``Bag`` are the stored records. The API's other rows are in
+:mod:`controlplane.core.readmodels`, tokens in :mod:`controlplane.core.tokens`. Times are
+control-plane clock seconds (see ``controlplane.core.clock``) unless a field name says ``_hours``.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import math
-import re
 import secrets
-import sys
-import unicodedata
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    Strict,
     model_validator,
 )
 
 from controlplane.core.errors import Conflict
-
-# Input limits of a job's free-form parts (the API's body-size cap bounds the rest).
-MAX_ENV_VARS = 64
-MAX_ENV_VALUE = 4096
-MAX_PARAMS_DEPTH = 8
-MAX_DEADLINE_S = 1e12  # absolute deadlines: ~31,700 years of control-plane seconds
-
-
-
-def _whole(value: Any) -> Any:
-    """A float with no fraction (``8.0``) as the int it is: JSON has one number type, and JSON
-    Schema's ``integer`` takes it; any other value as it came."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-# Strict scalars: a JSON string is not an int, a boolean is not a number.
-StrictInt = Annotated[int, BeforeValidator(_whole), Strict()]
-StrictFloat = Annotated[float, Strict()]
-StrictBool = Annotated[bool, Strict()]
-
-# Unicode categories never allowed in a name or key: controls (NUL, CR, LF...), format characters
-# (bidi overrides such as U+202E, zero-width joiners), line/paragraph separators, unassigned.
-_UNPRINTABLE = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
-
-
-def unprintable(text: str, *, allow: str = "") -> str | None:
-    """The first character of ``text`` that may not appear in a name (as ``U+XXXX``), else None."""
-    for ch in text:
-        if ch not in allow and unicodedata.category(ch) in _UNPRINTABLE:
-            return f"U+{ord(ch):04X}"
-    return None
-
-
-def _printable(text: str) -> str:
-    bad = unprintable(text)
-    if bad is not None:
-        raise ValueError(f"contains the control or format character {bad}; "
-                         "use printable characters only")
-    return text
-
-
-def _printable_command(text: str) -> str:
-    bad = unprintable(text, allow="\t\n")
-    if bad is not None:
-        raise ValueError(f"contains the control or format character {bad}; "
-                         "use printable characters (tabs and newlines allowed)")
-    return text
-
-
-def _finite_tree(value: Any, path: str, depth: int = 0) -> None:
-    """Refuse non-finite numbers, unprintable keys and deep nesting anywhere in a JSON value."""
-    if depth > MAX_PARAMS_DEPTH:
-        raise ValueError(f"{path}: nested deeper than {MAX_PARAMS_DEPTH} levels; flatten it")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{path}: {value} is not a finite number; send a finite number")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            bad = unprintable(str(k))
-            if bad is not None:
-                raise ValueError(f"{path}: key {str(k)!r} contains the control or format "
-                                 f"character {bad}; use printable characters only")
-            _finite_tree(v, f"{path}.{k}", depth + 1)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _finite_tree(v, f"{path}[{i}]", depth + 1)
-
-
-@functools.cache
-def printable_pattern(allow: str = "") -> str:
-    """A JSON Schema ``pattern`` refusing what :func:`unprintable` refuses (but ``allow``) among
-    the assigned characters, as this Python's Unicode data has them: 26 ranges. Unassigned code
-    points (hundreds of ranges, a pattern no generator draws from quickly) and surrogates (no
-    regex engine of a validator takes them; no UTF-8 text holds one) are left to the schema's
-    description."""
-    ranges: list[str] = []
-    start = None
-    for cp in range(sys.maxunicode + 2):
-        refused = (cp <= sys.maxunicode and chr(cp) not in allow
-                   and unicodedata.category(chr(cp)) in _UNPRINTABLE - {"Cn", "Cs"})
-        if refused and start is None:
-            start = cp
-        elif not refused and start is not None:
-            ranges.append(_char(start) if start == cp - 1 else f"{_char(start)}-{_char(cp - 1)}")
-            start = None
-    return f"^[^{''.join(ranges)}]*$"
-
-
-def _char(cp: int) -> str:
-    """One code point inside a regex character class: escaped when special there, else the
-    character itself."""
-    return re.escape(chr(cp)) if chr(cp) in "\\]^-[" else chr(cp)
-
-
-def _printable_schema(schema: dict[str, Any]) -> None:
-    schema["pattern"] = printable_pattern()
-    schema.setdefault("description", PRINTABLE_TEXT)
-
-
-def _command_schema(schema: dict[str, Any]) -> None:
-    schema["pattern"] = printable_pattern(allow="\t\n")
-    schema.setdefault("description", PRINTABLE_TEXT + " (tabs and newlines allowed)")
-
-
-def _env_schema(schema: dict[str, Any]) -> None:
-    """Every key of an env mapping matches ENV_KEY (pydantic states it for the values only)."""
-    schema.setdefault("propertyNames", {})["pattern"] = ENV_KEY
-
-
-def _params_schema(schema: dict[str, Any]) -> None:
-    schema["propertyNames"] = {"pattern": printable_pattern(), "description": PRINTABLE_TEXT}
-
-
-# Printable text: refused by the validator, stated as a pattern in the JSON Schema
-PRINTABLE_TEXT = ("printable: no control, format, private-use, surrogate, separator or "
-                  "unassigned characters")
-Printable = Field(json_schema_extra=_printable_schema)
-PrintableCommand = Field(json_schema_extra=_command_schema)
-Name = Annotated[str, AfterValidator(_printable), Printable]
-Command = Annotated[str, AfterValidator(_printable_command), PrintableCommand]
-ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*$"
-EnvKey = Annotated[str, Field(min_length=1, max_length=256, pattern=ENV_KEY)]
-EnvValue = Annotated[str, Field(max_length=MAX_ENV_VALUE), AfterValidator(_printable_command),
-                     PrintableCommand]
+from controlplane.core.inputs import (
+    MAX_DEADLINE_S,
+    MAX_ENV_VALUE,
+    MAX_ENV_VARS,
+    Command,
+    EnvKey,
+    EnvValue,
+    Name,
+    StrictFloat,
+    StrictInt,
+    check_finite_tree,
+    env_schema,
+    params_schema,
+)
+from controlplane.core.runtime_env import MAX_METADATA, RuntimeEnv
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,15 +131,6 @@ NODE_GONE: frozenset[NodeState] = frozenset(
 # --------------------------------------------------------------------------------------------
 # Tenants
 # --------------------------------------------------------------------------------------------
-def hash_token(token: str) -> str:
-    """Tokens are random 256-bit secrets, so one SHA-256 is enough to store them safely."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def new_token() -> str:
-    return "sp_" + secrets.token_urlsafe(32)
-
-
 def new_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(6)}"
 
@@ -275,108 +151,6 @@ class Tenant(BaseModel):
     max_gpus: int
     created_at: float
     token_hash: str = Field(exclude=True, repr=False)
-
-
-# --------------------------------------------------------------------------------------------
-# A job's Ray runtime_env: the user's own code, packages and variables
-# --------------------------------------------------------------------------------------------
-MAX_PACKAGE_URIS = 32
-MAX_PIP_SPECS = 256
-MAX_EXCLUDES = 256
-MAX_METADATA = 32
-# a package spotplane holds (uploaded with `spotplane submit --working-dir` or `ray job submit`):
-# Ray's own content-addressed name, ``gcs://_ray_pkg_<hash>.zip``
-PACKAGE_URI = r"^gcs://_ray_pkg_[0-9a-f]{16,64}\.zip$"
-PACKAGE_NAME = r"^_ray_pkg_[0-9a-f]{16,64}\.zip$"
-REMOTE_SCHEMES = ("s3://", "gs://", "https://")  # Ray downloads these on each node itself
-# what check_package_uri accepts, as a JSON Schema pattern
-PACKAGE_URI_PATTERN = r"^(gcs://_ray_pkg_[0-9a-f]{16,64}\.zip|(s3|gs|https)://[\s\S]*\.(zip|whl))$"
-UPLOAD_FIX = ("upload the directory first: `spotplane submit --working-dir DIR` or "
-              "`ray job submit --working-dir DIR` zip and upload it and send its gcs:// URI")
-
-
-def check_package_uri(field: str, uri: str) -> str:
-    """A package URI every node of a workload cluster can fetch: an uploaded ``gcs://_ray_pkg_*``
-    package, or a remote ``.zip`` (``s3://``, ``gs://``, ``https://``); never a local path."""
-    if uri.startswith("gcs://"):
-        if not re.match(PACKAGE_URI, uri):
-            raise ValueError(f"{field}: {uri!r} is not an uploaded package URI; {UPLOAD_FIX}")
-        return uri
-    if uri.startswith(REMOTE_SCHEMES):
-        if not uri.endswith((".zip", ".whl")):
-            raise ValueError(f"{field}: remote package {uri!r} must be a .zip (or a .whl "
-                             "for py_modules); zip the directory and upload that")
-        return uri
-    raise ValueError(f"{field}: {uri!r} is a local path the server cannot see; {UPLOAD_FIX}")
-
-
-PipSpec = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(_printable), Printable]
-Pattern = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_printable), Printable]
-PipList = Annotated[list[PipSpec], Field(max_length=MAX_PIP_SPECS)]
-
-
-class PipConfig(BaseModel):
-    """``pip`` / ``uv`` in its dict form: the packages and the installer's options."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    packages: list[PipSpec] = Field(max_length=MAX_PIP_SPECS)
-    pip_check: StrictBool | None = None
-    pip_version: Annotated[str, Field(max_length=64)] | None = None
-    uv_version: Annotated[str, Field(max_length=64)] | None = None
-    uv_pip_install_options: list[PipSpec] | None = Field(default=None, max_length=32)
-    pip_install_options: list[PipSpec] | None = Field(default=None, max_length=32)
-
-
-class RuntimeEnvConfig(BaseModel):
-    """``runtime_env.config``: Ray's setup options."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    setup_timeout_seconds: StrictInt | None = Field(default=None, ge=-1, le=86_400)
-    eager_install: StrictBool | None = None
-
-
-class RuntimeEnv(BaseModel):
-    """A job's Ray ``runtime_env``: only what runs the same on every node and every attempt."""
-
-    model_config = ConfigDict(extra="forbid", json_schema_extra={  # pip or uv, not both
-        "not": {"required": ["pip", "uv"], "properties": {
-            "pip": {"not": {"type": "null"}}, "uv": {"not": {"type": "null"}}}}})
-
-    working_dir: Annotated[str, Field(max_length=1024, json_schema_extra={
-        "pattern": PACKAGE_URI_PATTERN})] | None = Field(
-        default=None, description="gcs://_ray_pkg_<hash>.zip (uploaded) or an s3://, gs://, https:// .zip")
-    py_modules: list[Annotated[str, Field(max_length=1024, json_schema_extra={
-        "pattern": PACKAGE_URI_PATTERN})]] | None = Field(
-        default=None, max_length=MAX_PACKAGE_URIS, description="package URIs, as working_dir")
-    pip: PipList | PipConfig | None = Field(default=None, description="pip requirements")
-    uv: PipList | PipConfig | None = Field(default=None, description="uv requirements")
-    env_vars: dict[EnvKey, EnvValue] = Field(
-        default_factory=dict, max_length=MAX_ENV_VARS, json_schema_extra=_env_schema,
-        description="the job's own variables (SPOTPLANE_* names are dropped, as in `env`)")
-    excludes: list[Pattern] | None = Field(
-        default=None, max_length=MAX_EXCLUDES, description="patterns left out when zipping (client side)")
-    config: RuntimeEnvConfig | None = None
-
-    @model_validator(mode="after")
-    def _check(self) -> RuntimeEnv:
-        if self.working_dir is not None:
-            check_package_uri("working_dir", self.working_dir)
-        for i, uri in enumerate(self.py_modules or []):
-            check_package_uri(f"py_modules[{i}]", uri)
-        if self.pip is not None and self.uv is not None:
-            raise ValueError("uv: give either pip or uv, not both")
-        return self
-
-    def packages(self) -> list[str]:
-        """Every uploaded (``gcs://``) package the job needs."""
-        uris = [self.working_dir, *(self.py_modules or [])]
-        return [u for u in uris if u is not None and u.startswith("gcs://")]
-
-    def for_ray(self) -> dict[str, Any]:
-        """The fields Ray's runtime_env takes from it (env_vars are the executor's to build)."""
-        return self.model_dump(exclude_none=True, exclude={"env_vars", "excludes"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,9 +205,9 @@ class JobSpec(BaseModel):
                                        description="Command to run; null = simulated workload.")
     workload: Literal["simulated"] | None = None
     params: dict[str, Any] = Field(default_factory=dict, description="Parameters (bags).",
-                                   json_schema_extra=_params_schema)
+                                   json_schema_extra=params_schema)
     env: dict[EnvKey, EnvValue] = Field(
-        default_factory=dict, max_length=MAX_ENV_VARS, json_schema_extra=_env_schema,
+        default_factory=dict, max_length=MAX_ENV_VARS, json_schema_extra=env_schema,
         description=f"Environment variables (at most {MAX_ENV_VARS}, values up to {MAX_ENV_VALUE} characters).")
     replicas: StrictInt = Field(default=1, ge=1, le=64, description="Executor replicas.")
     policy: str | None = Field(
@@ -450,7 +224,7 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
-        _finite_tree(self.params, "params")
+        check_finite_tree(self.params, "params")
         if self.kind is JobKind.DEADLINE:
             if self.deadline_hours is None and self.deadline is None:
                 raise ValueError("deadline_hours: a deadline job needs deadline_hours (or deadline); "
@@ -557,7 +331,7 @@ class BagSpec(BaseModel):
     name: Name = Field(min_length=1, max_length=120,
                        description="Bag name; its jobs are named NAME-0, NAME-1, ...")
     template: JobSpec = Field(description="Every field of each job except its params.")
-    params: list[Annotated[dict[str, Any], Field(json_schema_extra=_params_schema)]] = Field(
+    params: list[Annotated[dict[str, Any], Field(json_schema_extra=params_schema)]] = Field(
         min_length=1, max_length=10_000,
                                          description="One parameter set per job.")
     compute_hours: list[Annotated[StrictFloat, Field(gt=0, le=10_000)]] | None = Field(
@@ -567,7 +341,7 @@ class BagSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> BagSpec:
-        _finite_tree(self.params, "params")
+        check_finite_tree(self.params, "params")
         if self.compute_hours is not None:
             if len(self.compute_hours) != len(self.params):
                 raise ValueError(f"compute_hours: {len(self.compute_hours)} values for "
@@ -649,63 +423,3 @@ class Decision(BaseModel):
     reason: str = ""
     observation: dict[str, Any] = Field(default_factory=dict)
 
-
-class ZoneInfo(BaseModel):
-    """The fleet's catalog entry for one zone with its current availability."""
-
-    cloud: str
-    zone: str
-    region: str = ""
-    instance_type: str
-    accelerator: str
-    accelerator_count: int
-    spot_price: float
-    on_demand_price: float
-    spot_available: bool
-    updated_at: float
-
-
-class CostSummary(BaseModel):
-    tenant_id: str
-    tenant_name: str
-    cost: float
-    on_demand_cost: float  # counterfactual: the same GPU hours, every node on-demand
-    savings_pct: float
-    gpu_hours: float
-    jobs: int
-
-
-class Quota(BaseModel):
-    pool: str
-    accelerator: str
-    capacity_gpus: int
-    spot_quota_gpus: int
-    updated_at: float
-
-
-class CapacityPoint(BaseModel):
-    """One GPU pool at one quota refresh: the aggregate HP demand forecast (max over the
-    guarantee window H of the tenants' summed mean, and Eq. 9's inner upper bound), the pool's
-    capacity, its spot quota (Eq. 10), H and the safety coefficient eta (Eq. 11).
-
-    ``id`` is the store's row number (the history's paging cursor). The demand fields are None
-    for a tenant: they sum every tenant's forecast."""
-
-    id: int = 0
-    at: float
-    pool: str
-    accelerator: str
-    capacity_gpus: int
-    spot_quota_gpus: int
-    hp_demand_gpus: float | None
-    hp_demand_upper_gpus: float | None
-    guarantee_hours: int
-    eta: float
-
-
-class ForecastRow(BaseModel):
-    tenant_id: str
-    at: float
-    horizon_hours: int
-    mean: list[float]
-    upper: list[float]

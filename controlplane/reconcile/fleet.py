@@ -11,7 +11,8 @@ import logging
 from clusters.fleet import FleetProvider, Instance, InstanceState
 from controlplane.core import counters
 from controlplane.core.errors import CloudError, InvalidInput
-from controlplane.core.models import Market, Node, NodeState, ZoneInfo
+from controlplane.core.models import Market, Node, NodeState
+from controlplane.core.readmodels import ZoneInfo
 from controlplane.reconcile.contracts import ZONE_OBSERVATIONS, ControllerSettings
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import UP_STATES, LoopState

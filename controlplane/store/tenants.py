@@ -5,13 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from controlplane.core.errors import Conflict, NotFound
-from controlplane.core.models import (
-    Tenant,
-    TenantSpec,
-    hash_token,
-    new_id,
-    new_token,
-)
+from controlplane.core.models import Tenant, TenantSpec, new_id
+from controlplane.core.tokens import hash_token, new_token
 from controlplane.core.units import HOUR
 from controlplane.store.base import StoreBase
 from controlplane.store.rows import (

@@ -7,16 +7,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from controlplane.core.counters import Buckets
-from controlplane.core.models import (
-    CapacityPoint,
-    CostSummary,
-    ForecastRow,
-    JobState,
-    Node,
-    NodeState,
-    Quota,
-    ZoneInfo,
-)
+from controlplane.core.models import JobState, Node, NodeState
+from controlplane.core.readmodels import CapacityPoint, CostSummary, ForecastRow, Quota, ZoneInfo
 from controlplane.core.units import HOUR
 from controlplane.store.base import StoreBase
 from controlplane.store.rows import (

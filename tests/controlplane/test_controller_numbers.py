@@ -170,7 +170,7 @@ def test_a_tenant_at_its_gpu_limit_waits_while_another_tenants_job_runs(
 
 def test_a_spot_job_held_by_the_spot_quota_runs_when_the_quota_rises(
         tmp_path: Path, data_root: Path) -> None:
-    from controlplane.core.models import Quota
+    from controlplane.core.readmodels import Quota
 
     clock = SimClock(start=0.0)
     store, _, ctl = _world(tmp_path, data_root, clock, {"V100": 8}, gcp=False)

@@ -24,7 +24,8 @@ from clusters.artifacts import LocalArtifactStore
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.counters import CONTROLLER
-from controlplane.core.models import ForecastRow, Job, JobSpec, JobState, Node
+from controlplane.core.models import Job, JobSpec, JobState, Node
+from controlplane.core.readmodels import ForecastRow
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport
 from controlplane.reconcile.controller import Controller

@@ -25,7 +25,8 @@ from clusters.fleet import (
 from controlplane.core.clock import SimClock
 from controlplane.core.counters import counter_key
 from controlplane.core.errors import CapacityUnavailable, InvalidInput
-from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Quota, Tenant
+from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Tenant
+from controlplane.core.readmodels import Quota
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport, ReplicatingExecutor
 from controlplane.reconcile.fleet import SyncFleet

@@ -21,14 +21,9 @@ from controlplane.cli.control import load_submission, with_working_dir
 from controlplane.cli.packaging import package_uri, upload_working_dir
 from controlplane.core.blobs import Blobs
 from controlplane.core.errors import InvalidInput, NotFound
-from controlplane.core.models import (
-    MAX_ENV_VARS,
-    Job,
-    JobKind,
-    JobSpec,
-    JobState,
-    RuntimeEnv,
-)
+from controlplane.core.inputs import MAX_ENV_VARS
+from controlplane.core.models import Job, JobKind, JobSpec, JobState
+from controlplane.core.runtime_env import RuntimeEnv
 from controlplane.store import IN_STORE, Store, open_blobs
 from serve.rayjobs import RaySubmitRequest, job_details, spec_from_ray
 

@@ -17,15 +17,9 @@ from controlplane.core.errors import (
     SpotplaneError,
     UnknownReference,
 )
-from controlplane.core.models import (
-    BagSpec,
-    CapacityPoint,
-    Decision,
-    Job,
-    JobSpec,
-    JobState,
-    hash_token,
-)
+from controlplane.core.models import BagSpec, Decision, Job, JobSpec, JobState
+from controlplane.core.readmodels import CapacityPoint
+from controlplane.core.tokens import hash_token
 from controlplane.store import IdempotentCall, Store
 
 REPO = Path(__file__).resolve().parents[2]

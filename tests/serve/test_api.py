@@ -32,7 +32,8 @@ from schemathesis.specs.openapi.checks import (
 from actors.quota import QuotaAllocatorActor
 from clusters.simfleet import SimulatedFleet
 from controlplane.core.clock import SimClock
-from controlplane.core.models import ForecastRow, JobState
+from controlplane.core.models import JobState
+from controlplane.core.readmodels import ForecastRow
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
@@ -199,7 +200,7 @@ def test_more_gpus_than_the_tenants_limit_is_a_403_naming_the_field(api: Api) ->
 
 
 def test_unknown_accelerator_is_a_404_listing_the_known_ones(api: Api) -> None:
-    from controlplane.core.models import ZoneInfo
+    from controlplane.core.readmodels import ZoneInfo
 
     api.store.put_zones([
         ZoneInfo(cloud="aws", zone="us-east-1a", instance_type="p3.2xlarge", accelerator="V100",

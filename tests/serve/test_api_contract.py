@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane.core.models import PACKAGE_NAME, printable_pattern
+from controlplane.core.inputs import printable_pattern
+from controlplane.core.runtime_env import PACKAGE_NAME
 from serve.schemas import ID_CURSOR, NUMBER_CURSOR
 from tests.serve.bareapi import BareApi, bare_api
 

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.core.models import (
-    CapacityPoint,
-    Event,
-    JobSpec,
-    JobState,
-    Market,
-    Node,
-    NodeState,
-)
+from controlplane.core.models import Event, JobSpec, JobState, Market, Node, NodeState
+from controlplane.core.readmodels import CapacityPoint
 from controlplane.core.units import HOUR
 from controlplane.store import Store
 from serve.dashboard import JobRow, node_history, segments

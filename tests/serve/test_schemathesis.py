@@ -44,7 +44,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.engine import Status, events, from_schema
 from schemathesis.hooks import GLOBAL_HOOK_DISPATCHER
 
-from controlplane.core.models import unprintable
+from controlplane.core.inputs import unprintable
 from controlplane.core.units import HOUR
 from tests.serve.bareapi import BareApi, bare_api
 
