@@ -48,7 +48,7 @@ from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import DeadlinePolicyHost, LocalDeadlineHost
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.spares import HotSpares, lifetime_models, reuse_plugin
-from controlplane.reconcile.state import LoopState, TickReport, TickWork
+from controlplane.reconcile.state import Caches, LoopState, TickReport, TickWork
 from controlplane.store import Store
 from policies.placement import FrameworkScheduler
 from policies.schedulers import make_scheduler, with_plugin
@@ -72,9 +72,9 @@ class Controller:
         self.policy_host: DeadlinePolicyHost = (policy_host if policy_host is not None
                                                 else LocalDeadlineHost(store))
         self.executor = executor
-        self.state = state = LoopState(offers=fleet.offers(), lifetime_models=lifetime_models(fleet))
+        self.state = state = LoopState(offers=fleet.offers(), caches=Caches(lifetime_models=lifetime_models(fleet)))
         self.quota: QuotaSource = quota or StoreQuota(store, state)
-        reuse = reuse_plugin(settings, state.lifetime_models, settings.provision_hours)
+        reuse = reuse_plugin(settings, state.caches.lifetime_models, settings.provision_hours)
         if scheduler is None:
             scheduler = make_scheduler(settings.scheduler, seed=settings.seed)
         self.scheduler = scheduler = with_plugin(scheduler, filter=reuse, score=reuse)
@@ -118,15 +118,15 @@ class Controller:
 
     @property
     def availability(self) -> dict[str, bool]:
-        return self.state.availability
+        return self.state.fleet.availability
 
     @property
     def zone_preemptions(self) -> dict[str, list[float]]:
-        return self.state.zone_preemptions
+        return self.state.fleet.zone_preemptions
 
     @property
     def refused(self) -> dict[str, float]:
-        return self.state.refused
+        return self.state.fleet.refused
 
     @property
     def ticks(self) -> int:
@@ -151,7 +151,7 @@ class Controller:
         s.nodes = {n.id: n for n in nodes}
         s.by_instance = {n.instance_id: n.id for n in s.nodes.values() if n.instance_id}
         s.jobs = {j.id: j for j in jobs}
-        s.parked = dict.fromkeys(self.store.tenant_ids(), 0)
+        s.admission.parked = dict.fromkeys(self.store.tenant_ids(), 0)
         self.ingest.load_tenants(now)
         self.ingest.readmit(now)  # one batch; the rest in later ticks
         self._ops.quarantine_rows([*bad_nodes, *bad_jobs], now)

@@ -47,7 +47,7 @@ class SyncFleet:
     def external_notice(self, instance_id: str, seconds_left: float) -> None:
         """A node agent (NodeActor watching the metadata server) saw a preemption notice; it
         is folded in at the next tick, before the fleet's own event may arrive."""
-        self.state.external[instance_id] = float(seconds_left)
+        self.state.fleet.external[instance_id] = float(seconds_left)
 
     def run(self, now: float) -> None:
         s = self.state
@@ -70,38 +70,38 @@ class SyncFleet:
                 self._fold(node, inst, when, now)
         if self.evidence_only:
             self._buy_probes()
-            s.availability = {o.zone: s.evidence.get(o.zone, True) for o in s.offers}
+            s.fleet.availability = {o.zone: s.fleet.evidence.get(o.zone, True) for o in s.offers}
         if s.ticks % self.settings.zones_every_ticks == 0:
             self.store.put_zones([
                 ZoneInfo(cloud=o.cloud, zone=o.zone, region=o.region,
                          instance_type=o.instance_type, accelerator=o.accelerator,
                          accelerator_count=o.accelerator_count, spot_price=o.spot_price,
                          on_demand_price=o.on_demand_price,
-                         spot_available=s.availability.get(o.zone, False), updated_at=now)
+                         spot_available=s.fleet.availability.get(o.zone, False), updated_at=now)
                 for o in s.offers])
 
     def _observe_every_zone(self) -> None:
         s = self.state
         avail = self.fleet.spot_availability()
         if avail is not None:
-            s.availability = avail
-        elif not s.availability or s.ticks % self.settings.zones_every_ticks == 0:
+            s.fleet.availability = avail
+        elif not s.fleet.availability or s.ticks % self.settings.zones_every_ticks == 0:
             # a real cloud's probe is an API call per zone: every few ticks, not every tick
-            s.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)
+            s.fleet.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)
                               for o in s.offers}
 
     def _buy_probes(self) -> None:
         """The probes policies asked for at the last tick: one provider probe per zone, of its
         cheapest spot offer, billed ``probe_minutes`` of that node."""
         s, w = self.state, self.state.work
-        wanted, s.probes = sorted(s.probes), set()
+        wanted, s.fleet.probes = sorted(s.fleet.probes), set()
         for zone in wanted:
             offer = min((o for o in s.offers if o.zone == zone), key=lambda o: o.spot_price,
                         default=None)
             if offer is None:
                 continue
             try:
-                s.evidence[zone] = bool(self.fleet.spot_available(zone, offer.instance_type))
+                s.fleet.evidence[zone] = bool(self.fleet.spot_available(zone, offer.instance_type))
             except CloudError as exc:  # no answer is no evidence: the belief stands
                 log.warning("probing spot in %s: %s", zone, exc)
                 continue
@@ -112,7 +112,7 @@ class SyncFleet:
 
     def _fold_external(self, now: float) -> None:
         s = self.state
-        external, s.external = s.external, {}
+        external, s.fleet.external = s.fleet.external, {}
         for iid, left in external.items():
             node = s.nodes.get(s.by_instance.get(iid, ""))
             if node is None or node.state not in UP_STATES:
@@ -138,7 +138,7 @@ class SyncFleet:
                              NodeState.PREEMPTED: "preempted",
                              NodeState.TERMINATED: "terminated"}.get(new, "")), now)
         if node.market is Market.SPOT and new in (NodeState.READY, NodeState.PREEMPTED):
-            self.state.evidence[node.zone] = new is NodeState.READY  # seen where it runs
+            self.state.fleet.evidence[node.zone] = new is NodeState.READY  # seen where it runs
         if new is NodeState.READY:
             node.ready_at = when.get((iid, "ready"), now)
             if node.job_id is None:
@@ -150,7 +150,7 @@ class SyncFleet:
         elif new is NodeState.PREEMPTED:
             node.ended_at = at
             node.notice_at = node.notice_at or when.get((iid, "preemption_notice"))
-            self.state.zone_preemptions.setdefault(node.zone, []).append(node.ended_at)
+            self.state.fleet.zone_preemptions.setdefault(node.zone, []).append(node.ended_at)
             w.count("nodes_preempted_total")
             counters.count(w.counters, "node_preemptions_total", cloud=node.cloud,
                           zone=node.zone, market=node.market.value)

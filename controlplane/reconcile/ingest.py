@@ -5,7 +5,7 @@ queues; each tenant holds at most ``queued_per_tenant`` queued jobs in memory an
 most ``queued_total``, shared fairly between the tenants with work (``policies.admission``): a
 tenant under its share gets in within the tick, tenants over theirs handing queued jobs back to
 the store for it, and a tenant with none always gets its oldest.
-A tenant's queued jobs a restart left in the store (``LoopState.parked``) are re-read first,
+A tenant's queued jobs a restart left in the store (``LoopState.admission.parked``) are re-read first,
 then its new submissions, oldest first; the rest stay in the store for later ticks.
 """
 
@@ -46,13 +46,13 @@ class Ingest:
         s = self.state
         rows = sorted(found, key=lambda r: r[0])  # the submission order, across tenants
         self.ops.quarantine_rows([f for _, f in rows if isinstance(f, BadRow)], now)
-        if len(s.seqs) > 2 * len(s.jobs) + self.settings.ingest_batch:
-            s.seqs = {i: q for i, q in s.seqs.items() if i in s.jobs}
+        if len(s.admission.seqs) > 2 * len(s.jobs) + self.settings.ingest_batch:
+            s.admission.seqs = {i: q for i, q in s.admission.seqs.items() if i in s.jobs}
         for seq, job in rows:
             if isinstance(job, BadRow):
                 continue
             s.jobs[job.id] = job
-            s.seqs[job.id] = seq
+            s.admission.seqs[job.id] = seq
             if job.tenant_id not in s.tenants:
                 self.load_tenants(now)
             if job.state is JobState.PENDING:
@@ -87,8 +87,8 @@ class Ingest:
         hand queued jobs back to the store for the newcomers. A tenant's parked queued jobs
         come before its new submissions, oldest first."""
         s, cfg = self.state, self.settings
-        before, s.held_back = s.held_back, {}
-        if not s.parked and not (pending and self.store.has_pending()):
+        before, s.admission.held_back = s.admission.held_back, {}
+        if not s.admission.parked and not (pending and self.store.has_pending()):
             return []  # nothing waits in the store: no query per tenant
         held = Counter(j.tenant_id for j in s.jobs.values() if j.state is JobState.QUEUED)
         room = {t: cfg.queued_per_tenant - held[t] for t in self.store.tenant_ids()}
@@ -101,7 +101,7 @@ class Ingest:
         for tenant in more | evict.keys():  # the tenants with jobs left waiting
             why = held_back(plan, held, asking, tenant, cfg.queued_per_tenant)
             if why is not None:
-                s.held_back[tenant] = why
+                s.admission.held_back[tenant] = why
                 if before.get(tenant) != why:
                     log.info("admission: %s", why)
         return out
@@ -133,15 +133,15 @@ class Ingest:
         the store and are re-read, oldest first, as parked jobs when the tenant has room."""
         s = self.state
         for tenant, n in evict.items():
-            mine = sorted((s.seqs[j.id], j.id) for j in s.jobs.values()
+            mine = sorted((s.admission.seqs[j.id], j.id) for j in s.jobs.values()
                           if j.tenant_id == tenant and j.state is JobState.QUEUED
-                          and j.id in s.seqs and j.id not in s.work.jobs)
+                          and j.id in s.admission.seqs and j.id not in s.work.jobs)
             back = mine[len(mine) - n:] if n > 0 else []
             if not back:
                 continue
             for _, job_id in back:
                 del s.jobs[job_id]
-            s.parked[tenant] = min(s.parked.get(tenant, back[0][0]), back[0][0] - 1)
+            s.admission.parked[tenant] = min(s.admission.parked.get(tenant, back[0][0]), back[0][0] - 1)
             s.work.count("jobs_handed_back_total", len(back))
 
     def _tenant_rows(self, tenant: str, want: int,
@@ -150,18 +150,18 @@ class Ingest:
         when ``after`` is None), and whether it may have more."""
         s = self.state
         out: list[Row] = []
-        if want > 0 and tenant in s.parked:
-            rows = self.store.tenant_jobs_after(tenant, JobState.QUEUED, s.parked[tenant], want)
+        if want > 0 and tenant in s.admission.parked:
+            rows = self.store.tenant_jobs_after(tenant, JobState.QUEUED, s.admission.parked[tenant], want)
             if len(rows) < want:
-                del s.parked[tenant]  # every queued job of the tenant has been re-read
+                del s.admission.parked[tenant]  # every queued job of the tenant has been re-read
             else:
-                s.parked[tenant] = rows[-1][0]
+                s.admission.parked[tenant] = rows[-1][0]
             out = [r for r in rows if _job_id(r[1]) not in s.jobs]
             want -= len(rows)
             if want <= 0:
                 return out, True
-        if tenant in s.parked or after is None:
-            return out, tenant in s.parked
+        if tenant in s.admission.parked or after is None:
+            return out, tenant in s.admission.parked
         rows = self.store.tenant_jobs_after(tenant, JobState.PENDING, after.get(tenant, 0), want)
         if rows:
             after[tenant] = rows[-1][0]
@@ -172,7 +172,7 @@ class Ingest:
         """Every tenant from the store; a row that does not load is quarantined."""
         tenants, bad = self.store.load_tenants()
         self.state.tenants = {t.id: t for t in tenants}
-        self.state.bad_tenants = {b.id for b in bad}
+        self.state.admission.bad_tenants = {b.id for b in bad}
         self.ops.quarantine_rows(bad, now)
 
 

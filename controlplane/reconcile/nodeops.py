@@ -177,7 +177,7 @@ class NodeOps:
         are released and the reason is its FAILED event, so the tick goes on for the others."""
         log.error("quarantined job %s: %s", job.id, reason)
         w = self.state.work
-        self.state.quarantined.add(("jobs", job.id))
+        self.state.admission.quarantined.add(("jobs", job.id))
         w.quarantine.append(BadRow("jobs", job.id, reason, state=job.state.value,
                                    tenant_id=job.tenant_id))
         w.count("rows_quarantined_total")
@@ -194,9 +194,9 @@ class NodeOps:
         each with an event naming the reason, recorded once in the store's quarantine table."""
         w = self.state.work
         for bad in rows:
-            if (bad.table, bad.id) in self.state.quarantined:
+            if (bad.table, bad.id) in self.state.admission.quarantined:
                 continue
-            self.state.quarantined.add((bad.table, bad.id))
+            self.state.admission.quarantined.add((bad.table, bad.id))
             log.error("quarantined stored %s", bad.describe())
             w.quarantine.append(bad)
             w.count("rows_quarantined_total")

@@ -91,9 +91,9 @@ class Act:
         except CapacityUnavailable as exc:
             intent.status, intent.done_at = INTENT_FAILED, now
             w.intents.append(intent)
-            s.refused[req.zone] = now
+            s.fleet.refused[req.zone] = now
             if req.market is Market.SPOT:
-                s.evidence[req.zone] = False  # a refused launch: free, and now known down
+                s.fleet.evidence[req.zone] = False  # a refused launch: free, and now known down
             w.count("launches_refused_total")
             counters.count(w.counters, "launch_failures_total", provider=self.fleet.name,
                           error=type(exc).__name__)
@@ -113,7 +113,7 @@ class Act:
         intent.status, intent.done_at = INTENT_DONE, now
         w.intents.append(intent)
         if req.market is Market.SPOT:
-            s.evidence[req.zone] = True
+            s.fleet.evidence[req.zone] = True
         w.count("nodes_launched_total", len(insts))
         counters.count(w.counters, "launches_total", provider=self.fleet.name,
                       market=req.market.value)

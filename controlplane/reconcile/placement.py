@@ -41,9 +41,9 @@ class StoreQuota:
 
     def __call__(self, accelerator: str) -> float | None:
         s = self.state
-        if s.ticks % 10 == 0 or accelerator not in s.quota_cache:
-            s.quota_cache = {q.accelerator: float(q.spot_quota_gpus) for q in self.store.quotas()}
-        return s.quota_cache.get(accelerator)
+        if s.ticks % 10 == 0 or accelerator not in s.caches.quotas:
+            s.caches.quotas = {q.accelerator: float(q.spot_quota_gpus) for q in self.store.quotas()}
+        return s.caches.quotas.get(accelerator)
 
 
 class Place:
@@ -76,7 +76,7 @@ class Place:
         """The job's offers in ``market``, in launch order (:func:`policies.zones.rank_offers`;
         a deadline job's policy may have chosen the zone)."""
         chosen = job.policy_zone if job.kind is JobKind.DEADLINE else None
-        return rank_offers(self.state.offers_for(job), market, self.state.zone_evidence(),
+        return rank_offers(self.state.offers_for(job), market, self.state.fleet.zone_evidence(),
                            self.settings.zone_rule(), now, chosen_zone=chosen)
 
     def replace(self, job: Job, pools: dict[str, Pool], now: float) -> None:
@@ -159,7 +159,7 @@ class Place:
         """Place one queued job (or say why it waits): "placed", or why not: "room" (no zone or
         no room for its shape), "tenant" (its tenant's GPU limit), "other"."""
         s = self.state
-        if job.tenant_id in s.bad_tenants:
+        if job.tenant_id in s.admission.bad_tenants:
             self._wait(job, "its tenant's stored row does not load (quarantined)", now)
             return "tenant"
         if not s.offers_for(job):

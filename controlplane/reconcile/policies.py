@@ -84,9 +84,9 @@ class AskPolicies:
                             job.spec.workers)
         running = job.state in WITH_NODES
         kind = Kind(job.market.value) if running and job.market is not None else Kind.IDLE
-        zones = tuple(ZoneView(o.zone, s.availability.get(o.zone, False), o.spot_price,
+        zones = tuple(ZoneView(o.zone, s.fleet.availability.get(o.zone, False), o.spot_price,
                                o.on_demand_price) for o in offers)
-        here = s.availability.get(job.zone, False) if running and job.zone else any(
+        here = s.fleet.availability.get(job.zone, False) if running and job.zone else any(
             z.spot_available for z in zones)
         obs = Observation((now - job.submitted_at) / HOUR, job.progress_hours, kind,
                           job.zone if running else None, here, zones)
@@ -100,7 +100,7 @@ class AskPolicies:
     def _apply(self, job: Job, act: Action, req: PolicyRequest, now: float) -> None:
         w = self.state.work
         kind = act.kind.value
-        self.state.probes.update(z for z in act.probes if z in self.state.availability)
+        self.state.fleet.probes.update(z for z in act.probes if z in self.state.fleet.availability)
         if (kind, act.zone) != (job.policy_action, job.policy_zone):
             o = req.obs
             self.rec.decide(job, req.policy, kind, f"elapsed {o.elapsed_hours:.2f} h, progress "

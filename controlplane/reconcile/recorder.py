@@ -141,7 +141,7 @@ class Recorder:
         bucket = min(AGE_BUCKET_HOURS * int(age // AGE_BUCKET_HOURS),
                      max(0.0, model.max_lifetime - AGE_BUCKET_HOURS))
         key = (round(job.spec.checkpoint_hours, 6), bucket)
-        cache = self.state.planners
+        cache = self.state.caches.planners
         if key not in cache:
             cache[key] = CheckpointIntervals(model, job.spec.checkpoint_hours,
                                              start_age_hours=bucket)

@@ -91,7 +91,7 @@ class HotSpares:
         """The spot price per hour of the VM a launch of ``node``'s type would get now (the
         launch's own zone order, :func:`policies.zones.rank_spot`), or None where no zone would take one."""
         same = [o for o in self.state.offers if o.instance_type == node.instance_type]
-        best = rank_spot(same, self.state.zone_evidence(), self.settings.zone_rule(), now)
+        best = rank_spot(same, self.state.fleet.zone_evidence(), self.settings.zone_rule(), now)
         return best[0].spot_price if best else None
 
     def priced_saving(self, node: Node, typical: float, now: float) -> float:

@@ -55,21 +55,28 @@ class TickWork:
 
 
 @dataclass
-class LoopState:
-    """What the reconcile loop knows between ticks, and the current tick's work."""
+class FleetKnowledge:
+    """What the loop has learnt of the fleet beyond its nodes: spot availability per zone, recent
+    preemptions and refusals, the evidence a policy sees, probes asked for, agents' notices."""
 
-    offers: list[Offer]  # the fleet's zones and instance types, with prices
-    jobs: dict[str, Job] = field(default_factory=dict)  # active jobs admitted (not PENDING)
-    nodes: dict[str, Node] = field(default_factory=dict)  # live nodes
-    by_instance: dict[str, str] = field(default_factory=dict)  # instance id -> node id
-    tenants: dict[str, Tenant] = field(default_factory=dict)
-    bad_tenants: set[str] = field(default_factory=set)  # rows that do not load: not placed
     availability: dict[str, bool] = field(default_factory=dict)  # zone -> spot available
     zone_preemptions: dict[str, list[float]] = field(default_factory=dict)  # zone -> times
     refused: dict[str, float] = field(default_factory=dict)  # zone -> last refused spot launch
     evidence: dict[str, bool] = field(default_factory=dict)  # zone -> spot up, as last seen
     probes: set[str] = field(default_factory=set)  # zones a policy asked to probe next tick
     external: dict[str, float] = field(default_factory=dict)  # instance id -> s left (agents)
+
+    def zone_evidence(self) -> ZoneEvidence:
+        """What the loop knows of every zone's spot capacity now, for zone ranking."""
+        return ZoneEvidence(self.availability, self.refused, self.zone_preemptions)
+
+
+@dataclass
+class Admission:
+    """Restart and admission bookkeeping: which stored jobs are back in memory, which rows were
+    set aside, and why tenants' waiting jobs stayed PENDING."""
+
+    bad_tenants: set[str] = field(default_factory=set)  # rows that do not load: not placed
     quarantined: set[tuple[str, str]] = field(default_factory=set)  # (table, id) set aside
     # tenant id -> seq of the last of its stored QUEUED jobs re-read since a restart (a tenant
     # is dropped once all are back in memory; see reconcile.ingest)
@@ -77,26 +84,45 @@ class LoopState:
     seqs: dict[str, int] = field(default_factory=dict)  # job id -> its store seq, once admitted
     # tenant id -> why its waiting jobs stayed PENDING in the last admission (policies.admission)
     held_back: dict[str, str] = field(default_factory=dict)
-    ticks: int = 0
-    offer_cache: dict[tuple[str | None, int], list[Offer]] = field(default_factory=dict)
-    quota_cache: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class Caches:
+    """What the loop derives once and keeps: offers by job shape, quotas, checkpoint planners,
+    spot lifetime models by cloud."""
+
+    offers: dict[tuple[str | None, int], list[Offer]] = field(default_factory=dict)
+    quotas: dict[str, float | None] = field(default_factory=dict)
     planners: dict[tuple[float, float], CheckpointIntervals] = field(
         default_factory=dict)  # by (checkpoint hours, node age bucket)
     lifetime_models: dict[str, PreemptionModel] = field(default_factory=dict)  # cloud -> model
+
+
+@dataclass
+class LoopState:
+    """What the reconcile loop knows between ticks: the domain it holds in memory (offers, active
+    jobs, live nodes, tenants), three parts (fleet knowledge, admission bookkeeping, caches), the
+    hot spares, and the current tick's work."""
+
+    offers: list[Offer]  # the fleet's zones and instance types, with prices
+    jobs: dict[str, Job] = field(default_factory=dict)  # active jobs admitted (not PENDING)
+    nodes: dict[str, Node] = field(default_factory=dict)  # live nodes
+    by_instance: dict[str, str] = field(default_factory=dict)  # instance id -> node id
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+    fleet: FleetKnowledge = field(default_factory=FleetKnowledge)
+    admission: Admission = field(default_factory=Admission)
+    caches: Caches = field(default_factory=Caches)
     spares: set[str] = field(default_factory=set)  # idle nodes kept as hot spares
+    ticks: int = 0
     work: TickWork = field(default_factory=TickWork)
 
     def offers_for(self, job: Job) -> list[Offer]:
         """The offers whose accelerator and GPUs per node fit the job (cached by shape)."""
         key = (job.spec.accelerator, job.spec.gpus_per_worker)
-        hit = self.offer_cache.get(key)
+        hit = self.caches.offers.get(key)
         if hit is None:
             acc = job.spec.accelerator
             hit = [o for o in self.offers if (acc is None or o.accelerator.lower() == acc.lower())
                    and o.accelerator_count >= job.spec.gpus_per_worker]
-            self.offer_cache[key] = hit
+            self.caches.offers[key] = hit
         return hit
-
-    def zone_evidence(self) -> ZoneEvidence:
-        """What the loop knows of every zone's spot capacity now, for zone ranking."""
-        return ZoneEvidence(self.availability, self.refused, self.zone_preemptions)

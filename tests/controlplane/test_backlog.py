@@ -278,7 +278,7 @@ def test_a_tenant_filling_every_queue_slot_cannot_keep_another_out(tmp_path: Pat
     assert w.in_memory(JobState.QUEUED, a) == [j.id for j in bag_a[:7]]
     assert [w.store.get_job(j.id).state for j in bag_a[7:10]] == [JobState.QUEUED] * 3
     assert w.store.metrics()["jobs_handed_back_total"] == 3
-    assert w.ctl.state.held_back == {a.id: (
+    assert w.ctl.state.admission.held_back == {a.id: (
         f"queued_total: tenant {a.id} holds 7 of the 10 queue slots, its fair share with 2 "
         "tenants waiting; the rest wait PENDING until its queued jobs are placed or fewer tenants "
         "wait (the operator raises ControllerSettings.queued_total)")}
@@ -286,5 +286,5 @@ def test_a_tenant_filling_every_queue_slot_cannot_keep_another_out(tmp_path: Pat
         w.store.request_cancel(job.id, b.id)
     w.tick(2)
     assert w.in_memory(JobState.QUEUED, a) == [j.id for j in bag_a[:10]]
-    assert w.store.job_counts(a.id)["PENDING"] == 40 and w.ctl.state.held_back[a.id].startswith(
+    assert w.store.job_counts(a.id)["PENDING"] == 40 and w.ctl.state.admission.held_back[a.id].startswith(
         f"queued_per_tenant: tenant {a.id} holds 10 queued jobs, the cap of 10")

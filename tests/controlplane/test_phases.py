@@ -255,7 +255,7 @@ def test_quarantine_job_fails_it_and_terminates_its_nodes(world: World) -> None:
     assert job.node_ids == [] and n.job_id is None
     assert n.state is NodeState.TERMINATING and n.ended_at == 300.0
     assert [ids for _, ids in w.terminations] == [[n.instance_id]]
-    assert ("jobs", job.id) in world.state.quarantined
+    assert ("jobs", job.id) in world.state.admission.quarantined
     assert [b.id for b in w.quarantine] == [job.id]
     assert w.counters == {"rows_quarantined_total": 1.0, "jobs_failed_total": 1.0}
 
@@ -299,8 +299,8 @@ def test_sync_fleet_folds_ready_notice_and_preemption_into_nodes(world: World) -
     assert (noticed.state, noticed.notice_at) == (NodeState.NOTICED, 110.0)
     assert (gone.state, gone.ended_at) == (NodeState.PREEMPTED, 115.0)
     assert s.work.notices == {noticed.id: 120.0}
-    assert s.zone_preemptions == {"us-b": [115.0]}
-    assert s.availability == {"us-a": True, "us-b": False}
+    assert s.fleet.zone_preemptions == {"us-b": [115.0]}
+    assert s.fleet.availability == {"us-a": True, "us-b": False}
     assert s.work.counters["nodes_preempted_total"] == 1.0
     assert set(s.work.nodes) == {up.id, noticed.id, gone.id}
     zones = {z.zone: z.spot_available for z in world.store.zones()}  # tick 0 writes them
@@ -314,7 +314,7 @@ def test_sync_fleet_takes_a_node_agents_notice_first(world: World) -> None:
     sync.run(200.0)
     assert (n.state, n.notice_at) == (NodeState.NOTICED, 200.0)
     assert world.state.work.notices == {n.id: 90.0}
-    assert world.state.external == {}
+    assert world.state.fleet.external == {}
 
 
 def test_evidence_mode_knows_a_zone_from_its_nodes_and_the_probes_a_policy_asked_for(
@@ -329,18 +329,18 @@ def test_evidence_mode_knows_a_zone_from_its_nodes_and_the_probes_a_policy_asked
     b = world.node(None, NodeState.READY, zone="us-b")
     fleet.spot_up["us-b"] = False  # the truth, not yet seen
     sync.run(60.0)
-    assert s.availability == {"us-a": True, "us-b": True} and fleet.probed == []
+    assert s.fleet.availability == {"us-a": True, "us-b": True} and fleet.probed == []
     fleet.become(a.instance_id or "", InstanceState.RUNNING, EventKind.READY, 100.0)
     fleet.become(b.instance_id or "", InstanceState.PREEMPTED, EventKind.PREEMPTED, 110.0)
     sync.run(120.0)
-    assert s.availability == {"us-a": True, "us-b": False} and fleet.probed == []
+    assert s.fleet.availability == {"us-a": True, "us-b": False} and fleet.probed == []
     fleet.spot_up["us-b"] = True  # back: unseen until a probe
     sync.run(180.0)
-    assert s.availability["us-b"] is False
-    s.probes = {"us-b"}
+    assert s.fleet.availability["us-b"] is False
+    s.fleet.probes = {"us-b"}
     sync.run(240.0)
-    assert fleet.probed == [("us-b", "p3.2xlarge")] and s.probes == set()
-    assert s.availability == {"us-a": True, "us-b": True}
+    assert fleet.probed == [("us-b", "p3.2xlarge")] and s.fleet.probes == set()
+    assert s.fleet.availability == {"us-a": True, "us-b": True}
     assert s.work.counters[counter_key("zone_probes_total", provider="kept", zone="us-b")] == 1.0
     assert s.work.counters[counter_key("zone_probe_cost_dollars_total", provider="kept")] == (
         pytest.approx(0.8 / 60))  # one minute of us-b's 0.8 $/h spot node
@@ -355,11 +355,11 @@ def test_a_probing_policy_asks_for_the_cheaper_zone_believed_down_while_on_spot(
     job.state, job.market, job.zone = JobState.RUNNING, Market.SPOT, "us-a"
     job.accounted_at = job.billed_at = 600.0
     world.node(job, NodeState.READY)
-    world.state.availability = {"us-a": True, "us-b": False}
+    world.state.fleet.availability = {"us-a": True, "us-b": False}
     AskPolicies(PolicyBook(), settings, world.state, world.rec, world.ops).run(600.0)
     assert [(d.policy, d.action) for d in world.state.work.decisions] == [
         ("spotplane_probing", "spot")]
-    assert world.state.probes == {"us-b"}
+    assert world.state.fleet.probes == {"us-b"}
 
 
 def test_an_unknown_zone_observation_names_the_field_and_the_choices(world: World) -> None:
@@ -445,7 +445,7 @@ def test_policies_switch_a_job_and_quarantine_a_failed_policy(world: World) -> N
     job.progress_hours, job.changeover_left_hours = 0.5, 0.25  # mid-changeover when it switches
     bad.state = JobState.QUEUED
     n = world.node(job, NodeState.READY)
-    world.state.availability = {"us-a": True, "us-b": False}
+    world.state.fleet.availability = {"us-a": True, "us-b": False}
     host = ScriptedHost({job.id: Action(Kind.ON_DEMAND), bad.id: PolicyFailed("boom")})
     AskPolicies(host, world.settings, world.state, world.rec, world.ops).run(600.0)
     w = world.state.work
@@ -476,7 +476,7 @@ def test_place_launches_a_gang_fails_the_unplaceable_and_keeps_tenant_limits(wor
     for j in (hp, a100, spot):
         j.state = JobState.QUEUED
     world.state.tenants = {world.tenant.id: world.tenant}  # max 4 GPUs
-    world.state.availability = {"us-a": True, "us-b": True}
+    world.state.fleet.availability = {"us-a": True, "us-b": True}
     _place(world).run(60.0)
     w = world.state.work
     assert hp.state is JobState.STARTING
@@ -547,7 +547,7 @@ def test_intents_are_durable_before_the_fleet_is_called_then_done(world: World) 
 def test_a_refused_spot_launch_fails_its_nodes_and_requeues_the_job(world: World) -> None:
     spot = world.job("sp", kind="spot", workers=1)
     spot.state = JobState.QUEUED
-    world.state.availability = {"us-a": True, "us-b": True}
+    world.state.fleet.availability = {"us-a": True, "us-b": True}
     _place(world).run(60.0)
     assert spot.zone == "us-b"  # the cheaper spot zone
     (node,) = [world.state.nodes[i] for i in spot.node_ids]
@@ -558,8 +558,8 @@ def test_a_refused_spot_launch_fails_its_nodes_and_requeues_the_job(world: World
     w = world.state.work
     assert (node.state, node.ended_at) == (NodeState.FAILED, 60.0)
     assert spot.state is JobState.QUEUED and spot.preemptions == 0 and spot.node_ids == []
-    assert world.state.refused == {"us-b": 60.0}
-    assert world.state.evidence == {"us-b": False}  # a refused launch: known down, for free
+    assert world.state.fleet.refused == {"us-b": 60.0}
+    assert world.state.fleet.evidence == {"us-b": False}  # a refused launch: known down, for free
     assert w.counters["launches_refused_total"] == 1.0
     assert [i.status for i in w.intents] == [INTENT_FAILED]
     assert world.fleet.instances == {}
@@ -570,7 +570,7 @@ def test_a_resumed_launch_intent_names_its_job_so_a_refusal_requeues_it(world: W
     from the stored intent alone; the job id it carries is what lets a refusal requeue the job."""
     spot = world.job("sp", kind="spot", workers=1)
     spot.state = JobState.QUEUED
-    world.state.availability = {"us-a": True, "us-b": True}
+    world.state.fleet.availability = {"us-a": True, "us-b": True}
     _place(world).run(60.0)
     Persist(world.store, world.settings, world.state, None).intents(60.0, {})
     (stored,) = world.store.pending_intents()
@@ -689,7 +689,7 @@ def test_a_lost_replica_is_replaced_in_the_best_spot_zone(world: World) -> None:
     job.accounted_at = job.billed_at = 500.0
     lost = world.node(job, NodeState.PREEMPTED, ended_at=500.0)
     kept = world.node(job, NodeState.READY)
-    world.state.availability = {"us-a": True, "us-b": True}
+    world.state.fleet.availability = {"us-a": True, "us-b": True}
     AdvanceJobs(world.state, world.rec, world.ops, _Replicas(), world.clock).run(560.0)
     assert job.state is JobState.RUNNING and job.preemptions == 0
     assert job.node_ids == [kept.id] and lost.job_id is None and not world.state.work.launches
@@ -712,7 +712,7 @@ def test_a_replacement_waits_for_room_in_its_pool_then_launches(world: World) ->
     job.accounted_at = job.billed_at = 500.0
     world.node(job, NodeState.PREEMPTED, ended_at=500.0)
     kept = world.node(job, NodeState.READY)
-    world.state.availability = {"us-a": True, "us-b": True}
+    world.state.fleet.availability = {"us-a": True, "us-b": True}
     AdvanceJobs(world.state, world.rec, world.ops, _Replicas(), world.clock).run(560.0)
     world.settings.pool_nodes = {kept.accelerator: 1}
     place = _place(world)
@@ -732,7 +732,7 @@ def test_a_replica_replacement_event_is_the_tenants_with_its_exact_cause(world: 
     job.accounted_at = job.billed_at = 500.0
     lost = world.node(job, NodeState.PREEMPTED, ended_at=500.0)
     world.node(job, NodeState.READY)
-    world.state.availability = {"us-a": True, "us-b": True}
+    world.state.fleet.availability = {"us-a": True, "us-b": True}
     AdvanceJobs(world.state, world.rec, world.ops, _Replicas(), world.clock).run(560.0)
     (ev,) = [e for e in world.state.work.events if e.kind == "replica"]
     assert (ev.at, ev.tenant_id, ev.job_id, ev.cause) == (
@@ -765,7 +765,7 @@ def test_launch_counters_carry_the_provider_and_a_refusals_error_as_prometheus_l
     hp, spot = world.job("hp", kind="hp", workers=2), world.job("sp", kind="spot")
     hp.state = spot.state = JobState.QUEUED
     world.state.tenants = {world.tenant.id: world.tenant}
-    world.state.availability = {"us-a": True, "us-b": True}
+    world.state.fleet.availability = {"us-a": True, "us-b": True}
     _place(world).run(60.0)
     assert (hp.market, spot.zone) == (Market.ON_DEMAND, "us-b")
     world.fleet.spot_up["us-b"] = False

@@ -19,7 +19,7 @@ from controlplane.reconcile.policyhost import LIVE_POLICIES, check_policy, defau
 from controlplane.reconcile.pool import PlacementPlan, Pool, plan, task_request
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.spares import HotSpares, lifetime_models, reuse_plugin
-from controlplane.reconcile.state import LoopState
+from controlplane.reconcile.state import Caches, LoopState
 from controlplane.store import Store
 from policies.reuse import ReuseByAge
 from policies.schedulers import make_scheduler, with_plugin
@@ -109,7 +109,7 @@ def test_unknown_reuse_mode_is_a_clear_error() -> None:
 def _reaper(tmp_path: Path, store: Store,
             **settings: object) -> tuple[LoopState, ReapIdle, HotSpares]:
     s = ControllerSettings(typical_job_hours=5.0, **settings)  # type: ignore[arg-type]
-    state = LoopState(offers=[], lifetime_models=dict(MODELS))
+    state = LoopState(offers=[], caches=Caches(lifetime_models=dict(MODELS)))
 
     class _Fleet:
         name = "sim"
@@ -117,7 +117,7 @@ def _reaper(tmp_path: Path, store: Store,
 
     rec = Recorder(state, _Fleet(), None)  # type: ignore[arg-type]
     ops = NodeOps(state, rec, _Fleet(), s, None)  # type: ignore[arg-type]
-    spares = HotSpares(s, state, reuse_plugin(s, state.lifetime_models, s.provision_hours))
+    spares = HotSpares(s, state, reuse_plugin(s, state.caches.lifetime_models, s.provision_hours))
     return state, ReapIdle(s, state, ops, spares), spares
 
 
@@ -220,10 +220,10 @@ def test_the_typical_job_is_the_median_of_the_live_jobs_not_the_finished_ones(st
     """Live jobs of 2, 4 and 6 h (queued, running) and finished ones of 20 and 30 h: the next
     arrival is expected to need 4 h; with no live job, the 1-h yardstick."""
     tenant = store.create_tenant("t")[0].id
-    state = LoopState(offers=[], lifetime_models=dict(MODELS))
+    state = LoopState(offers=[], caches=Caches(lifetime_models=dict(MODELS)))
     s = ControllerSettings()
     assert s.typical_job_hours is None
-    spares = HotSpares(s, state, reuse_plugin(s, state.lifetime_models, s.provision_hours))
+    spares = HotSpares(s, state, reuse_plugin(s, state.caches.lifetime_models, s.provision_hours))
     done = [(20.0, JobState.SUCCEEDED), (30.0, JobState.CANCELLED)]
     for hours, st in done + [(2.0, JobState.QUEUED), (4.0, JobState.RUNNING), (6.0, JobState.PENDING)]:
         job = _job(store, tenant, hours)
@@ -276,7 +276,7 @@ def test_priced_spares_drop_a_vm_dearer_than_the_fresh_one_a_launch_would_get(
     for priced in (False, True):
         state, _, spares = _reaper(tmp_path, store, spare_prices=priced)
         state.offers = offers
-        state.availability = {"us-east4-a": True, "us-central1-a": True}
+        state.fleet.availability = {"us-east4-a": True, "us-central1-a": True}
         now = 100 * HOUR
         for k in range(8):
             job = _job(store, tenant, 5.0)
@@ -286,10 +286,10 @@ def test_priced_spares_drop_a_vm_dearer_than_the_fresh_one_a_launch_would_get(
         if priced:
             assert spares.fresh_price(dear, now) == US_EAST4
             assert spares.priced_saving(dear, 5.0, now) == pytest.approx(-7.5112, abs=1e-4)
-            state.availability["us-east4-a"] = False
+            state.fleet.availability["us-east4-a"] = False
             assert spares.fresh_price(dear, now) == US_CENTRAL1
             assert spares.select([cheap, dear], now) == {cheap.id, dear.id}
-            state.availability["us-central1-a"] = False
+            state.fleet.availability["us-central1-a"] = False
             assert spares.fresh_price(dear, now) is None
             assert spares.priced_saving(dear, 5.0, now) == np.inf
             assert spares.select([cheap, dear], now) == {cheap.id, dear.id}
