@@ -14,12 +14,7 @@ import secrets
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from controlplane.core.errors import Conflict
 from controlplane.core.inputs import (
@@ -37,6 +32,33 @@ from controlplane.core.inputs import (
     params_schema,
 )
 from controlplane.core.runtime_env import MAX_METADATA, RuntimeEnv
+
+
+class Row(BaseModel):
+    """A stored record that remembers which of its fields were assigned since the store last
+    saw it: the reconcile loop saves exactly those rows, and nothing marks a change by hand.
+    A row made here (``Row(...)``) is all new; one the store loads (``model_validate*``) is
+    clean."""
+
+    _assigned: set[str] = PrivateAttr(default_factory=set)
+
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        self._assigned.update(type(self).model_fields)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in type(self).model_fields:
+            self._assigned.add(name)
+
+    @property
+    def assigned(self) -> frozenset[str]:
+        """The fields assigned since the last :meth:`mark_saved` (or since it was loaded)."""
+        return frozenset(self._assigned)
+
+    def mark_saved(self) -> None:
+        """The store now holds this row as it is."""
+        self._assigned.clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,7 +279,7 @@ class JobSpec(BaseModel):
         return self.gpus_per_worker * self.workers
 
 
-class Job(BaseModel):
+class Job(Row):
     """A stored job with its state, progress and cost."""
 
     model_config = ConfigDict(allow_inf_nan=False)  # a non-finite number is never stored
@@ -367,7 +389,7 @@ class Bag(BaseModel):
 # --------------------------------------------------------------------------------------------
 # Nodes, events, decisions, ledger rows
 # --------------------------------------------------------------------------------------------
-class Node(BaseModel):
+class Node(Row):
     id: str
     provider: str
     cloud: str

@@ -170,8 +170,6 @@ class Controller:
 
     def flush(self) -> None:
         """Write every active job's progress and cost now (before a clean stop)."""
-        for job in self.state.jobs.values():
-            self.state.work.progress[job.id] = job
         self.persist.results(self.clock.now(), flush=True)
 
     # -- the tick ------------------------------------------------------------------------------

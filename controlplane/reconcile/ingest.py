@@ -135,7 +135,7 @@ class Ingest:
         for tenant, n in evict.items():
             mine = sorted((s.admission.seqs[j.id], j.id) for j in s.jobs.values()
                           if j.tenant_id == tenant and j.state is JobState.QUEUED
-                          and j.id in s.admission.seqs and j.id not in s.work.jobs)
+                          and j.id in s.admission.seqs and not j.assigned)
             back = mine[len(mine) - n:] if n > 0 else []
             if not back:
                 continue

@@ -152,13 +152,11 @@ class AdvanceJobs:
         job.node_ids = [i for i in job.node_ids if i not in lost_ids]
         for n in lost:
             n.job_id = n.tenant_id = None
-            w.nodes[n.id] = n
         w.count("replica_replacements_total", len(lost))
         w.events.append(Event(
             at=now, tenant_id=job.tenant_id, job_id=job.id, kind="replica",
             cause=f"{len(lost)} replica node(s) lost ({', '.join(sorted(lost_ids))}); a replica "
                   f"survives, {len(lost)} replacement(s) requested"))
-        w.jobs[job.id] = job
         return True
 
     def _start_replacements(self, job: Job, nodes: Sequence[Node]) -> None:
@@ -195,7 +193,7 @@ class AdvanceJobs:
         self._count_checkpoint_io(job, r)
         job.checkpoints = max(job.checkpoints, r.checkpoints)
         job.accounted_at = now
-        self.state.work.jobs[job.id] = job
+        self.state.work.save_now.add(job.id)
         if r.failed is not None:
             self.ops.release(job, now, "job failed", keep=False)
             self.rec.move(job, JobState.FAILED, f"executor: {r.failed}", now)

@@ -80,7 +80,6 @@ class NodeOps:
                           "node_ids": [n.id for n in nodes]}
         for n in nodes:
             self.state.nodes[n.id] = n
-            w.nodes[n.id] = n
         req = LaunchRequest(intent.id, offer.zone, offer.instance_type, market,
                             count, {"job_id": job.id, "tenant_id": job.tenant_id})
         w.intents.append(intent)
@@ -124,13 +123,11 @@ class NodeOps:
     def release(self, job: Job, now: float, cause: str, *, keep: bool) -> None:
         """Detach the job's nodes: ready ones stay a while for reuse (``keep``), others end."""
         self.rec.bill(job, now)
-        w = self.state.work
         for node_id in job.node_ids:
             n = self.state.nodes.get(node_id)
             if n is None:
                 continue
             n.job_id = n.tenant_id = None
-            w.nodes[n.id] = n
             if n.gone or n.state is NodeState.TERMINATING:
                 continue
             if keep and n.state is NodeState.READY:
@@ -139,7 +136,6 @@ class NodeOps:
                 self.terminate(n, now, cause)
         job.node_ids = []
         job.billed_at = None
-        w.jobs[job.id] = job
 
     def preempt(self, job: Job, now: float, lost: Sequence[Node], cause: str = "",
                 reason: PreemptionReason | None = None) -> None:

@@ -19,7 +19,7 @@ from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.nodeops import NodeOps, PreemptionReason
 from controlplane.reconcile.placement import Demand
 from controlplane.reconcile.recorder import Recorder
-from controlplane.reconcile.state import LoopState, TickWork
+from controlplane.reconcile.state import PROGRESS_FIELDS, LoopState, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, Intent, Store
 
 log = logging.getLogger(__name__)
@@ -34,28 +34,40 @@ class Persist:
 
     def intents(self, now: float, demand: Demand) -> None:
         """The barrier: every intent (and every changed job and node) is durable before acting."""
-        self._commit(now, dict(self.state.work.jobs), demand)
+        self._commit(now, self._changed_jobs(progress=False), demand)
 
     def results(self, now: float, *, flush: bool = False) -> None:
         """After acting: the changes, plus the progress-only jobs due this tick (all if
         ``flush``): job j is due when (crc32(j) + ticks) mod persist_progress_every = 0."""
-        w = self.state.work
-        jobs = dict(w.jobs)
-        k = max(1, self.settings.persist_progress_every)
-        for job_id, job in w.progress.items():
-            if flush or (zlib.crc32(job_id.encode()) + self.state.ticks) % k == 0:
-                jobs.setdefault(job_id, job)
-        w.progress = {}
-        self._commit(now, jobs, None)
+        self._commit(now, self._changed_jobs(progress=True, flush=flush), None)
 
-    def _commit(self, now: float, jobs: dict[str, Job], demand: Demand | None) -> None:
+    def _changed_jobs(self, *, progress: bool, flush: bool = False) -> list[Job]:
+        """The jobs with assigned fields to save now: any but progress (:data:`PROGRESS_FIELDS`),
+        or an executor's report; with ``progress``, also the progress-only ones due this tick."""
+        s = self.state
+        now_ids = s.work.save_now
+        k = max(1, self.settings.persist_progress_every)
+        out = []
+        for job in s.jobs.values():
+            assigned = job.assigned
+            if not assigned:
+                continue
+            if not assigned <= PROGRESS_FIELDS or job.id in now_ids or (progress and (
+                    flush or (zlib.crc32(job.id.encode()) + s.ticks) % k == 0)):
+                out.append(job)
+        return out
+
+    def _commit(self, now: float, jobs: list[Job], demand: Demand | None) -> None:
         w = self.state.work
-        self.store.commit(jobs=list(jobs.values()), nodes=list(w.nodes.values()),
-                          events=w.events, decisions=w.decisions, intents=w.intents,
-                          control_time=now, counters=w.counters, demand=demand, demand_at=now,
-                          epoch=self.epoch, quarantine=w.quarantine)
-        w.jobs, w.nodes, w.events, w.decisions, w.intents, w.counters = {}, {}, [], [], [], {}
-        w.quarantine = []
+        nodes = [n for n in self.state.nodes.values() if n.assigned]
+        self.store.commit(jobs=jobs, nodes=nodes, events=w.events, decisions=w.decisions,
+                          intents=w.intents, control_time=now, counters=w.counters,
+                          demand=demand, demand_at=now, epoch=self.epoch,
+                          quarantine=w.quarantine)
+        for row in [*jobs, *nodes]:
+            row.mark_saved()
+        w.save_now -= {j.id for j in jobs}
+        w.events, w.decisions, w.intents, w.counters, w.quarantine = [], [], [], {}, []
 
 
 class Act:
@@ -132,7 +144,6 @@ class Act:
                 self.fleet.terminate([inst.instance_id])
                 self.rec.node_event(n, f"terminated {inst.instance_id} (released before launch)",
                                     now)
-            w.nodes[n.id] = n
 
 
 def resume_intent(work: TickWork, intent: Intent, now: float) -> None:

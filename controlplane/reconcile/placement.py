@@ -106,7 +106,6 @@ class Place:
         job.node_ids += [n.id for n in new]
         self.rec.decide(job, "replication", "replace", f"{len(new)} replacement {market.value} "
                         f"node(s) in {best.zone}", now, best.zone)
-        self.state.work.jobs[job.id] = job
 
     def _replacement_waits(self, job: Job, why: str, now: float) -> None:
         """A running job's replacements wait: one decision each time the reason changes."""
@@ -216,7 +215,6 @@ class Place:
         if job.message != f"waiting: {why}":
             job.message = f"waiting: {why}"
             self.rec.decide(job, "placement", "wait", why, now)
-            self.state.work.jobs[job.id] = job
 
     def _apply_plan(self, job: Job, p: PlacementPlan, offer: Offer, market: Market, pool: Pool,
                     now: float) -> None:
@@ -243,7 +241,6 @@ class Place:
         for n in reused:
             ops.end_idle(n, now)
             n.job_id, n.tenant_id, n.idle_since = job.id, job.tenant_id, None
-            w.nodes[n.id] = n
         new = ops.launch(job, offer, market, p.launch, now) if p.launch else []
         pool.nodes.extend(new)
         pool.commit(p, job, {i: n.id for i, n in zip(p.launch_slots, new, strict=True)}, now)

@@ -113,7 +113,6 @@ class AskPolicies:
             job.policy_action, job.policy_zone = kind, act.zone
             counters.count(w.counters, "deadline_decisions_total", policy=req.policy,
                           action=kind)
-            w.jobs[job.id] = job
         if job.state not in WITH_NODES:
             return
         switch = None

@@ -49,7 +49,6 @@ class Recorder:
                               cause=cause))
         job.state = dst
         job.message = cause
-        w.jobs[job.id] = job
         if dst is JobState.RUNNING and job.started_at is None:
             job.started_at = at
         if dst in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
@@ -76,7 +75,6 @@ class Recorder:
         w = self.state.work
         w.events.append(Event(at=at, tenant_id=node.tenant_id, job_id=node.job_id,
                               node_id=node.id, kind="node", dst=node.state.value, cause=cause))
-        w.nodes[node.id] = node
 
     def decide(self, job: Job, policy: str, action: str, reason: str, at: float,
                zone: str | None = None, obs: dict[str, Any] | None = None) -> None:
@@ -96,7 +94,6 @@ class Recorder:
         if until > job.accounted_at:
             workload.advance(job, job.accounted_at, until, self.move, self._interval)
             job.accounted_at = until
-            self.state.work.progress[job.id] = job
 
     def bill(self, job: Job, until: float) -> None:
         """Charge the job for its nodes' time since it was last billed (provisioning included):
@@ -120,7 +117,6 @@ class Recorder:
         job.billed_at = until
         od = self._od_price(job)
         job.on_demand_cost = max(job.on_demand_cost, job.progress_hours * job.spec.workers * od)
-        self.state.work.progress[job.id] = job
 
     def _od_price(self, job: Job) -> float:
         prices = [o.on_demand_price for o in self.state.offers_for(job)]

@@ -17,6 +17,13 @@ from policies.checkpoint import CheckpointIntervals
 from policies.preemption import PreemptionModel
 from policies.zones import ZoneEvidence
 
+#: The fields a job's progress and billing move every tick. A job whose only assigned fields are
+#: these is saved every ``persist_progress_every``-th tick (accounting restarts from the stored
+#: ``accounted_at``/``billed_at``, so nothing is lost); any other assignment is saved this tick.
+PROGRESS_FIELDS = frozenset({
+    "accounted_at", "billed_at", "cost", "gpu_hours", "on_demand_cost", "progress_hours",
+    "checkpointed_hours", "checkpoint_left_hours", "next_checkpoint_hours",
+    "changeover_left_hours", "checkpoints"})
 UP_STATES = frozenset({NodeState.READY, NodeState.NOTICED})
 WITH_NODES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CHECKPOINTING})
 
@@ -39,9 +46,9 @@ class TickWork:
 
     events: list[Event] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
-    jobs: dict[str, Job] = field(default_factory=dict)  # changed state: persisted this tick
-    progress: dict[str, Job] = field(default_factory=dict)  # only progress/cost moved
-    nodes: dict[str, Node] = field(default_factory=dict)
+    # jobs whose progress is saved this tick even when nothing else changed (an executor's
+    # report: what the workload cluster measured is not recomputed after a restart)
+    save_now: set[str] = field(default_factory=set)
     intents: list[Intent] = field(default_factory=list)
     launches: list[tuple[Intent, LaunchRequest, list[str]]] = field(default_factory=list)
     terminations: list[tuple[Intent, list[str]]] = field(default_factory=list)

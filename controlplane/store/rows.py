@@ -200,6 +200,7 @@ def job_from_row(r: tuple[Any, ...]) -> Job | BadRow:
         return BadRow("jobs", str(job_id), load_error(exc), state=state, tenant_id=tenant_id,
                       body=body if isinstance(body, str) else None)
     job.cancel_requested = bool(cancel)
+    job.mark_saved()  # as the store holds it (the cancel flag is its own column)
     return job
 
 

@@ -39,7 +39,7 @@ from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import PolicyBook, PolicyFailed, PolicyRequest
 from controlplane.reconcile.pool import Pool
 from controlplane.reconcile.recorder import Recorder
-from controlplane.reconcile.state import LoopState, TickReport, TickWork
+from controlplane.reconcile.state import PROGRESS_FIELDS, LoopState, TickReport, TickWork
 from controlplane.store import INTENT_DONE, INTENT_FAILED, INTENT_PENDING, Intent, Store
 from policies.checkpoint import CheckpointIntervals
 from policies.deadline import Action, DeadlineTask, Kind, Observation
@@ -199,13 +199,15 @@ def test_recorder_bills_each_node_for_the_time_it_served_the_job(world: World) -
     a = world.node(job, NodeState.READY)  # spot in us-a: 1 $/h
     b = world.node(job, NodeState.PREEMPTED, zone="us-b")  # 0.8 $/h, gone at 1200 s
     b.ended_at = 1200.0
+    job.mark_saved()
     world.rec.bill(job, 2400.0)
     assert a.price_per_hour == 1.0 and b.price_per_hour == 0.8
     assert job.cost == pytest.approx(1.0 * 1800 / HOUR + 0.8 * 600 / HOUR)
     assert job.gpu_hours == pytest.approx((1800 + 600) / HOUR)
     assert job.billed_at == 2400.0
     assert job.on_demand_cost == 0.0  # no progress yet
-    assert world.state.work.progress == {job.id: job}
+    # billing moves only progress fields: the job is saved on its progress schedule
+    assert job.assigned == {"cost", "gpu_hours", "billed_at", "on_demand_cost"} <= PROGRESS_FIELDS
 
 
 def test_recorder_plans_each_checkpoint_cost_with_its_own_planner(world: World) -> None:
@@ -224,13 +226,14 @@ def test_recorder_plans_each_checkpoint_cost_with_its_own_planner(world: World) 
 
 def test_recorder_move_records_the_transition_and_counts_the_end(world: World) -> None:
     job = world.job("a")
+    job.mark_saved()  # as loaded from the store
     world.rec.move(job, JobState.QUEUED, "accepted", 10.0)
     world.rec.move(job, JobState.CANCELLED, "cancelled", 20.0)
     w = world.state.work
     assert job.state is JobState.CANCELLED and job.finished_at == 20.0
     assert _transitions(w, job) == [("PENDING", "QUEUED"), ("QUEUED", "CANCELLED")]
     assert w.counters == {"jobs_cancelled_total": 1.0}
-    assert w.jobs == {job.id: job}
+    assert job.assigned == {"state", "message", "finished_at"}  # saved at the tick
 
 
 def test_recorder_observes_deadline_slack_only_when_a_deadline_job_succeeds(
@@ -288,6 +291,9 @@ def test_sync_fleet_folds_ready_notice_and_preemption_into_nodes(world: World) -
     up = world.node(None, NodeState.PROVISIONING)
     noticed = world.node(job, NodeState.READY)
     gone = world.node(job, NodeState.READY, zone="us-b")
+    calm = world.node(None, NodeState.READY)
+    for n in (up, noticed, gone, calm):
+        n.mark_saved()  # as loaded from the store
     world.fleet.become(up.instance_id or "", InstanceState.RUNNING, EventKind.READY, 100.0)
     world.fleet.become(noticed.instance_id or "", InstanceState.NOTICED,
                        EventKind.PREEMPTION_NOTICE, 110.0, seconds_left=120.0)
@@ -302,7 +308,7 @@ def test_sync_fleet_folds_ready_notice_and_preemption_into_nodes(world: World) -
     assert s.fleet.zone_preemptions == {"us-b": [115.0]}
     assert s.fleet.availability == {"us-a": True, "us-b": False}
     assert s.work.counters["nodes_preempted_total"] == 1.0
-    assert set(s.work.nodes) == {up.id, noticed.id, gone.id}
+    assert {n.id for n in s.nodes.values() if n.assigned} == {up.id, noticed.id, gone.id}
     zones = {z.zone: z.spot_available for z in world.store.zones()}  # tick 0 writes them
     assert zones == {"us-a": True, "us-b": False}
 
@@ -838,3 +844,61 @@ def test_a_node_released_before_its_launch_is_confirmed_is_terminated_on_arrival
     assert {i.state for i in world.fleet.instances.values()} == {InstanceState.TERMINATED}
     causes = [e.cause for e in world.state.work.events if e.kind == "node" and e.cause.startswith("terminated")]
     assert causes == [f"terminated {n.instance_id} (released before launch)" for n in nodes]
+
+
+# -- the unit of work: what changed is saved, nothing marks it by hand ---------------------------
+def test_any_assigned_field_is_saved_at_the_tick_and_progress_on_its_schedule(world: World) -> None:
+    """A field a phase assigns (here the message, as no phase records it) reaches the store at
+    the tick's commit; a progress-only change waits for the job's turn, and is saved then."""
+    world.settings.persist_progress_every = 1_000_000
+    world.state.ticks = 1
+    changed, moved = world.job("changed"), world.job("moved")
+    for job in (changed, moved):
+        job.mark_saved()  # as loaded from the store
+    changed.message = "waiting: a reason no phase records"
+    moved.progress_hours, moved.accounted_at = 0.5, 1800.0
+    persist = Persist(world.store, world.settings, world.state, None)
+    persist.intents(1800.0, {})
+    persist.results(1800.0)
+    assert world.store.get_job(changed.id).message == "waiting: a reason no phase records"
+    assert not changed.assigned
+    assert world.store.get_job(moved.id).progress_hours == 0.0  # not its turn
+    assert moved.assigned == {"progress_hours", "accounted_at"}
+    persist.results(1800.0, flush=True)
+    assert world.store.get_job(moved.id).progress_hours == 0.5 and not moved.assigned
+
+
+def test_an_executor_report_is_saved_the_same_tick(world: World) -> None:
+    """What the workload cluster measured is saved at once, though only progress moved."""
+    world.settings.persist_progress_every = 1_000_000
+    world.state.ticks = 1
+    job = world.job("real", entrypoint="python train.py")
+    job.state = JobState.RUNNING
+    job.mark_saved()
+    AdvanceJobs(world.state, world.rec, world.ops, None, world.clock)._apply_report(
+        job, ExecutorReport(progress_hours=0.25, checkpointed_hours=0.2, checkpoints=1), 900.0)
+    Persist(world.store, world.settings, world.state, None).results(900.0)
+    stored = world.store.get_job(job.id)
+    assert (stored.progress_hours, stored.checkpointed_hours, stored.checkpoints) == (0.25, 0.2, 1)
+    assert not job.assigned and job.id not in world.state.work.save_now
+
+
+def test_a_failed_commit_keeps_the_changes_for_the_next_one(world: World,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    node = world.node(None, NodeState.READY)
+    node.mark_saved()
+    node.idle_since = 300.0
+    persist = Persist(world.store, world.settings, world.state, None)
+
+    def refused(**_: object) -> None:
+        raise RuntimeError("the store is away")
+
+    with monkeypatch.context() as m:
+        m.setattr(world.store, "commit", refused)
+        with pytest.raises(RuntimeError):
+            persist.results(300.0)
+    assert node.assigned == {"idle_since"}
+    persist.results(360.0)
+    assert not node.assigned
+    (stored,) = [n for n in world.store.load_nodes(live_only=True)[0] if n.id == node.id]
+    assert stored.idle_since == 300.0
