@@ -12,7 +12,7 @@ replaces the last), so the provider always sends the bundles of every live slot.
 - READY: an alive node whose custom resources match the slot's node type and no other slot holds.
 - PREEMPTED: that node is DEAD in the state API and we did not release it (the state message,
   e.g. "Unexpected termination: health check failed", is the detail). The two-minute / 30 s
-  notice comes from the node's own metadata watcher (:mod:`clusters.metadata`), not from here.
+  notice comes from the node's own metadata watcher (:mod:`clusters.notices`), not from here.
 - LAUNCH_FAILED: no node came within ``launch_timeout_s``; the bundle is withdrawn.
 - TERMINATED: we released the slot (its bundle is withdrawn; the autoscaler removes the idle node).
 """
@@ -36,6 +36,7 @@ from clusters.fleet import (
     LaunchRequest,
     Offer,
 )
+from clusters.providers import Capability, fleet_provider, list_prices
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import CapacityUnavailable, CloudError, ConfigError, InvalidInput
 from controlplane.core.models import Market
@@ -99,10 +100,6 @@ class Slot:
 def node_types_from_config(config: dict[str, Any], prices: dict[str, tuple[float, float]] | None = None,
                            ) -> dict[str, NodeTypeSpec]:
     """Worker node types of a cluster-launcher config (``ray-cluster.yaml`` shape)."""
-    # deferred: boto3 and google-cloud-compute load only when a cluster YAML needs their prices
-    from clusters.aws import ON_DEMAND_USD_PER_HOUR
-    from clusters.gcp import PRICES
-
     if not isinstance(config, dict):
         raise ConfigError("ray fleet: the cluster config must be a mapping", fix="give the yaml `ray up` used")
     types = config.get("available_node_types") or {}
@@ -121,8 +118,7 @@ def node_types_from_config(config: dict[str, Any], prices: dict[str, tuple[float
                               fix="add resources: {spot: 1} or {on_demand: 1} to it")
         nc = node.get("node_config") or {}
         machine = str(nc.get("InstanceType") or nc.get("machineType") or name)
-        od = ON_DEMAND_USD_PER_HOUR.get(machine, PRICES.get(machine, (math.nan, math.nan))[1])
-        spot = PRICES.get(machine, (od * DEFAULT_SPOT_DISCOUNT, od))[0]
+        spot, od = _machine_prices(machine)
         if prices and name in prices:
             spot, od = prices[name]
         max_workers = _config_number(name, "max_workers", node.get("max_workers", config.get("max_workers", 0)))
@@ -134,6 +130,16 @@ def node_types_from_config(config: dict[str, Any], prices: dict[str, tuple[float
         raise ConfigError("ray fleet: the cluster config has no worker node types (only the head, or none)",
                           fix="add a node type with resources: {spot: 1} or {on_demand: 1} to available_node_types")
     return out
+
+
+def _machine_prices(machine: str) -> tuple[float, float]:
+    """(spot, on-demand) USD/hour of the machine a node type runs on, from its cloud's catalog
+    (spot at ``DEFAULT_SPOT_DISCOUNT`` of on-demand where the catalog has no spot price)."""
+    found = list_prices(machine)
+    if found is None:
+        return math.nan, math.nan
+    spot, on_demand = found
+    return (on_demand * DEFAULT_SPOT_DISCOUNT if spot is None else spot), on_demand
 
 
 def _config_number(node_type: str, key: str, value: Any) -> float:
@@ -184,6 +190,7 @@ def _request(bundles: list[Bundle]) -> None:
     request_resources(bundles=bundles)
 
 
+@fleet_provider(CLOUD, capabilities=frozenset({Capability.RAY_NODES}))
 class RayAutoscalerFleet(FleetProvider):
     """FleetProvider that asks the Ray autoscaler for whole nodes of its configured node types."""
 
