@@ -14,7 +14,7 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import clusters
 from clusters.fleet import FleetProvider, LifetimeModel
@@ -33,8 +33,15 @@ class Capability(StrEnum):
 
 WatcherFactory = Callable[..., NoticeWatcher]
 Prices = Callable[[str], "tuple[float | None, float] | None"]
-Lifetimes = Callable[[LifetimeModel], LifetimeModel]
 P = TypeVar("P", bound=type[FleetProvider])
+L = TypeVar("L", bound=LifetimeModel)
+
+
+class Lifetimes(Protocol):
+    """A cloud's spot lifetimes from a fitted model: the same kind of model, the cloud's limits on."""
+
+    def __call__(self, fitted: L) -> L: ...
+
 
 
 @dataclass(frozen=True)

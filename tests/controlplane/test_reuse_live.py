@@ -13,12 +13,13 @@ from controlplane.core.errors import InvalidInput, UnknownReference
 from controlplane.core.models import Job, JobKind, JobSpec, JobState, Market, Node, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.lifetimes import lifetime_models
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.placement import ReapIdle
 from controlplane.reconcile.policyhost import check_policy, default_policy, live_policies
 from controlplane.reconcile.pool import PlacementPlan, Pool, plan, task_request
 from controlplane.reconcile.recorder import Recorder
-from controlplane.reconcile.spares import HotSpares, lifetime_models, reuse_plugin
+from controlplane.reconcile.spares import HotSpares, reuse_plugin
 from controlplane.reconcile.state import LoopState
 from controlplane.store import Store
 from policies.reuse import ReuseByAge
