@@ -1,11 +1,9 @@
-"""What every real-cloud provider shares: jittered retries of throttled calls, trying zones in
-turn, and turning the cloud's instance states into events.
+"""What every real-cloud provider shares: jittered retries of throttled calls, and trying zones in turn.
 
 ``Backoff`` is "full jitter" exponential backoff (sleep ``U(0, min(cap, base * 2**attempt))``)
 on the control plane's :class:`~controlplane.core.clock.Clock`, so tests step a ``SimClock`` instead
 of sleeping. ``launch_first_available`` is how a caller turns "no spot here now"
 (:class:`~controlplane.core.errors.CapacityUnavailable`) into "try the next zone".
-:class:`StateDiffer` is how a polled cloud (AWS, GCP) reports what changed since the last poll.
 """
 
 from __future__ import annotations
@@ -17,14 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from clusters.fleet import (
-    EventKind,
-    FleetEvent,
-    FleetProvider,
-    Instance,
-    InstanceState,
-    LaunchRequest,
-)
+from clusters.fleet import FleetProvider, Instance, LaunchRequest
 from controlplane.core.clock import Clock
 from controlplane.core.errors import CapacityUnavailable, InvalidInput
 
@@ -90,43 +81,3 @@ def launch_first_available(
 def env_list(name: str) -> list[str]:
     """A comma-separated list from the environment (``SPOTPLANE_AWS_ZONES=us-east-1a,us-east-1b``)."""
     return [part.strip() for part in os.environ.get(name, "").split(",") if part.strip()]
-
-
-FINAL_STATES = frozenset({InstanceState.PREEMPTED, InstanceState.TERMINATED})
-STARTING_STATES = (None, InstanceState.PENDING)
-
-
-class StateDiffer:
-    """Cloud state to events: each instance's state against the one seen at the last poll."""
-
-    def __init__(self) -> None:
-        self.last: dict[str, InstanceState] = {}
-        self.ours_ended: set[str] = set()  # instances we terminated ourselves
-
-    def ended_by_us(self, instance_ids: Sequence[str]) -> None:
-        """Remember that we terminated these (their end is no failed launch)."""
-        self.ours_ended.update(instance_ids)
-
-    def known(self) -> set[str]:
-        """Every instance seen at some poll."""
-        return set(self.last)
-
-    def events(self, instance_id: str, zone: str, state: InstanceState, now: float, *,
-               detail: str = "", may_have_failed: bool = False) -> list[FleetEvent]:
-        """The event of ``instance_id`` reaching ``state`` (none when nothing changed or it had
-        ended); an instance that ends while starting, not by us, is a failed launch when the
-        cloud says why (``may_have_failed``)."""
-        before = self.last.get(instance_id)
-        self.last[instance_id] = state
-        if state == before or before in FINAL_STATES:
-            return []
-        if state in (InstanceState.RUNNING, InstanceState.NOTICED) and before in STARTING_STATES:
-            return [FleetEvent(EventKind.READY, instance_id, zone, now)]
-        if state == InstanceState.PREEMPTED:
-            return [FleetEvent(EventKind.PREEMPTED, instance_id, zone, now, detail=detail)]
-        if state == InstanceState.TERMINATED:
-            failed = (may_have_failed and instance_id not in self.ours_ended
-                      and before in STARTING_STATES)
-            kind = EventKind.LAUNCH_FAILED if failed else EventKind.TERMINATED
-            return [FleetEvent(kind, instance_id, zone, now, detail=detail)]
-        return []

@@ -32,7 +32,7 @@ from typing import Any
 
 from clusters.aws.catalog import ON_DEMAND_USD_PER_HOUR, list_prices
 from clusters.aws.notices import NOTICE_SECONDS, AwsSpotNoticeWatcher
-from clusters.cloudcalls import Backoff, StateDiffer, env_list
+from clusters.cloudcalls import Backoff, env_list
 from clusters.fleet import (
     EventKind,
     FleetEvent,
@@ -43,6 +43,7 @@ from clusters.fleet import (
     Offer,
 )
 from clusters.providers import Capability, fleet_provider
+from clusters.statediff import StateDiffer
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
 from controlplane.core.models import Market

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from clusters.cloudcalls import Backoff, StateDiffer, env_list
+from clusters.cloudcalls import Backoff, env_list
 from clusters.fleet import (
     EventKind,
     FleetEvent,
@@ -44,6 +44,7 @@ from clusters.gcp.catalog import ATTACHED_GPUS, PRICES, gpu_name, list_prices, u
 from clusters.gcp.lifetime import spot_lifetimes
 from clusters.gcp.notices import NOTICE_SECONDS, GcpPreemptionWatcher
 from clusters.providers import Capability, fleet_provider
+from clusters.statediff import StateDiffer
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
 from controlplane.core.models import Market
