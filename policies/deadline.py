@@ -23,6 +23,7 @@ margin is ``max(2d, d + tick)``: after one more idle tick on-demand still finish
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import pkgutil
 from collections.abc import Callable, Sequence
@@ -178,13 +179,23 @@ def deadline_policy(name: str, *, live: bool = False, ticked: bool = False,
 
 
 def registered_policies() -> dict[str, PolicyEntry]:
-    """Every deadline policy, by name: each module of ``policies`` registers its own on import."""
+    """Every deadline policy, by name: each module of ``policies`` that carries the decorator
+    registers its own on import (the others, scipy's users among them, are not imported)."""
     if not _DISCOVERED:
         package = importlib.import_module(__name__.rpartition(".")[0])
         for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
-            importlib.import_module(module.name)
+            if _declares_policies(module):
+                importlib.import_module(module.name)
         _DISCOVERED.append(True)
     return dict(_REGISTRY)
+
+
+def _declares_policies(module: pkgutil.ModuleInfo) -> bool:
+    spec = importlib.util.find_spec(module.name)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return False
+    with open(spec.origin, encoding="utf-8") as source:
+        return f"@{deadline_policy.__name__}(" in source.read()
 
 
 def policy_names() -> list[str]:
