@@ -32,7 +32,7 @@ class Capability(StrEnum):
 
 
 WatcherFactory = Callable[..., NoticeWatcher]
-Prices = Callable[[str], "tuple[float | None, float] | None"]
+Prices = Callable[[str], tuple[float | None, float] | None]
 P = TypeVar("P", bound=type[FleetProvider])
 L = TypeVar("L", bound=LifetimeModel)
 
@@ -41,7 +41,6 @@ class Lifetimes(Protocol):
     """A cloud's spot lifetimes from a fitted model: the same kind of model, the cloud's limits on."""
 
     def __call__(self, fitted: L) -> L: ...
-
 
 
 @dataclass(frozen=True)
