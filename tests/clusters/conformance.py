@@ -322,7 +322,8 @@ def _gcp(request: pytest.FixtureRequest, clock: SimClock) -> Iterator[Harness]:
 
 
 def _ray(request: pytest.FixtureRequest, clock: SimClock) -> Harness:
-    from clusters.ray.fleet import RayAutoscalerFleet, node_types_from_config
+    from clusters.ray.catalog import node_types_from_config
+    from clusters.ray.fleet import RayAutoscalerFleet
 
     nodes: list[dict[str, Any]] = []
     requests: list[list[dict[str, float]]] = []
