@@ -2,7 +2,7 @@
 
 On a real Ray cluster the actor is pinned to its node with ``NodeAffinitySchedulingStrategy``
 (:func:`node_actor_options`), so it dies with the node and can watch the node's metadata server
-(``clusters/metadata.py``). On the simulated fleet there is no Ray node per instance;
+(``clusters/notices.py``). On the simulated fleet there is no Ray node per instance;
 the controller folds the fleet's events itself and NodeActors are optional.
 """
 
@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.actor import ActorHandle
 
-from clusters.metadata import NoticeWatch, PreemptionNotice, instance_identity, watcher_for
+from clusters.notices import NoticeWatch, PreemptionNotice
+from clusters.providers import instance_identity, watcher_for
 from controlplane.core.clock import Clock, WallClock
 
 if TYPE_CHECKING:
-    from clusters.metadata import NoticeWatch
+    from clusters.notices import NoticeWatch
 
 
 class NodeActor:
@@ -47,7 +48,7 @@ class NodeActor:
 
     def watch_metadata(self, cloud: str, listeners: Sequence[tuple[Any, str]] = (),
                        base_url: str | None = None) -> str:
-        """Watch this node's metadata server (``clusters.metadata``); on a notice record it and
+        """Watch this node's metadata server (``clusters.notices``); on a notice record it and
         call ``listener.<method>(instance_id, seconds_left)`` at once (``.remote`` on actors).
 
         An actor made with an empty ``instance_id`` first asks the metadata server for it (the

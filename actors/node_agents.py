@@ -27,6 +27,7 @@ from typing import Any
 import ray
 
 from actors.node import RemoteNodeActor, node_actor_options
+from clusters.providers import Capability, notice_clouds, registered
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import InvalidInput
 
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 AGENT_PREFIX = "spotplane-node-"
 SUPERVISOR_NAME = "spotplane-node-agents"
 NODE_CLOUD_ENV = "SPOTPLANE_NODE_CLOUD"
-NODE_CLOUDS = ("aws", "gcp")
 IDENTITIES = ("metadata", "ray_node")
 HEAD_RESOURCE = "node:__internal_head__"
 
@@ -95,22 +95,27 @@ def ray_nodes() -> list[dict[str, Any]]:
 
 def node_agent_cloud(fleet: str, node_cloud: str | None = None,
                      env: Mapping[str, str] | None = None) -> str | None:
-    """The metadata server the agents of ``fleet`` read: None for the simulated fleet (no agents),
-    the fleet's cloud for aws/gcp, ``node_cloud`` or ``$SPOTPLANE_NODE_CLOUD`` (default aws) for ray."""
-    if fleet in NODE_CLOUDS:
+    """The metadata server the agents of ``fleet`` read: the fleet's own where its provider
+    watches notices (aws, gcp), ``node_cloud`` or ``$SPOTPLANE_NODE_CLOUD`` (default aws) where
+    its instances are Ray nodes (ray), else None (the simulated fleet: no agents)."""
+    entry = registered().get(fleet)
+    if entry is not None and entry.can(Capability.NOTICES):
         return fleet
-    if fleet != "ray":
+    if entry is None or not entry.can(Capability.RAY_NODES):
         return None
     cloud = node_cloud or (os.environ if env is None else env).get(NODE_CLOUD_ENV) or "aws"
-    if cloud not in NODE_CLOUDS:
+    if cloud not in notice_clouds():
         raise InvalidInput("node_cloud", f"no metadata server for {cloud!r}",
-                           fix=f"set {NODE_CLOUD_ENV} to aws or gcp (the cloud the Ray nodes run on)")
+                           fix=f"set {NODE_CLOUD_ENV} to one of {', '.join(notice_clouds())} "
+                               "(the cloud the Ray nodes run on)")
     return cloud
 
 
 def node_agent_identity(fleet: str) -> str:
-    """How agents name their node: the ray fleet's instances are slots bound to Ray node ids."""
-    return "ray_node" if fleet == "ray" else "metadata"
+    """How agents name their node: instances that are Ray nodes (the ray fleet's slots) by their
+    Ray node id, others by the id their metadata server gives."""
+    entry = registered().get(fleet)
+    return "ray_node" if entry is not None and entry.can(Capability.RAY_NODES) else "metadata"
 
 
 class NodeAgentSupervisor:
@@ -121,8 +126,9 @@ class NodeAgentSupervisor:
                  identity: str = "metadata", every_s: float = 5.0, retry_s: float = 30.0,
                  autostart: bool = True, list_nodes: NodeLister | None = None,
                  clock: Clock | None = None) -> None:
-        if cloud not in NODE_CLOUDS:
-            raise InvalidInput("cloud", f"no metadata watcher for {cloud!r}", fix="use 'aws' or 'gcp'")
+        if cloud not in notice_clouds():
+            raise InvalidInput("cloud", f"no metadata watcher for {cloud!r}",
+                               fix=f"use one of {', '.join(notice_clouds())}")
         if identity not in IDENTITIES:
             raise InvalidInput("identity", f"unknown identity {identity!r}", fix=f"use one of {IDENTITIES}")
         if every_s <= 0:

@@ -32,7 +32,7 @@ import numpy as np
 from benchmarks import entry
 from benchmarks.controller import _jobs
 from benchmarks.stores import store_at
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import InvalidInput
 from controlplane.core.models import JobKind, JobSpec, JobState

@@ -26,7 +26,7 @@ from actors.deadline import RemoteDeadlinePolicyActor
 from actors.raylocal import init_local_ray
 from benchmarks import entry
 from benchmarks.stores import store_at
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.models import JobKind, JobSpec, JobState
 from controlplane.reconcile.contracts import ControllerSettings

@@ -40,7 +40,7 @@ from actors.localcluster import MultiNodeWorkload
 from actors.raylocal import init_local_ray
 from benchmarks import entry
 from benchmarks.api import free_port
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.cli.packaging import upload_working_dir
 from controlplane.client import SpotplaneClient
 from controlplane.core.clock import SimClock

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import entry
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import InvalidInput
 from controlplane.core.models import Job, JobKind, JobSpec, JobState, NodeState

@@ -4,7 +4,7 @@
         [--plot F.png]
 
 The real :class:`~controlplane.reconcile.controller.Controller` and store (no Ray) on the
-:class:`~clusters.simfleet.SimulatedFleet` replaying the 9 AWS V100 zones' real traces, on a
+:class:`~clusters.sim.fleet.SimulatedFleet` replaying the 9 AWS V100 zones' real traces, on a
 stepped clock (60 s ticks). One deadline job at a time (one V100, compute ``C`` drawn uniform in
 6-20 h, deadline ``R = ratio x C``); draw ``i`` starts the fleet ``trace_offset_hours`` into the
 traces (offsets spread evenly over them) with fleet seed ``seed + i``. Each draw runs twice, the
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import entry
-from clusters.simfleet import AWS_COLLECTION, SimulatedFleet
+from clusters.sim import AWS_COLLECTION, SimulatedFleet
 from clusters.traces import DataCatalog
 from controlplane.core.clock import SimClock
 from controlplane.core.config import data_dir

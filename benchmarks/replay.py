@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import entry
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.cli.demo import DemoReport, Scenario, build_report
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import InvalidInput

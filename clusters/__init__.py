@@ -1,1 +1,1 @@
-"""The world outside: fleet providers behind one interface, catalogs, trace loading, artifacts."""
+"""The world outside: one package per cloud (aws, gcp, ray, sim) behind one interface and a registry, catalogs, trace loading, artifacts."""

@@ -22,11 +22,14 @@ margin is ``max(2d, d + tick)``: after one more idle tick on-demand still finish
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import math
+import pkgutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -147,6 +150,59 @@ class DeadlinePolicy(Protocol):
 # ---------------------------------------------------------------------------------------------
 # Shared rule helpers
 # ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PolicyEntry:
+    """One registered deadline policy: its maker and what it declares."""
+
+    name: str
+    maker: Callable[..., DeadlinePolicy]
+    live: bool = False  # a live job may name it: made from the task (and tick_hours) alone
+    ticked: bool = False  # its maker takes the controller's tick_hours
+    probing: bool = False  # it asks for zone probes (retry_hours, probe_idle in a live host)
+
+
+_REGISTRY: dict[str, PolicyEntry] = {}
+_DISCOVERED: list[bool] = []
+
+M = TypeVar("M", bound=Callable[..., DeadlinePolicy])
+
+
+def deadline_policy(name: str, *, live: bool = False, ticked: bool = False,
+                    probing: bool = False) -> Callable[[M], M]:
+    """Register the decorated policy class (or maker function) as ``name`` for :func:`make_policy`."""
+
+    def register(maker: M) -> M:
+        _REGISTRY[name] = PolicyEntry(name, maker, live=live, ticked=ticked, probing=probing)
+        return maker
+
+    return register
+
+
+def registered_policies() -> dict[str, PolicyEntry]:
+    """Every deadline policy, by name: each module of ``policies`` that carries the decorator
+    registers its own on import (the others, scipy's users among them, are not imported)."""
+    if not _DISCOVERED:
+        package = importlib.import_module(__name__.rpartition(".")[0])
+        for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+            if _declares_policies(module):
+                importlib.import_module(module.name)
+        _DISCOVERED.append(True)
+    return dict(_REGISTRY)
+
+
+def _declares_policies(module: pkgutil.ModuleInfo) -> bool:
+    spec = importlib.util.find_spec(module.name)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return False
+    with open(spec.origin, encoding="utf-8") as source:
+        return f"@{deadline_policy.__name__}(" in source.read()
+
+
+def policy_names() -> list[str]:
+    """Every registered policy's name, sorted."""
+    return sorted(registered_policies())
+
+
 class _RulesBase:
     """Common bookkeeping: slack, Safety-Net margins, Thrifty / relaxed-C handling."""
 
@@ -183,6 +239,7 @@ class _RulesBase:
             raise InvalidInput("state", f"state of {state.get('name')!r} given to {self.name!r}")
 
 
+@deadline_policy("on_demand", live=True)
 class OnDemandOnly(_RulesBase):
     """Baseline: on-demand from start to finish."""
 
@@ -192,6 +249,7 @@ class OnDemandOnly(_RulesBase):
         return ON_DEMAND
 
 
+@deadline_policy("greedy", live=True, ticked=True)
 class Greedy(_RulesBase):
     """Sec. 3.4: spot whenever available, Safety Net to on-demand and stay there to the end."""
 
@@ -213,6 +271,7 @@ class Greedy(_RulesBase):
         return IDLE
 
 
+@deadline_policy("uniform_progress", live=True, ticked=True)
 class UniformProgress(_RulesBase):
     """Sec. 5.2: Uniform Progress with Taking Risks, hysteresis cp(t) >= ep(t + 2d), Safety Net.
 
@@ -251,6 +310,7 @@ class UniformProgress(_RulesBase):
         return IDLE
 
 
+@deadline_policy("uniform_progress_loose", live=True, ticked=True)
 class UniformProgressLoose(UniformProgress):
     """App. A.8: with a loose deadline use spot greedily until C(t)/R(t) reaches ``switch`` (0.7),
     then Uniform Progress on the line from that point (t0, cp(t0)) to (R, C)."""
@@ -291,6 +351,7 @@ class UniformProgressLoose(UniformProgress):
         self._cp0 = float(state.get("cp0", 0.0))
 
 
+@deadline_policy("time_sliced", live=True, ticked=True)
 class TimeSliced(_RulesBase):
     """Sec. 5.1: greedy inside each of n slices of R/n with cumulative targets i C/n.
 
@@ -342,6 +403,7 @@ class TimeSliced(_RulesBase):
         self._od_until = float(state.get("od_until", -1.0))
 
 
+@deadline_policy("up_oracle")
 class UniformProgressOracle(_RulesBase):
     """Sec. 5.4: Uniform Progress told the lifetime o(t) of the spot instance it would get now.
 
@@ -423,49 +485,10 @@ CODE_KIND: tuple[Kind, Kind, Kind] = (Kind.IDLE, Kind.SPOT, Kind.ON_DEMAND)
 ACTIONS: tuple[Action, Action, Action] = (IDLE, SPOT, ON_DEMAND)
 
 
-@dataclass
-class _Registry:
-    makers: dict[str, Callable[..., DeadlinePolicy]] = field(default_factory=dict)
-
-
-_REGISTRY = _Registry()
-
-
-def register_policy(name: str, maker: Callable[..., DeadlinePolicy]) -> None:
-    """Let another module (omniscient, multizone) add a name to :func:`make_policy`."""
-    _REGISTRY.makers[name] = maker
-
-
-register_policy("on_demand", OnDemandOnly)
-register_policy("greedy", Greedy)
-register_policy("uniform_progress", UniformProgress)
-register_policy("uniform_progress_loose", UniformProgressLoose)
-register_policy("time_sliced", TimeSliced)
-register_policy("up_oracle", UniformProgressOracle)
-
-
-def policy_names() -> list[str]:
-    _load_extensions()
-    return sorted(_REGISTRY.makers)
-
-
-def _load_extensions() -> None:
-    # Import for their register_policy side effect (they import this module, so lazily).
-    import importlib
-
-    for mod in ("policies.omniscient", "policies.multizone", "policies.paid_observation", "policies.semimarkov"):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:  # pragma: no cover - only while a module is absent
-            if exc.name != mod:
-                raise
-
-
 def make_policy(name: str, task: DeadlineTask, **kwargs: Any) -> DeadlinePolicy:
     """A policy by name: greedy, uniform_progress, time_sliced (n=), up_oracle (lifetime=),
     partial_lookahead (availability=, n=), omniscient (availability=), on_demand, spotplane."""
-    _load_extensions()
-    maker = _REGISTRY.makers.get(name)
-    if maker is None:
-        raise InvalidInput("policy", f"unknown policy {name!r}", fix=f"one of {', '.join(sorted(_REGISTRY.makers))}")
-    return maker(task, **kwargs)
+    entry = registered_policies().get(name)
+    if entry is None:
+        raise InvalidInput("policy", f"unknown policy {name!r}", fix=f"one of {', '.join(policy_names())}")
+    return entry.maker(task, **kwargs)

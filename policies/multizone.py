@@ -33,7 +33,7 @@ from policies.deadline import (
     Observation,
     UniformProgress,
     ZoneView,
-    register_policy,
+    deadline_policy,
 )
 from policies.omniscient import Mode, Plan, plan_modes
 from policies.semimarkov import SemiMarkovDP
@@ -274,15 +274,14 @@ class MultiZonePlanPolicy:
         return None
 
 
+@deadline_policy("spotplane", live=True, ticked=True)
 def _make_spotplane(task: DeadlineTask, **kw: Any) -> SpotplaneMultiZone:
     return SpotplaneMultiZone(task, **kw)
 
 
+@deadline_policy("up_eager_failover", live=True, ticked=True)
 def _make_eager(task: DeadlineTask, *, tick_hours: float = 0.0, **_: Any) -> EagerFailover:
     return EagerFailover(task, tick_hours=tick_hours)
 
-
-register_policy("spotplane", _make_spotplane)
-register_policy("up_eager_failover", _make_eager)
 
 __all__ = ["ZonePinned", "EagerFailover", "SpotplaneMultiZone", "multizone_plan", "MultiZonePlanPolicy", "zone_modes"]

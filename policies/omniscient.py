@@ -38,7 +38,7 @@ from policies.deadline import (
     Observation,
     PlanPolicy,
     _RulesBase,
-    register_policy,
+    deadline_policy,
 )
 from policies.deadline_sim import simulate
 
@@ -399,13 +399,11 @@ class PartialLookahead(_RulesBase):
         self._last_change = int(state["last_change"])
 
 
+@deadline_policy("omniscient")
 def _make_omniscient(task: DeadlineTask, *, availability: Sequence[bool] | BoolArray, tick_hours: float, **_: Any) -> Omniscient:
     return Omniscient(task, availability, tick_hours=tick_hours)
 
 
+@deadline_policy("partial_lookahead")
 def _make_partial(task: DeadlineTask, *, availability: Sequence[bool] | BoolArray, tick_hours: float, n: int = 8, **_: Any) -> PartialLookahead:
     return PartialLookahead(task, availability, n=n, tick_hours=tick_hours)
-
-
-register_policy("omniscient", _make_omniscient)
-register_policy("partial_lookahead", _make_partial)

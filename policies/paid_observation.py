@@ -36,7 +36,7 @@ from policies.deadline import (
     Kind,
     Observation,
     ZoneView,
-    register_policy,
+    deadline_policy,
 )
 from policies.deadline_sim import EPS, PolicyError, SimResult, ZoneLedger, _check_window
 from policies.multizone import SpotplaneMultiZone
@@ -224,8 +224,6 @@ class ProbingSpotplane(SpotplaneMultiZone):
         return tuple(wanted)
 
 
+@deadline_policy("spotplane_probing", live=True, ticked=True, probing=True)
 def _make_probing(task: DeadlineTask, **kw: Any) -> ProbingSpotplane:
     return ProbingSpotplane(task, **kw)
-
-
-register_policy("spotplane_probing", _make_probing)

@@ -35,7 +35,7 @@ from policies.deadline import (
     Kind,
     Observation,
     _RulesBase,
-    register_policy,
+    deadline_policy,
 )
 
 FloatArray = npt.NDArray[np.float64]
@@ -360,8 +360,6 @@ class SemiMarkovDP(_RulesBase):
         self._since = float(state.get("since", 0.0))
 
 
+@deadline_policy("semi_markov_dp", live=True, ticked=True)
 def _make(task: DeadlineTask, *, tick_hours: float, history: BoolArray | None = None, **_: Any) -> SemiMarkovDP:
     return SemiMarkovDP(task, tick_hours=tick_hours, history=history)
-
-
-register_policy("semi_markov_dp", _make)

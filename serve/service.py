@@ -50,7 +50,7 @@ from controlplane.core.models import (
 from controlplane.core.readmodels import CapacityPoint, CostSummary, ForecastRow, Quota, ZoneInfo
 from controlplane.core.tokens import hash_token
 from controlplane.core.units import DB_FILE
-from controlplane.reconcile.policyhost import LIVE_POLICIES
+from controlplane.reconcile.policyhost import live_policies
 from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer, is_postgres
 from serve.metrics import ApiMetrics, build_registry, exposition
 
@@ -250,10 +250,10 @@ class ControlPlaneService:
                 f"use at most {tenant.max_gpus}",
                 fix="use fewer workers or GPUs per worker, or ask the admin to raise max_gpus",
             )
-        if spec.policy is not None and spec.policy not in LIVE_POLICIES:
+        if spec.policy is not None and spec.policy not in live_policies():
             raise UnknownReference(
                 f"{field_prefix}policy", f"unknown deadline policy {spec.policy!r}",
-                fix=f"use one of {', '.join(LIVE_POLICIES)}, or leave it null for the default")
+                fix=f"use one of {', '.join(live_policies())}, or leave it null for the default")
         if spec.runtime_env is not None:
             self._check_packages(tenant, spec, field_prefix)
         if spec.accelerator is not None:

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from clusters.providers import provider_names
 from controlplane.cli.live import HEADER, LiveTable, job_row
 from controlplane.cli.packaging import upload_working_dir
 from controlplane.cli.up import run_up
@@ -57,7 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up.add_argument("--demo", action="store_true", help="run the demo scenario through the API")
     up.add_argument("--speed", type=float, default=None,
                     help="simulated seconds per wall second (default: 3600 with --demo, else 60)")
-    up.add_argument("--fleet", default="sim", choices=["sim", "aws", "gcp", "ray"], help="fleet provider")
+    up.add_argument("--fleet", default="sim", choices=provider_names(), help="fleet provider")
     up.add_argument("--port", type=int, default=None, help="HTTP port (default: 8000, or a free one if taken)")
     up.add_argument("--host", default="127.0.0.1", help="HTTP host to bind")
     up.add_argument("--state-dir", default=None, help="where the store and artifacts live (kept across `up`s)")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import importlib.util
 import logging
 import os
 import shutil
@@ -31,7 +30,7 @@ from typing import Any
 
 from actors.raylocal import WorkloadRay, init_local_ray
 from actors.sandbox import OsUser, Sandbox
-from clusters.providers import PROVIDERS
+from clusters.providers import provider_entry
 from controlplane.client import (
     SpotplaneClient,
     admin_token_file,
@@ -88,13 +87,8 @@ def choose_port(requested: int | None, host: str) -> int:
 
 
 def check_fleet(name: str) -> None:
-    """Fail fast, before Ray starts, on a provider that is unknown or not built."""
-
-    if name not in PROVIDERS:
-        raise ConfigError(f"fleet: unknown provider {name!r}", fix=f"use one of {', '.join(PROVIDERS)}")
-    module = PROVIDERS[name].partition(":")[0]
-    if importlib.util.find_spec(module) is None:
-        raise ConfigError(f"fleet: provider {name!r} is not available in this build", fix="use --fleet sim")
+    """Fail fast, before Ray starts, on a provider that is not registered."""
+    provider_entry(name)
 
 
 def check_not_running(state_dir: Path) -> None:

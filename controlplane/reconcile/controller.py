@@ -41,13 +41,14 @@ from controlplane.reconcile.contracts import (
 from controlplane.reconcile.fleet import SyncFleet
 from controlplane.reconcile.ingest import Ingest
 from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
+from controlplane.reconcile.lifetimes import lifetime_models
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.persist import Act, Persist, resume_intent
 from controlplane.reconcile.placement import Place, ReapIdle, StoreQuota, account_demand
 from controlplane.reconcile.policies import AskPolicies
 from controlplane.reconcile.policyhost import DeadlinePolicyHost, LocalDeadlineHost
 from controlplane.reconcile.recorder import Recorder
-from controlplane.reconcile.spares import HotSpares, lifetime_models, reuse_plugin
+from controlplane.reconcile.spares import HotSpares, reuse_plugin
 from controlplane.reconcile.state import Caches, LoopState, TickReport, TickWork
 from controlplane.store import Store
 from policies.placement import FrameworkScheduler

@@ -14,13 +14,16 @@ from typing import Any, Protocol
 
 from controlplane.core.errors import InvalidInput
 from controlplane.store import Store
-from policies.deadline import Action, DeadlinePolicy, DeadlineTask, Observation, make_policy
+from policies.deadline import (
+    Action,
+    DeadlinePolicy,
+    DeadlineTask,
+    Observation,
+    make_policy,
+    registered_policies,
+)
 from policies.paid_observation import Probing
 
-#: Deadline policies a job may name in ``policy:`` (those a live host makes from the task alone).
-LIVE_POLICIES: tuple[str, ...] = ("spotplane", "spotplane_probing", "uniform_progress",
-                                  "up_eager_failover", "greedy", "time_sliced",
-                                  "uniform_progress_loose", "semi_markov_dp", "on_demand")
 #: The default where a job's offers span several zones: ``python -m benchmarks.multiregion``
 #: measures spotplane at +2.2 % of the omniscient cost against +7.0 % for eager failover.
 MULTI_ZONE_DEFAULT = "spotplane"
@@ -28,16 +31,21 @@ MULTI_ZONE_DEFAULT = "spotplane"
 #: ``--observe paid`` measures it at +2.4 % (13 zones) and +4.6 % (6 zones) of the omniscient cost.
 MULTI_ZONE_EVIDENCE_DEFAULT = "spotplane_probing"
 SINGLE_ZONE_DEFAULT = "uniform_progress"
-_PROBING = frozenset({"spotplane_probing"})
-_TICKED = frozenset({"uniform_progress", "uniform_progress_loose", "greedy", "time_sliced",
-                     "spotplane", "spotplane_probing", "up_eager_failover", "semi_markov_dp"})
+DEFAULTS = (MULTI_ZONE_DEFAULT, MULTI_ZONE_EVIDENCE_DEFAULT, SINGLE_ZONE_DEFAULT)
+
+
+def live_policies() -> tuple[str, ...]:
+    """Deadline policies a job may name in ``policy:`` (those registered ``live``): the
+    defaults first, then the others by name."""
+    live = [name for name, entry in registered_policies().items() if entry.live]
+    return tuple([d for d in DEFAULTS if d in live] + sorted(set(live) - set(DEFAULTS)))
 
 
 def check_policy(name: str, field: str = "policy") -> str:
     """``name`` if a job may choose it, else :class:`InvalidInput` (a 422) listing the choices."""
-    if name not in LIVE_POLICIES:
+    if name not in live_policies():
         raise InvalidInput(field, f"unknown deadline policy {name!r}",
-                           fix=f"use one of {', '.join(LIVE_POLICIES)}, or leave it null for "
+                           fix=f"use one of {', '.join(live_policies())}, or leave it null for "
                                f"the default ({MULTI_ZONE_DEFAULT} on a multi-zone fleet)")
     return name
 
@@ -84,8 +92,9 @@ class PolicyBook:
     def _policy(self, req: PolicyRequest) -> DeadlinePolicy:
         pol = self.policies.get(req.job_id)
         if pol is None:
-            kwargs = {"tick_hours": req.tick_hours} if req.policy in _TICKED else {}
-            if req.policy in _PROBING and req.retry_hours > 0:  # a live controller's
+            entry = registered_policies().get(req.policy)
+            kwargs = {"tick_hours": req.tick_hours} if entry is not None and entry.ticked else {}
+            if entry is not None and entry.probing and req.retry_hours > 0:  # a live controller's
                 kwargs.update(retry_hours=req.retry_hours, probe_idle=True)
             pol = make_policy(req.policy, req.task, **kwargs)
             saved = self.store.policy_state(req.job_id) if self.store is not None else None

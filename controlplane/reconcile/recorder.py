@@ -24,9 +24,9 @@ from controlplane.core.models import (
 from controlplane.core.units import HOUR
 from controlplane.reconcile import workload
 from controlplane.reconcile.contracts import JobExecutor
+from controlplane.reconcile.lifetimes import lifetime_models, planning_model
 from controlplane.reconcile.state import LoopState
 from policies.checkpoint import CheckpointIntervals
-from policies.preemption import PreemptionModel, default_gce_model
 
 AGE_BUCKET_HOURS = 0.25  # node ages the checkpoint planner tells apart
 
@@ -130,9 +130,7 @@ class Recorder:
     def _planner(self, job: Job) -> CheckpointIntervals:
         """The one DP planner (Eq. 9-13) from the VM age the job's segment started at (in
         ``AGE_BUCKET_HOURS`` steps, one solve per bucket and checkpoint cost)."""
-        model = self.fleet.lifetimes
-        if not isinstance(model, PreemptionModel):
-            model = default_gce_model()
+        model = planning_model(self.state.caches.lifetime_models or lifetime_models(self.fleet))
         age = job.segment_node_age_hours
         bucket = min(AGE_BUCKET_HOURS * int(age // AGE_BUCKET_HOURS),
                      max(0.0, model.max_lifetime - AGE_BUCKET_HOURS))

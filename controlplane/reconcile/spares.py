@@ -13,38 +13,20 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from dataclasses import replace
 
-from clusters.fleet import FleetProvider
 from controlplane.core.errors import InvalidInput
 from controlplane.core.models import Node
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.pool import lifetime_key, node_age_hours
 from controlplane.reconcile.state import LoopState
-from policies.preemption import BathtubModel, PreemptionModel, default_gce_model
+from policies.preemption import PreemptionModel
 from policies.reuse import REUSE_MODES, ReuseByAge
 from policies.zones import rank_spot
 
 DEFAULT_TYPICAL_JOB_HOURS = 1.0  # spares' yardstick when no job is active
 SPARE_SLACK = 1.0  # spares kept beyond rate x saving (the first spare is always worth a try)
 ARRIVAL_WINDOW_SECONDS = 4 * 3600.0  # the recent past the arrival rate is measured over
-
-
-GCP_SPOT_LIMIT_HOURS = 24.0  # Google stops every spot VM by then
-
-
-def lifetime_models(fleet: FleetProvider) -> dict[str, PreemptionModel]:
-    """Lifetime models by cloud: GCP's fitted bathtub (the fleet's, else seed 001's GCE fit)
-    with its last phase at Google's 24 h stop (the fit's 25 h is on the data's clock, launch
-    request to notice: a VM alive at 24 h is stopped then, the atom of the capped model); every
-    other cloud is memoryless (no model: a VM's age does not matter)."""
-    model = fleet.lifetimes
-    if not isinstance(model, PreemptionModel):
-        model = default_gce_model()
-    if isinstance(model, BathtubModel) and model.limit > GCP_SPOT_LIMIT_HOURS:
-        model = replace(model, limit=GCP_SPOT_LIMIT_HOURS)
-    return {"gcp": model}
 
 
 def reuse_plugin(settings: ControllerSettings, models: dict[str, PreemptionModel],

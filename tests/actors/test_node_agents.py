@@ -132,7 +132,7 @@ def test_supervisor_pins_an_agent_that_reports_the_notice(ray_cluster: Any, tmp_
 
     from actors.node_agents import ray_nodes, stop_node_agents
 
-    servers = _load("test_metadata")
+    servers = _load("test_notices")
     ns = f"agents-{uuid.uuid4().hex[:8]}"
     node_id = ray.get_runtime_context().get_node_id()
     here = [n for n in ray_nodes() if n["node_id"] == node_id]
@@ -180,7 +180,7 @@ def test_dead_node_is_forgotten_and_a_failed_start_waits(ray_cluster: Any) -> No
     from actors.node_agents import NodeAgentSupervisor
     from controlplane.core.clock import SimClock
 
-    servers = _load("test_metadata")
+    servers = _load("test_notices")
     ns = f"agents-{uuid.uuid4().hex[:8]}"
     node_id = ray.get_runtime_context().get_node_id()
     nodes = [{"node_id": node_id, "state": "ALIVE", "is_head_node": True, "resources_total": {"CPU": 4.0}}]

@@ -174,7 +174,7 @@ class SimHarness(Harness):
         return [z for z, ok in avail.items() if ok], [z for z, ok in avail.items() if not ok]
 
     def request(self, intent: str, count: int = 1, market: Market = Market.SPOT) -> LaunchRequest:
-        from clusters.simfleet import SimulatedFleet
+        from clusters.sim import SimulatedFleet
 
         assert isinstance(self.fleet, SimulatedFleet)
         fleet, now = self.fleet, self.clock.now()
@@ -191,7 +191,7 @@ class SimHarness(Harness):
         self.clock.advance(300.0)  # past every provisioning delay (90 s +- 20 %)
 
     def rebuilt(self) -> FleetProvider:
-        from clusters.simfleet import SimulatedFleet
+        from clusters.sim import SimulatedFleet
 
         return SimulatedFleet.from_options(clock=self.clock, data_dir=self.data_root, gcp=False)
 
@@ -214,7 +214,7 @@ class AwsHarness(Harness):
         self.clock.advance(60.0)
 
     def rebuilt(self) -> FleetProvider:
-        from clusters.aws import AwsFleet
+        from clusters.aws.fleet import AwsFleet
 
         return AwsFleet.from_options(endpoint_url=self.url, zones=aws.ZONES, clock=self.clock)
 
@@ -237,7 +237,7 @@ class GcpHarness(Harness):
         self.clock.advance(60.0)
 
     def rebuilt(self) -> FleetProvider:
-        from clusters.gcp import GcpFleet
+        from clusters.gcp.fleet import GcpFleet
 
         return GcpFleet.from_options(project=self.fake.project, credentials="anonymous",
                                      api_endpoint=self.endpoint, clock=self.clock)
@@ -266,7 +266,7 @@ class RayHarness(Harness):
         return LaunchRequest(intent, "fake-zone-a", itype, market, count, dict(TAGS))
 
     def refused(self, intent: str) -> LaunchRequest:
-        from clusters.rayfleet import RayAutoscalerFleet
+        from clusters.ray.fleet import RayAutoscalerFleet
 
         assert isinstance(self.fleet, RayAutoscalerFleet)
         left = self.fleet.node_types["gpu_spot_fake"].max_workers - self.fleet._live_slots("gpu_spot_fake")
@@ -275,7 +275,7 @@ class RayHarness(Harness):
         return self.request(intent)
 
     def boot(self, instance_ids: Sequence[str]) -> None:
-        from clusters.rayfleet import RayAutoscalerFleet
+        from clusters.ray.fleet import RayAutoscalerFleet
 
         assert isinstance(self.fleet, RayAutoscalerFleet)
         for iid in instance_ids:  # the autoscaler starts one node per slot
@@ -322,7 +322,8 @@ def _gcp(request: pytest.FixtureRequest, clock: SimClock) -> Iterator[Harness]:
 
 
 def _ray(request: pytest.FixtureRequest, clock: SimClock) -> Harness:
-    from clusters.rayfleet import RayAutoscalerFleet, node_types_from_config
+    from clusters.ray.catalog import node_types_from_config
+    from clusters.ray.fleet import RayAutoscalerFleet
 
     nodes: list[dict[str, Any]] = []
     requests: list[list[dict[str, float]]] = []

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from clusters.aws import AwsFleet
+from clusters.aws.fleet import AwsFleet
 from clusters.providers import make_provider
 from controlplane.core.clock import SimClock
 from controlplane.core.models import JobKind, JobSpec, JobState, NodeState

@@ -23,7 +23,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from clusters.aws import AwsFleet, AwsLaunchTemplate, client_token
+from clusters.aws.fleet import AwsFleet, AwsLaunchTemplate, client_token
 from clusters.cloudcalls import Backoff, launch_first_available
 from clusters.fleet import EventKind, FleetProvider, InstanceState, LaunchRequest
 from clusters.providers import make_provider

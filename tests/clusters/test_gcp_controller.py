@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from clusters.gcp import GcpFleet
+from clusters.gcp.fleet import GcpFleet
 from clusters.providers import make_provider
 from controlplane.core.clock import SimClock
 from controlplane.core.models import JobKind, JobSpec, JobState, NodeState

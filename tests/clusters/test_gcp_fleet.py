@@ -13,7 +13,7 @@ from google.cloud import compute_v1
 
 from clusters.cloudcalls import launch_first_available
 from clusters.fleet import EventKind, FleetProvider, InstanceState, LaunchRequest
-from clusters.gcp import GcpFleet, instance_name, label_value, request_id
+from clusters.gcp.fleet import GcpFleet, instance_name, label_value, request_id
 from clusters.providers import make_provider
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import CapacityUnavailable, CredentialsError

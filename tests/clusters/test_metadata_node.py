@@ -23,7 +23,7 @@ def _load(name: str) -> Any:
     return module
 
 
-servers = _load("test_metadata")  # the fake metadata servers
+servers = _load("test_notices")  # the fake metadata servers
 
 
 class Listener:

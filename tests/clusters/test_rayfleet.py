@@ -30,7 +30,8 @@ if __name__ == "__main__":
 
 from clusters.cloudcalls import launch_first_available  # noqa: E402
 from clusters.fleet import EventKind, LaunchRequest, Market  # noqa: E402
-from clusters.rayfleet import RayAutoscalerFleet, node_types_from_config  # noqa: E402
+from clusters.ray.catalog import node_types_from_config  # noqa: E402
+from clusters.ray.fleet import RayAutoscalerFleet  # noqa: E402
 from controlplane.core.clock import SimClock, WallClock  # noqa: E402
 from controlplane.core.errors import CapacityUnavailable, ConfigError, InvalidInput  # noqa: E402
 from tests.support import free_port  # noqa: E402
@@ -148,7 +149,7 @@ def test_config_without_market_resource_is_rejected() -> None:
     ("available_node_types: [w]\n", "available_node_types must map each node type name to a mapping"),
 ])
 def test_a_bad_cluster_yaml_is_one_config_error(tmp_path: Path, text: str, message: str) -> None:
-    from clusters.rayfleet import load_cluster_config
+    from clusters.ray.catalog import load_cluster_config
 
     f = tmp_path / "cluster.yaml"
     f.write_text(text)

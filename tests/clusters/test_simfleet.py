@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from clusters.fleet import EventKind, InstanceState, LaunchRequest
-from clusters.simfleet import AWS_COLLECTION, SimulatedFleet
+from clusters.sim import AWS_COLLECTION, SimulatedFleet
 from clusters.traces import DataCatalog
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import CapacityUnavailable

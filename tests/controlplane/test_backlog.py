@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.models import Job, JobKind, JobSpec, JobState, Tenant
 from controlplane.reconcile.contracts import ControllerSettings

@@ -24,7 +24,7 @@ from actors.executor import died_with_its_node
 from actors.jobagent import job_agent_ready
 from actors.simexecutor import SimulatedExecutor
 from clusters.rayjobs import transient
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import Unavailable
 from controlplane.core.models import Job, JobSpec, JobState, Node

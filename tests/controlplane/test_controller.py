@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.live_zones import WatchedFleet
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.models import Job, JobSpec, JobState, Node
 from controlplane.reconcile.contracts import ControllerSettings, ExecutorReport, ReplicatingExecutor

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusters.simfleet import AWS_COLLECTION, AWS_P3_ON_DEMAND, AWS_P3_SPOT, SimulatedFleet
+from clusters.sim.fleet import AWS_COLLECTION, AWS_P3_ON_DEMAND, AWS_P3_SPOT, SimulatedFleet
 from clusters.traces import DataCatalog
 from controlplane.core.clock import SimClock
 from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState

@@ -208,7 +208,7 @@ def test_hp_gang_evicts_exactly_these_spot_jobs_on_the_stepped_clock(tmp_path: P
     every run. The HP gang (6 of the 8 V100 nodes) is submitted at the poll at +0.5 h, with the
     spot gang running and the pool full, and at the next tick GFS evicts every spot job for it
     (the bag's four and the spot gang), never the deadline gang."""
-    from clusters.simfleet import SimulatedFleet
+    from clusters.sim import SimulatedFleet
     from controlplane.cli.demo import run_demo
     from controlplane.core.clock import SimClock
     from controlplane.reconcile.contracts import ControllerSettings

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actors.executor import RayJobExecutor
 from clusters.artifacts import LocalArtifactStore
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane import sdk
 from controlplane.core.clock import SimClock, WallClock
 from controlplane.core.models import JobSpec, JobState

@@ -21,7 +21,7 @@ from prometheus_client.samples import Sample
 from actors.executor import artifact_totals
 from actors.quota import QuotaAllocatorActor
 from clusters.artifacts import LocalArtifactStore
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.counters import CONTROLLER
 from controlplane.core.models import Job, JobSpec, JobState, Node

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.models import BagSpec, Job, JobSpec, JobState, NodeState
 from controlplane.reconcile.contracts import ControllerSettings

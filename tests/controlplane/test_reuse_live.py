@@ -13,12 +13,13 @@ from controlplane.core.errors import InvalidInput, UnknownReference
 from controlplane.core.models import Job, JobKind, JobSpec, JobState, Market, Node, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.lifetimes import lifetime_models
 from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.placement import ReapIdle
-from controlplane.reconcile.policyhost import LIVE_POLICIES, check_policy, default_policy
+from controlplane.reconcile.policyhost import check_policy, default_policy, live_policies
 from controlplane.reconcile.pool import PlacementPlan, Pool, plan, task_request
 from controlplane.reconcile.recorder import Recorder
-from controlplane.reconcile.spares import HotSpares, lifetime_models, reuse_plugin
+from controlplane.reconcile.spares import HotSpares, reuse_plugin
 from controlplane.reconcile.state import Caches, LoopState
 from controlplane.store import Store
 from policies.reuse import ReuseByAge
@@ -195,11 +196,12 @@ def test_a_deadline_job_names_its_policy_and_an_unknown_one_is_a_404(store: Stor
     with pytest.raises(UnknownReference) as e:  # a well-formed name of nothing: 404
         service.submit_job(me, spec("yolo"))
     assert (e.value.field, str(e.value.fix)) == ("policy", (
-        "use one of spotplane, spotplane_probing, uniform_progress, up_eager_failover, greedy, "
-        "time_sliced, uniform_progress_loose, semi_markov_dp, on_demand, or leave it null for the default"))
+        "use one of spotplane, spotplane_probing, uniform_progress, greedy, on_demand, "
+        "semi_markov_dp, time_sliced, uniform_progress_loose, up_eager_failover, or leave it null for "
+        "the default"))
     with pytest.raises(ValueError, match="policy: only kind=deadline jobs take a deadline policy"):
         JobSpec(name="s", kind=JobKind.SPOT, compute_hours=1.0, policy="greedy")
-    assert check_policy("spotplane") == "spotplane" and "spotplane" in LIVE_POLICIES
+    assert check_policy("spotplane") == "spotplane" and "spotplane" in live_policies()
     assert (default_policy(13), default_policy(1)) == ("spotplane", "uniform_progress")
     assert (default_policy(13, evidence=True), default_policy(1, evidence=True)) == (
         "spotplane_probing", "uniform_progress")

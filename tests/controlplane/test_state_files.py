@@ -6,7 +6,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.cli.up import private_dir
 from controlplane.core.clock import SimClock
 from controlplane.core.models import JobSpec

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.deadline import COLLECTIONS
 from controlplane.core.models import JobKind, JobSpec
-from controlplane.reconcile.policyhost import LIVE_POLICIES, PolicyBook, PolicyRequest, check_policy
+from controlplane.reconcile.policyhost import PolicyBook, PolicyRequest, check_policy, live_policies
 from policies.deadline import DeadlineTask, Kind, Observation, make_policy
 from policies.deadline_sim import simulate, window_ticks
 from policies.semimarkov import (
@@ -164,7 +164,7 @@ def test_no_deadline_missed_on_real_windows(catalog) -> None:
 
 # ---------------------------------------------------------------------------- live
 def test_a_live_deadline_job_may_name_it() -> None:
-    assert check_policy("semi_markov_dp") == "semi_markov_dp" and "semi_markov_dp" in LIVE_POLICIES
+    assert check_policy("semi_markov_dp") == "semi_markov_dp" and "semi_markov_dp" in live_policies()
     spec = JobSpec(name="ft", kind=JobKind.DEADLINE, compute_hours=4.0, deadline_hours=10.0, policy="semi_markov_dp")
     assert spec.policy == "semi_markov_dp"
     book = PolicyBook()

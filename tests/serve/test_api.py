@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from actors.quota import QuotaAllocatorActor
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.models import JobState
 from controlplane.core.readmodels import ForecastRow

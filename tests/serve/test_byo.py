@@ -31,7 +31,7 @@ from actors.controller import record_tick_failure
 from actors.executor import RayJobExecutor
 from actors.localcluster import MultiNodeWorkload
 from clusters.artifacts import LocalArtifactStore
-from clusters.simfleet import SimulatedFleet
+from clusters.sim import SimulatedFleet
 from controlplane import sdk
 from controlplane.core.clock import SimClock
 from controlplane.core.models import JobState

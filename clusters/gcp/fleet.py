@@ -40,6 +40,11 @@ from clusters.fleet import (
     LaunchRequest,
     Offer,
 )
+from clusters.gcp.catalog import ATTACHED_GPUS, PRICES, gpu_name, list_prices, url_name
+from clusters.gcp.lifetime import spot_lifetimes
+from clusters.gcp.notices import NOTICE_SECONDS, GcpPreemptionWatcher
+from clusters.providers import Capability, fleet_provider
+from clusters.statediff import StateDiffer
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
 from controlplane.core.models import Market
@@ -53,37 +58,10 @@ CAPACITY_CODES = frozenset({
     "RESOURCE_EXHAUSTED", "STOCKOUT", "insufficientCapacity", "quotaExceeded",
 })
 RATE_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
-NOTICE_SECONDS = 30.0
 GONE_MEMORY_S = 3600.0  # how long a vanished VM stays in describe() (AWS keeps terminated ones ~1 h)
 NAMESPACE = uuid.UUID("6f1c2f0e-8a53-4d59-9a0b-5e2b3c7d9a11")
 
-# Machine types whose GPUs must be attached explicitly (N1): name -> (accelerator type, count).
-ATTACHED_GPUS: dict[str, tuple[str, int]] = {
-    "n1-standard-8": ("nvidia-tesla-t4", 1),
-    "n1-standard-16": ("nvidia-tesla-v100", 2),
-}
-# USD/hour in us-central1 (public price list): machine type -> (spot, standard). Override per run.
-PRICES: dict[str, tuple[float, float]] = {
-    "g2-standard-4": (0.2824, 0.7068), "a2-highgpu-1g": (1.1028, 3.6731),
-    "a2-highgpu-8g": (8.8224, 29.3872), "a3-highgpu-8g": (29.7858, 88.2494),
-    "n1-standard-8": (0.2310, 0.7300), "n1-standard-16": (1.9040, 5.7600),
-}
-
-# GCE accelerator type -> the short GPU name the rest of spotplane uses (AWS GpuInfo, Ray, the data).
-GPU_NAMES: dict[str, str] = {
-    "nvidia-tesla-k80": "K80", "nvidia-tesla-p100": "P100", "nvidia-tesla-v100": "V100",
-    "nvidia-tesla-t4": "T4", "nvidia-l4": "L4", "nvidia-tesla-a100": "A100",
-    "nvidia-a100-80gb": "A100-80GB", "nvidia-h100-80gb": "H100", "nvidia-h100-mega-80gb": "H100",
-    "nvidia-h200-141gb": "H200",
-}
-
 CapacityProbe = Callable[[str, str], bool]
-
-
-def gpu_name(accelerator_type: str) -> str:
-    """``nvidia-h100-80gb`` (or its URL) -> ``H100``; unknown types pass through."""
-    short = _last(accelerator_type)
-    return GPU_NAMES.get(short, short)
 
 
 def label_value(text: str) -> str:
@@ -102,10 +80,6 @@ def instance_name(intent_id: str, index: int) -> str:
 def request_id(intent_id: str, what: str) -> str:
     """The ``requestId`` GCE uses to dedupe a retried insert/delete: a UUID stable per intent."""
     return str(uuid.uuid5(NAMESPACE, f"{what}:{intent_id}"))
-
-
-def _last(url: str) -> str:
-    return url.rsplit("/", 1)[-1]
 
 
 def _parse_time(stamp: str) -> float | None:
@@ -148,6 +122,9 @@ class GcpLaunchTemplate:
     termination_action: str = "DELETE"  # or STOP
 
 
+@fleet_provider(CLOUD, capabilities=frozenset({Capability.NOTICES}),
+                notice_watcher=GcpPreemptionWatcher, list_prices=list_prices,
+                spot_lifetimes=spot_lifetimes)
 class GcpFleet(FleetProvider):
     """FleetProvider over some zones of one GCP project."""
 
@@ -190,11 +167,10 @@ class GcpFleet(FleetProvider):
         self.page_size = 500  # instances.list page (max 500)
         self._gpu: dict[tuple[str, str], tuple[str, int] | None] = {}
         self._launched_at: dict[str, float] = {}
-        self._last_state: dict[str, InstanceState] = {}
+        self._states = StateDiffer()
         self._zone_of: dict[str, str] = {}
         self._preempted: dict[str, str] = {}  # instance name -> operation id
         self._seen_ops: set[str] = set()
-        self._ours_deleted: set[str] = set()
         self._last_raw: dict[str, Any] = {}  # VMs deleted by GCE stay visible (as gone) in describe
         self._gone_at: dict[str, float] = {}
         self._pending_notices: list[FleetEvent] = []
@@ -431,7 +407,7 @@ class GcpFleet(FleetProvider):
             zone = self._zone_of.get(iid) or self._find_zone(iid)
             if zone is None:
                 continue
-            self._ours_deleted.add(iid)
+            self._states.ended_by_us([iid])
             req = {"project": self.project, "zone": zone, "instance": iid,
                    "request_id": request_id(iid, "delete")}
             try:
@@ -495,9 +471,9 @@ class GcpFleet(FleetProvider):
         return InstanceState.TERMINATED
 
     def _instance(self, raw: Any) -> Instance:
-        zone = _last(raw.zone)
+        zone = url_name(raw.zone)
         self._zone_of[raw.name] = zone
-        mt = _last(raw.machine_type)
+        mt = url_name(raw.machine_type)
         spot = raw.scheduling.provisioning_model == "SPOT" or raw.scheduling.preemptible
         acc = ("", 0)
         if raw.guest_accelerators:
@@ -528,10 +504,10 @@ class GcpFleet(FleetProvider):
     def _scan_preemptions(self, ours: dict[str, Any]) -> None:
         """Read the zones' preempted operations; a notice for each of our VMs still RUNNING."""
         now = self.clock.now()
-        known = set(ours) | set(self._last_state)
+        known = set(ours) | self._states.known()
         for zone in self.zones:
             for op in self._preemption_ops(zone):
-                name = _last(op.target_link)
+                name = url_name(op.target_link)
                 if op.id in self._seen_ops or name not in known:
                     continue
                 self._seen_ops.add(op.id)
@@ -550,21 +526,12 @@ class GcpFleet(FleetProvider):
         self._scan_fresh = False
         events, self._pending_notices = self._pending_notices, []
         for name, raw in ours.items():
-            events.extend(self._transition(name, _last(raw.zone), self._state(raw), raw.status, now))
-        for name in set(self._last_state) - set(ours):  # deleted (by us, or by a DELETE preemption)
+            events.extend(self._transition(name, url_name(raw.zone), self._state(raw), raw.status, now))
+        for name in self._states.known() - set(ours):  # deleted (by us, or by a DELETE preemption)
             state = InstanceState.PREEMPTED if name in self._preempted else InstanceState.TERMINATED
             events.extend(self._transition(name, self._zone_of.get(name, ""), state, "DELETED", now))
         return events
 
     def _transition(self, name: str, zone: str, state: InstanceState, status: str, now: float) -> list[FleetEvent]:
-        before = self._last_state.get(name)
-        self._last_state[name] = state
-        if state == before or before in (InstanceState.PREEMPTED, InstanceState.TERMINATED):
-            return []
-        if state in (InstanceState.RUNNING, InstanceState.NOTICED) and before in (None, InstanceState.PENDING):
-            return [FleetEvent(EventKind.READY, name, zone, now)]
-        if state == InstanceState.PREEMPTED:
-            return [FleetEvent(EventKind.PREEMPTED, name, zone, now, detail=PREEMPTED_OP)]
-        if state == InstanceState.TERMINATED:
-            return [FleetEvent(EventKind.TERMINATED, name, zone, now, detail=status)]
-        return []
+        detail = PREEMPTED_OP if state == InstanceState.PREEMPTED else status
+        return self._states.events(name, zone, state, now, detail=detail)

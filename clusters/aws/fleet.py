@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clusters.aws.catalog import ON_DEMAND_USD_PER_HOUR, list_prices
+from clusters.aws.notices import NOTICE_SECONDS, AwsSpotNoticeWatcher
 from clusters.cloudcalls import Backoff, env_list
 from clusters.fleet import (
     EventKind,
@@ -40,6 +42,8 @@ from clusters.fleet import (
     LaunchRequest,
     Offer,
 )
+from clusters.providers import Capability, fleet_provider
+from clusters.statediff import StateDiffer
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
 from controlplane.core.models import Market
@@ -68,15 +72,7 @@ PREEMPTED_REQUEST_CODES = frozenset({
     "instance-terminated-by-price", "instance-terminated-no-capacity",
     "instance-terminated-capacity-oversubscribed", "instance-terminated-launch-group-constraint",
 })
-NOTICE_SECONDS = 120.0
 LINUX = ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"]
-
-# On-demand USD/hour in us-east-1 (public price list); override with ``on_demand_prices``.
-ON_DEMAND_USD_PER_HOUR: dict[str, float] = {
-    "g4dn.xlarge": 0.526, "g4dn.12xlarge": 3.912, "g5.xlarge": 1.006, "g5.12xlarge": 5.672,
-    "g5.48xlarge": 16.288, "g6.xlarge": 0.8048, "g6e.xlarge": 1.861, "p3.2xlarge": 3.06,
-    "p3.8xlarge": 12.24, "p4d.24xlarge": 32.7726, "p5.48xlarge": 98.32,
-}
 
 CapacityProbe = Callable[[str, str], bool]
 
@@ -116,6 +112,8 @@ class AwsLaunchTemplate:
     spot_max_price: str = ""  # empty: capped at the on-demand price (AWS default)
 
 
+@fleet_provider(CLOUD, capabilities=frozenset({Capability.NOTICES}),
+                notice_watcher=AwsSpotNoticeWatcher, list_prices=list_prices)
 class AwsFleet(FleetProvider):
     """FleetProvider over one EC2 region."""
 
@@ -159,9 +157,8 @@ class AwsFleet(FleetProvider):
         self._gpu: dict[str, tuple[str, int]] = {}
         self._spot_price: dict[tuple[str, str], float] = {}
         self._launched_at: dict[str, float] = {}
-        self._last_state: dict[str, InstanceState] = {}
+        self._states = StateDiffer()
         self._noticed: set[str] = set()
-        self._ours_terminated: set[str] = set()
         self._pending_notices: list[FleetEvent] = []
         self._notices_fresh = False  # describe() just read the notices; the next poll reuses them
 
@@ -374,7 +371,7 @@ class AwsFleet(FleetProvider):
                 if i["State"]["Name"] not in ("shutting-down", "terminated")]
         if not live:
             return
-        self._ours_terminated.update(live)
+        self._states.ended_by_us(live)
         self._call("terminate_instances", InstanceIds=live)
 
     # ---------------------------------------------------------------- views and events
@@ -451,26 +448,9 @@ class AwsFleet(FleetProvider):
         return events
 
     def _transition(self, raw: dict[str, Any], now: float) -> list[FleetEvent]:
-        iid = raw["InstanceId"]
-        zone = raw.get("Placement", {}).get("AvailabilityZone", "")
-        state = self._state(raw)
-        before = self._last_state.get(iid)
-        self._last_state[iid] = state
-        if state == before or (before is not None and before in _FINAL):
-            return []
         reason = (raw.get("StateReason") or {}).get("Code", "")
-        if state in (InstanceState.RUNNING, InstanceState.NOTICED) and before in (None, InstanceState.PENDING):
-            return [FleetEvent(EventKind.READY, iid, zone, now)]
-        if state == InstanceState.PREEMPTED:
-            return [FleetEvent(EventKind.PREEMPTED, iid, zone, now, detail=reason)]
-        if state == InstanceState.TERMINATED:
-            if iid not in self._ours_terminated and before in (None, InstanceState.PENDING) and reason:
-                return [FleetEvent(EventKind.LAUNCH_FAILED, iid, zone, now, detail=reason)]
-            return [FleetEvent(EventKind.TERMINATED, iid, zone, now, detail=reason)]
-        return []
-
-
-_FINAL = (InstanceState.PREEMPTED, InstanceState.TERMINATED)
+        return self._states.events(raw["InstanceId"], raw.get("Placement", {}).get("AvailabilityZone", ""),
+                                   self._state(raw), now, detail=reason, may_have_failed=bool(reason))
 
 
 def op_name(op: str) -> str:

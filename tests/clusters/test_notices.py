@@ -13,14 +13,10 @@ from typing import Any
 
 import pytest
 
-from clusters.metadata import (
-    AwsSpotNoticeWatcher,
-    GcpPreemptionWatcher,
-    NoticeWatch,
-    PreemptionNotice,
-    instance_identity,
-    watcher_for,
-)
+from clusters.aws.notices import AwsSpotNoticeWatcher
+from clusters.gcp.notices import GcpPreemptionWatcher
+from clusters.notices import NoticeWatch, PreemptionNotice
+from clusters.providers import instance_identity, watcher_for
 from controlplane.core.clock import SimClock, WallClock
 from controlplane.core.errors import CloudError, InvalidInput
 

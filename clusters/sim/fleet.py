@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from clusters.aws.notices import NOTICE_SECONDS as AWS_NOTICE_SECONDS
 from clusters.fleet import (
     EventKind,
     FleetEvent,
@@ -47,6 +48,9 @@ from clusters.fleet import (
     LifetimeModel,
     Offer,
 )
+from clusters.gcp.lifetime import SPOT_MAX_HOURS
+from clusters.gcp.notices import NOTICE_SECONDS as GCP_NOTICE_SECONDS
+from clusters.providers import Capability, fleet_provider
 from clusters.traces import DataCatalog, SpotTrace
 from controlplane.core.clock import Clock, SimClock
 from controlplane.core.config import data_dir
@@ -59,9 +63,8 @@ log = logging.getLogger(__name__)
 AWS_COLLECTION = "availability/1-node/aws-02-15-2023"
 AWS_P3_ON_DEMAND = 3.06  # $/h, p3.2xlarge us-east-1 on-demand list price
 AWS_P3_SPOT = 0.918  # $/h, ~70 % below on-demand (typical p3.2xlarge spot price in 2023)
-NOTICE_SECONDS = {"aws": 120.0, "gcp": 30.0}
+NOTICE_SECONDS = {"aws": AWS_NOTICE_SECONDS, "gcp": GCP_NOTICE_SECONDS}
 PROVISION_SECONDS = {"aws": 90.0, "gcp": 150.0}
-GCP_SPOT_MAX_HOURS = 24.0
 
 
 @dataclass
@@ -146,6 +149,7 @@ class _Sim:
         return cls(inst, d["ready_at"], d["preempt_at"], d["notice_at"])
 
 
+@fleet_provider("sim", capabilities=frozenset({Capability.SIMULATED}))
 class SimulatedFleet(FleetProvider):
     """A FleetProvider over replayed spot traces (see the module docstring)."""
 
@@ -305,12 +309,12 @@ class SimulatedFleet(FleetProvider):
             preempt = self.epoch - self.trace_offset + z.next_down(self._rel(now))
             cause = "zone outage"
             if z.cloud == "gcp":
-                life = GCP_SPOT_MAX_HOURS
+                life = SPOT_MAX_HOURS
                 if self.lifetimes is not None:
                     life = min(life, float(self.lifetimes.sample(1, rng)[0]))
                 if now + life * HOUR < preempt:
                     preempt = now + life * HOUR
-                    cause = "24 h stop" if life >= GCP_SPOT_MAX_HOURS else "lifetime"
+                    cause = "24 h stop" if life >= SPOT_MAX_HOURS else "lifetime"
             preempt = max(preempt, now + 1.0)
             notice = max(now, preempt - NOTICE_SECONDS[z.cloud])
         inst = Instance(instance_id=iid, cloud=z.cloud, zone=z.zone,
