@@ -351,3 +351,37 @@ def test_a_finished_job_gives_back_only_the_slots_its_live_replicas_hold() -> No
     now = slots.slot_for("node-x")  # node-x now serves job b
     ex._cleanup("job-a")  # job a ends (elsewhere)
     assert slots.bound == {"node-x": now}
+
+
+def test_the_executor_config_pickles_checks_its_choices_and_scales_to_the_clock() -> None:
+    """One frozen configuration: Ray pickles it into the controller actor unchanged; a bad
+    choice is refused where it is made; model hours per job second follow the clock."""
+    import dataclasses
+    import pickle
+
+    from controlplane.core.clock import SimClock, WallClock
+
+    config = ExecutorConfig(workload_address="http://head:8265", artifact_uri="/a",
+                            env={"SEED": "1"}, package_dir="store")
+    assert pickle.loads(pickle.dumps(config)) == config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.pin = "never"  # type: ignore[misc]
+    with pytest.raises(InvalidInput, match="pin"):
+        ExecutorConfig(pin="sometimes")
+    assert config.retry_s == config.submit_timeout_s == 120.0
+    assert ExecutorConfig(submit_retry_s=5.0).retry_s == 5.0
+    assert config.scale_on(WallClock()) == pytest.approx(1 / 3600)
+    assert config.scale_on(SimClock(speed=3600.0)) == pytest.approx(1.0)
+    assert ExecutorConfig(hours_per_second=2.0).scale_on(SimClock(speed=3600.0)) == 2.0
+
+
+def test_a_replica_spec_is_the_jobs_own() -> None:
+    """``ReplicaSpec.of`` carries what the job's spec says a replica runs, and nothing else."""
+    job = _job()
+    spec = ReplicaSpec.of(job, "r1")
+    assert (spec.job_id, spec.replica_id, spec.entrypoint, spec.work_hours, spec.checkpoint_hours,
+            spec.gpus, spec.tenant_id) == ("job-s", "r1", "python x.py", 2.0, 0.05,
+                                           job.spec.gpus_per_worker, "t")
+    with pytest.raises(InvalidInput, match="has no entrypoint"):
+        ReplicaSpec.of(job.model_copy(update={"spec": job.spec.model_copy(
+            update={"entrypoint": None})}), "r0")
