@@ -385,3 +385,17 @@ def test_a_replica_spec_is_the_jobs_own() -> None:
     with pytest.raises(InvalidInput, match="has no entrypoint"):
         ReplicaSpec.of(job.model_copy(update={"spec": job.spec.model_copy(
             update={"entrypoint": None})}), "r0")
+
+
+def test_the_factory_keeps_blobs_in_the_store_when_told_or_on_postgresql(tmp_path: Path) -> None:
+    """``package_dir`` / ``log_dir``: ``"store"`` is the store's table, a path stays a path, and
+    none is the state directory's folder on SQLite."""
+    from actors.execution.factory import _blob_home
+    from controlplane.core.blobs import Blobs
+    from controlplane.store import IN_STORE, PACKAGES, Store
+
+    store = Store(tmp_path / "s.db")
+    assert isinstance(_blob_home(IN_STORE, store, PACKAGES, "/d"), Blobs)
+    assert _blob_home("/mine", store, PACKAGES, "/d") == "/mine"
+    assert _blob_home(None, store, PACKAGES, "/d") == "/d"
+    assert _blob_home(None, None, PACKAGES, "/d") == "/d"
