@@ -31,6 +31,7 @@ from actors.execution.logs import LogCopies
 from actors.execution.packages import Packages
 from actors.execution.pinning import PIN_AMOUNT, Pinning
 from actors.execution.replicas import RAY_STATUS, Replica, ReplicaBook, ReplicaSpec, ReplicaState
+from actors.execution.reports import Told
 from actors.execution.submission import (
     Submissions,
     died_with_its_node,
@@ -154,37 +155,21 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         return out
 
     def _report(self, job: Job, reps: Sequence[Replica]) -> ExecutorReport:
-        """One job's report: the furthest progress and checkpoint any replica has told."""
+        """One job's report from its replicas' statuses; a job that ended is cleaned up."""
         statuses = [self.replica_status(r) for r in reps]
         for r in reps:
             self.log_copies.copy(r)
-        told = [s for s in statuses if s.get("started")]
-        if told:
-            progress = max(float(s.get("progress", 0.0)) for s in told)
-            checkpointed = max(float(s.get("checkpointed", 0.0)) for s in told)
-        else:  # no attempt has restored or begun yet (a new one): no news is no change
-            progress = job.progress_hours / job.spec.compute_hours
-            checkpointed = job.checkpointed_hours / job.spec.compute_hours
-        ckpts = sum(int(s.get("checkpoints", 0)) for s in statuses)
+        told = Told.of(job, statuses)
         finished = any(r.state is ReplicaState.SUCCEEDED for r in reps)
         failed = None
         if not finished and all(r.state is ReplicaState.FAILED for r in reps):
             failed = self._failure(reps)
-        changed = (ckpts, len(self.book.attempts(job.id)),
-                   sum(int(s.get("plans", 0)) for s in statuses),
+        changed = (told.checkpoints, len(self.book.attempts(job.id)), told.plans,
                    int(finished or failed is not None))  # the end: read the last save
-        nbytes, fallbacks = self.artifacts.totals(job.id, job.tenant_id, changed)
+        totals = self.artifacts.totals(job.id, job.tenant_id, changed)
         if finished or failed:
             self._cleanup(job.id)
-        return ExecutorReport(
-            progress_hours=progress * job.spec.compute_hours,
-            checkpointed_hours=checkpointed * job.spec.compute_hours,
-            checkpoints=ckpts,
-            finished=finished,
-            failed=failed,
-            checkpoint_bytes=nbytes,
-            restore_fallbacks=fallbacks,
-        )
+        return told.report(job, finished=finished, failed=failed, totals=totals)
 
     # -- replication (seed 004): the hooks a controller calls per node ---------------------------
     def node_preempted(self, job: Job, node_id: str, reason: str = "node preempted") -> bool:

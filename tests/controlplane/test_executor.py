@@ -399,3 +399,20 @@ def test_the_factory_keeps_blobs_in_the_store_when_told_or_on_postgresql(tmp_pat
     assert _blob_home("/mine", store, PACKAGES, "/d") == "/mine"
     assert _blob_home(None, store, PACKAGES, "/d") == "/d"
     assert _blob_home(None, None, PACKAGES, "/d") == "/d"
+
+
+def test_a_poll_reports_the_furthest_replica_and_no_news_as_no_change() -> None:
+    """The furthest progress and checkpoint any started replica told, the checkpoints of all;
+    with no replica started yet the job's own progress stands."""
+    from actors.execution.reports import Told
+
+    job = _job(compute_hours=2.0, checkpointed=0.5)
+    told = Told.of(job, [{"started": True, "progress": 0.5, "checkpointed": 0.25, "checkpoints": 2},
+                         {"started": True, "progress": 0.75, "checkpointed": 0.5, "checkpoints": 1,
+                          "plans": 3},
+                         {"started": False, "progress": 0.9, "checkpoints": 1}])
+    assert told == Told(0.75, 0.5, 4, 3)
+    report = told.report(job, finished=False, failed=None, totals=(10, 1))
+    assert (report.progress_hours, report.checkpointed_hours, report.checkpoint_bytes,
+            report.restore_fallbacks) == (1.5, 1.0, 10, 1)
+    assert Told.of(job, [{"state": "STARTING"}]) == Told(0.0, 0.25, 0, 0)
