@@ -15,7 +15,7 @@ converts (1/3600 on a real fleet; the simulated fleet's clock speed / 3600 in th
 The logic lives in :class:`CheckpointCoordinator` (plain Python, tested without Ray);
 :data:`RemoteCheckpointActor` is the same class as a Ray actor. :func:`checkpoint_actor_options`
 places it on the replica's node through the node's custom resource (see
-``actors.executor``).
+``actors.execution.pinning``).
 """
 
 from __future__ import annotations

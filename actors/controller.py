@@ -156,16 +156,16 @@ class ControllerActor:
 
     def _executor(self) -> JobExecutor | None:
         """The JobExecutor for jobs with an entrypoint: ``executor_factory`` ("module:function",
-        called as ``f(clock=..., fleet=..., namespace=..., store=..., **executor_options)``)
+        called as ``f(executor_options, clock=..., fleet=..., namespace=..., store=...)``)
         or none; ``store`` is this controller's, which holds the packages of a PostgreSQL store."""
         spec = self.config.get("executor_factory")
         if not spec:
             return None
         module, _, name = str(spec).partition(":")
         factory = getattr(importlib.import_module(module), name)  # the configured function
-        executor: JobExecutor = factory(clock=self.clock, fleet=self.fleet,
-                                        namespace=self.config["namespace"], store=self.store,
-                                        **dict(self.config.get("executor_options") or {}))
+        executor: JobExecutor = factory(self.config["executor_options"], clock=self.clock,
+                                        fleet=self.fleet, namespace=self.config["namespace"],
+                                        store=self.store)
         return executor
 
     @staticmethod

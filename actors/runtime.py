@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from actors.controller import RemoteControllerActor
+from actors.execution.config import ExecutorConfig
 from actors.forecaster import RemoteForecasterActor
 from actors.node_agents import (
     node_agent_cloud,
@@ -66,7 +67,7 @@ class RuntimeSettings:
     min_tick_wall_seconds: float = 0.002
     crash_after_intents: int = 0  # fault injection (tests): exit once after the n-th launch tick
     executor_factory: str | None = None  # "module:function" -> JobExecutor for entrypoint jobs
-    executor_options: dict[str, Any] = field(default_factory=dict)
+    executor_options: ExecutorConfig = field(default_factory=ExecutorConfig)
     node_agents: bool = True  # real fleets only: one NodeActor per selected Ray node
     node_cloud: str | None = None  # ray fleet: aws | gcp (default $SPOTPLANE_NODE_CLOUD, else aws)
     metadata_url: str | None = None  # the agents' metadata server (tests); None: the cloud's own
@@ -92,7 +93,7 @@ class RuntimeSettings:
                 "min_tick_wall_seconds": self.min_tick_wall_seconds,
                 "crash_after_intents": self.crash_after_intents,
                 "executor_factory": self.executor_factory,
-                "executor_options": dict(self.executor_options), "standby": self.standby,
+                "executor_options": self.executor_options, "standby": self.standby,
                 "lease_ttl_seconds": self.lease_ttl_seconds,
                 "standby_poll_seconds": self.standby_poll_seconds,
                 "role": "active", "actor_name": CONTROLLER_NAME}

@@ -58,6 +58,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from actors.execution import ExecutorConfig
 from actors.localcluster import MultiNodeWorkload
 from actors.raylocal import WorkloadAddress, WorkloadRay, free_port, init_local_ray
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
@@ -588,7 +589,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
     nodes: MultiNodeWorkload | None = None
     address: WorkloadAddress | None = None
     try:
-        options: dict[str, Any] = {}
+        options = ExecutorConfig()
         if real_jobs and "worker_raylet" in kinds:
             # worker raylets to lose: a head and one GPU worker per real job, plus a spare
             nodes = MultiNodeWorkload(workers=real_jobs + 1, gpus_per_node=1, token=True)
@@ -599,14 +600,14 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
             WORKLOAD_ROOTS.add(workload.proc.pid)
             address = workload.address
         if address is not None:
-            options = {"artifact_uri": str(state / "artifacts"), "log_dir": str(state / "logs"),
-                       "package_dir": str(state / "packages"),
-                       "workload_address": address.dashboard, "workload_gcs": address.gcs,
-                       "workload_token_path": address.token_path}
+            options = ExecutorConfig(artifact_uri=str(state / "artifacts"),
+                                     log_dir=str(state / "logs"), package_dir=str(state / "packages"),
+                                     workload_address=address.dashboard, workload_gcs=address.gcs,
+                                     workload_token_path=address.token_path)
         settings = RuntimeSettings(
             state_dir=state, fleet="sim", speed=speed, clock="sim", namespace=NAMESPACE,
             policy_actor_shards=2, controller=ControllerSettings(),
-            executor_factory="actors.executor:runtime_executor" if real_jobs else None,
+            executor_factory="actors.execution:make_executor" if real_jobs else None,
             executor_options=options)
         handles = start_control_plane(settings)
         store = Store(settings.db_path)

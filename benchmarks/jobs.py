@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors.executor import RayJobExecutor
+from actors.execution import ExecutorConfig, RayJobExecutor
 from actors.localcluster import MultiNodeWorkload
 from actors.raylocal import init_local_ray
 from benchmarks import entry
@@ -100,7 +100,7 @@ def attempts(b: Bench, sid: str) -> Callable[[], str]:
     """The job's state and its attempts (Ray status, node, slot) and the end of their logs."""
     def describe() -> str:
         reps = b.executor.replicas.get(sid, [])
-        slots = b.executor._slots.bound if b.executor._slots is not None else {}
+        slots = b.executor.pinning.slots.bound if b.executor.pinning.slots is not None else {}
         lines = [f"job {b.store.get_job(sid).state}; cluster {sorted(k for k in b.executor.actors.resources() if 'slot' in k)}"]
         lines += [f"  {r.submission_id} {r.state} node {r.node_id} {slots.get(r.node_id)} "
                   f"{r.last_status}" for r in reps]
@@ -126,10 +126,11 @@ def world(tmp: Path, workers: int) -> Iterator[Bench]:
     fleet = SimulatedFleet.from_options(
         clock=clock, seed=3, state_path=tmp / "simfleet.db", gcp=False,
         lifetime_model=ExponentialModel(rate=0.01, limit=24.0))
-    executor = RayJobExecutor(workload.dashboard, str(tmp / "artifacts"), namespace="bench",
-                              clock=clock, hours_per_second=SPEED / 3600, gpus="always",
-                              workload_gcs=workload.gcs, package_dir=str(packages),
-                              log_dir=str(logs), stop_timeout_s=60, submit_timeout_s=300)
+    executor = RayJobExecutor(ExecutorConfig(
+        workload_address=workload.dashboard, artifact_uri=str(tmp / "artifacts"),
+        namespace="bench", hours_per_second=SPEED / 3600, gpus="always",
+        workload_gcs=workload.gcs, package_dir=str(packages), log_dir=str(logs),
+        stop_timeout_s=60, submit_timeout_s=300), clock=clock)
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": workers + 8}),
                      executor=executor, epoch=store.take_controller_lease())
     bench = Bench(url, token, store, fleet, executor, workload)
@@ -205,7 +206,7 @@ def restored(b: Bench, sid: str, before: int) -> bool:
     step K > 0`` in its own logs: a lost node's copy may miss its last seconds)."""
     reps = b.executor.replicas.get(sid, [])[before:]
     return any(int(k) > 0 for r in reps
-               for k in re.findall(r"starting at step (\d+)", b.executor._logs(r)))
+               for k in re.findall(r"starting at step (\d+)", b.executor.log_copies.text(r)))
 
 
 def measure_submit(b: Bench, package_uri: str, trials: int) -> list[float]:
@@ -238,12 +239,12 @@ def measure_node_loss(b: Bench, tmp: Path, trials: int) -> dict[str, list[float]
     for _ in range(trials):
         wait_for(lambda: b.store.get_job(sid).state is JobState.RUNNING
                  and b.store.get_job(sid).checkpoints > 0
-                 and "starting at step" in b.executor._logs(b.executor.replicas[sid][-1]),
+                 and "starting at step" in b.executor.log_copies.text(b.executor.replicas[sid][-1]),
                  300, "a running, checkpointed attempt", attempts(b, sid))
         before = len(b.executor.replicas[sid])
         rep = b.executor.replicas[sid][-1]
-        assert b.executor._slots is not None
-        slot = b.executor._slots.bound[rep.node_id]
+        assert b.executor.pinning.slots is not None
+        slot = b.executor.pinning.slots.bound[rep.node_id]
         node = next(n for n in b.store.list_nodes() if n.id == rep.node_id)
         b.paused.set()
         t0 = time.monotonic()

@@ -51,7 +51,7 @@ DEMO_SPEED = 3600.0  # simulated seconds per wall second for --demo (68 h of dea
 DEFAULT_SPEED = 60.0
 DEMO_TIMEOUT_S = 290.0
 CHILD_ENV = "SPOTPLANE_UP_CHILD"
-EXECUTOR_FACTORY = "actors.executor:runtime_executor"
+EXECUTOR_FACTORY = "actors.execution:make_executor"
 # never passed on to the supervised child (and so to nothing it starts): the admin token lives in
 # its file, and a variable of the operator's shell must not spread to the control plane's processes
 SECRET_ENV = ("SPOTPLANE_ADMIN_TOKEN",)
@@ -433,6 +433,7 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
            started: dict[str, Any]) -> str:
 
     # deferred: Ray and Serve load only when `up` starts them; every other command starts in under a second
+    from actors.execution.config import ExecutorConfig
     from actors.runtime import RuntimeSettings, start_control_plane
     from serve.app import start_api
 
@@ -461,10 +462,17 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     # Jobs with an entrypoint run as Ray jobs pinned to their node (docs/execution.md), their
     # checkpoints in the state directory; simulated jobs need no executor.
     db = store_target(args, state_dir)
+    homes = executor_options(args, state_dir)
     settings = RuntimeSettings(state_dir=state_dir, db=str(db), fleet=args.fleet, speed=speed,
                                clock="sim" if args.fleet == "sim" else "wall",
                                executor_factory=EXECUTOR_FACTORY,
-                               executor_options={**executor_options(args, state_dir), **workload},
+                               executor_options=ExecutorConfig(
+                                   artifact_uri=homes["artifact_uri"],
+                                   s3_endpoint_url=homes.get("s3_endpoint_url"),
+                                   package_dir=homes["package_dir"], log_dir=homes["log_dir"],
+                                   workload_address=workload["workload_address"],
+                                   workload_gcs=workload.get("workload_gcs"),
+                                   workload_token_path=workload.get("workload_token_path")),
                                standby=bool(getattr(args, "standby", False)),
                                lease_ttl_seconds=float(getattr(args, "lease_ttl", 10.0)),
                                controller=ControllerSettings(
@@ -477,7 +485,6 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
         raise CloudError(f"fleet {args.fleet}: the control plane did not start ({lines[-1] if lines else exc!r})",
                          fix="check the provider's credentials and options, or use --fleet sim") from exc
     report_quarantine(quarantined_rows(db, since=set_aside))
-    homes = executor_options(args, state_dir)
     url = start_api(db, admin_token, port, args.host,
                     package_dir=homes["package_dir"],
                     workload_address=workload["workload_address"],

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from actors.execution import ExecutorConfig
 from actors.jobagent import job_logs
 from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
 from clusters.artifacts import LocalArtifactStore
@@ -37,11 +38,11 @@ def test_controller_actor_runs_a_real_job_through_its_executor(
         autostart=True,
         seed=1,
         fleet_options={"gcp": False, "lifetime_model": ExponentialModel(rate=0.3, limit=24.0)},
-        executor_factory="actors.executor:runtime_executor",
-        executor_options={"workload_address": workload_ray.dashboard,
-                          "workload_gcs": workload_ray.gcs,
-                          "workload_token_path": workload_ray.token_path,
-                          "artifact_uri": str(artifacts)},
+        executor_factory="actors.execution:make_executor",
+        executor_options=ExecutorConfig(workload_address=workload_ray.dashboard,
+                                        workload_gcs=workload_ray.gcs,
+                                        workload_token_path=workload_ray.token_path,
+                                        artifact_uri=str(artifacts)),
     )
     handles = start_control_plane(settings)
     try:

@@ -24,7 +24,7 @@ import json
 import time
 from pathlib import Path
 
-from actors.executor import RayJobExecutor
+from actors.execution import ExecutorConfig, RayJobExecutor
 from actors.localcluster import MultiNodeWorkload
 from controlplane.core.models import Job, JobKind, JobSpec, Market, Node
 
@@ -93,8 +93,10 @@ def main() -> None:
         scripts[name].write_text(f"STARTED = {str(started)!r}\nJOB = {name!r}\n" + body)
     workload = MultiNodeWorkload(workers=2, gpus_per_node=2)
     try:
-        ex = RayJobExecutor(workload.dashboard, str(work / "artifacts"), namespace="gpu-probe",
-                            workload_gcs=workload.gcs, stop_timeout_s=30, submit_timeout_s=180)
+        ex = RayJobExecutor(ExecutorConfig(
+            workload_address=workload.dashboard, artifact_uri=str(work / "artifacts"),
+            namespace="gpu-probe", workload_gcs=workload.gcs, stop_timeout_s=30,
+            submit_timeout_s=180))
         single, gang = job("single", scripts["single"], 1), job("gang", scripts["gang"], 2)
         n0, n1 = node(0), node(1)
         ex.start(single, [n0])  # n0 binds the first free slot: worker 0
@@ -102,7 +104,7 @@ def main() -> None:
         jobs = [single, gang]
         deadline = time.monotonic() + a.timeout
         result: dict[str, object] = {"gpus": ex.actors.resources().get("GPU", 0.0),
-                                     "slots": dict(ex._slots.bound) if ex._slots else {},
+                                     "slots": dict(ex.pinning.slots.bound) if ex.pinning.slots else {},
                                      "jobs": {}}
         while time.monotonic() < deadline:
             states = {j.id: ex.replica_status(ex.replicas[j.id][-1])["state"] for j in jobs}

@@ -20,7 +20,7 @@ import pytest
 import ray
 from ray.job_submission import JobSubmissionClient
 
-from actors.executor import died_with_its_node
+from actors.execution.submission import died_with_its_node
 from actors.jobagent import job_agent_ready
 from actors.simexecutor import SimulatedExecutor
 from clusters.rayjobs import transient

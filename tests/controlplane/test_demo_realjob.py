@@ -39,6 +39,7 @@ def realjob_scenario() -> Scenario:
 
 @pytest.fixture
 def control_plane(ray_cluster: Any, workload_ray: Any, tmp_path: Path) -> Iterator[str]:
+    from actors.execution import ExecutorConfig
     from actors.runtime import RuntimeSettings, start_control_plane, stop_control_plane
     from controlplane.reconcile.contracts import ControllerSettings
     from serve.app import start_api, stop_api
@@ -51,11 +52,11 @@ def control_plane(ray_cluster: Any, workload_ray: Any, tmp_path: Path) -> Iterat
         # job this test is about (test_demo.py runs the demo with the quota)
         forecaster=False,
         controller=ControllerSettings(pool_nodes={"V100": POOL, "H100": 1}),
-        executor_factory="actors.executor:runtime_executor",
-        executor_options={"artifact_uri": str(tmp_path / "artifacts"),
-                          "workload_address": workload_ray.dashboard,
-                          "workload_gcs": workload_ray.gcs,
-                          "workload_token_path": workload_ray.token_path})
+        executor_factory="actors.execution:make_executor",
+        executor_options=ExecutorConfig(artifact_uri=str(tmp_path / "artifacts"),
+                                        workload_address=workload_ray.dashboard,
+                                        workload_gcs=workload_ray.gcs,
+                                        workload_token_path=workload_ray.token_path))
     handles = start_control_plane(settings)
     try:
         yield start_api(settings.db_path, ADMIN, free_port())

@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.executor import RayJobExecutor
+from actors.execution import ExecutorConfig, RayJobExecutor, ReplicaSpec
+from actors.execution.pinning import SlotMap, is_slot, slot_resources
+from actors.execution.replicas import RAY_STATUS, ReplicaState
 from actors.jobagent import JobAgentBroken, job_agent_ready
-from actors.replicas import RAY_STATUS, ReplicaState, SlotMap, is_slot, slot_resources
 from clusters.artifacts import LocalArtifactStore
 from controlplane import sdk
 from controlplane.core.errors import InvalidInput
@@ -75,13 +76,13 @@ def test_a_probe_job_that_fails_is_a_broken_agent_not_a_skip(job_agent: str) -> 
 
 @pytest.fixture
 def executor(job_agent: str, tmp_path: Path) -> Iterator[RayJobExecutor]:
-    ex = RayJobExecutor(
-        job_agent,
-        str(tmp_path / "artifacts"),
+    ex = RayJobExecutor(ExecutorConfig(
+        workload_address=job_agent,
+        artifact_uri=str(tmp_path / "artifacts"),
         namespace="spotplane-tests",
         hours_per_second=1.0,  # a wall second is a model hour: the DP plans several checkpoints
         stop_timeout_s=20,
-    )
+    ))
     yield ex
     ex.close()
 
@@ -109,9 +110,7 @@ def test_preempted_three_times_with_a_corrupt_artifact_ends_bit_identical(
     entry = _entry(steps, seed, step_s)
     for i, node in enumerate(["node-a", "node-b", "node-c"]):
         before = len(store.list(job))
-        rep = executor.start_replica(
-            job_id=job, replica_id="r0", entrypoint=entry, work_hours=steps * step_s, node_id=node
-        )
+        rep = executor.start_replica(ReplicaSpec(job, "r0", entry, steps * step_s), node)
         wait_for(
             lambda b=before: len(store.list(job)) >= b + 1,
             180,
@@ -145,9 +144,7 @@ def test_preempted_three_times_with_a_corrupt_artifact_ends_bit_identical(
     # the last attempt is never stopped: it runs without the per-step sleep (the only thing
     # --step-seconds changes), so the weights it ends with are the same
     rep = executor.start_replica(
-        job_id=job, replica_id="r0", entrypoint=_entry(steps, seed, 0.0),
-        work_hours=steps * step_s, node_id="node-d"
-    )
+        ReplicaSpec(job, "r0", _entry(steps, seed, 0.0), steps * step_s), "node-d")
     wait_for(
         lambda: executor.replica_status(rep)["state"] in ("SUCCEEDED", "FAILED"),
         240,
@@ -174,11 +171,8 @@ def test_emergency_checkpoint_at_a_notice_loses_no_completed_step(executor: RayJ
     steps, seed, job = 2000, 7, "job-notice"
     store = LocalArtifactStore(executor.store.uri[len("file://") :])  # type: ignore[attr-defined]
     rep = executor.start_replica(
-        job_id=job,
-        replica_id="r0",
-        entrypoint=_entry(steps, seed, 0.01, "--save-seconds 0.5"),
-        work_hours=steps * 0.01,
-        node_id="node-n",
+        ReplicaSpec(job, "r0", _entry(steps, seed, 0.01, "--save-seconds 0.5"), steps * 0.01),
+        "node-n",
     )
     wait_for(lambda: len(store.list(job)) >= 1, 90, "a first checkpoint")
     executor.notice_replica(rep, 3.0)
@@ -200,10 +194,10 @@ def test_two_replicas_survivor_checkpoints_and_replacement_restores_from_it(
     # every replica of tenant t's job, the replacement included, uses t's artifact prefix
     store = LocalArtifactStore(executor.store_for("t").uri[len("file://") :])  # type: ignore[attr-defined]
     entry = _entry(steps, seed, 0.03)
-    r0 = executor.start_replica(job_id=job, replica_id="r0", entrypoint=entry,
-                                work_hours=steps * 0.03, node_id="zone-a-1", tenant_id="t")
-    r1 = executor.start_replica(job_id=job, replica_id="r1", entrypoint=entry,
-                                work_hours=steps * 0.03, node_id="zone-b-1", tenant_id="t")
+    r0 = executor.start_replica(ReplicaSpec(job, "r0", entry, steps * 0.03, tenant_id="t"),
+                                "zone-a-1")
+    r1 = executor.start_replica(ReplicaSpec(job, "r1", entry, steps * 0.03, tenant_id="t"),
+                                "zone-b-1")
     wait_for(
         lambda: len(store.list(job, "r0")) >= 1 and len(store.list(job, "r1")) >= 1,
         90,
@@ -274,12 +268,12 @@ def _job(compute_hours: float = 2.0, checkpointed: float = 0.0) -> Any:
 
 
 def test_simulated_executor_progresses_checkpoints_and_restarts_from_the_checkpoint() -> None:
-    from actors.executor import make_executor
+    from actors.execution import make_executor
     from actors.simexecutor import SimulatedExecutor
     from controlplane.core.clock import SimClock
 
     clock = SimClock(start=0.0)
-    ex = make_executor({"kind": "simulated"}, clock=clock)
+    ex = make_executor(ExecutorConfig(kind="simulated"), clock=clock)
     assert isinstance(ex, SimulatedExecutor)
     job = _job()
     ex.start(job, [])
@@ -303,10 +297,10 @@ def test_simulated_executor_progresses_checkpoints_and_restarts_from_the_checkpo
     ex.start(restarted, [])
     clock.advance(10 * 3600)
     assert ex.poll([restarted])["job-s"].finished
-    with pytest.raises(InvalidInput, match="executor.kind"):
-        make_executor({"kind": "k8s"}, clock=clock)
-    with pytest.raises(InvalidInput, match="executor.workload_address"):
-        make_executor({"kind": "ray", "artifact_uri": "/tmp/x"}, clock=clock)
+    with pytest.raises(InvalidInput, match="executor_options.kind"):
+        make_executor(ExecutorConfig(kind="k8s"), clock=clock)
+    with pytest.raises(InvalidInput, match="executor_options.workload_address"):
+        make_executor(ExecutorConfig(kind="ray", artifact_uri="/tmp/x"), clock=clock)
 
 
 EXIT_3 = "python -c 'import sys; sys.exit(3)'"
@@ -321,8 +315,8 @@ def test_a_replica_that_died_with_its_node_is_a_loss_not_a_failure(executor: Ray
     lost = Job(id="job-lost", tenant_id="t", name="dies", kind=spec.kind, spec=spec,
                submitted_at=0.0)
     failed = lost.model_copy(update={"id": "job-failed"})
-    reps = {j.id: executor.start_replica(job_id=j.id, replica_id="r0", entrypoint=EXIT_3,
-                                         work_hours=0.1, node_id=f"node-{j.id}", tenant_id="t")
+    reps = {j.id: executor.start_replica(ReplicaSpec(j.id, "r0", EXIT_3, 0.1, tenant_id="t"),
+                                         f"node-{j.id}")
             for j in (lost, failed)}
     reps["job-lost"].resource = "spotplane_node:node-job-lost"  # a pin no live Ray node has
     wait_for(lambda: all(executor.replica_status(r)["state"] == "FAILED" for r in reps.values()),
@@ -338,21 +332,87 @@ def test_a_replica_that_died_with_its_node_is_a_loss_not_a_failure(executor: Ray
 def test_a_finished_job_gives_back_only_the_slots_its_live_replicas_hold() -> None:
     """A node whose replica was stopped (slot released) and then bound for another job's
     replica keeps that binding when the first job ends."""
-    from actors.replicas import Replica
-
-    ex = RayJobExecutor.__new__(RayJobExecutor)  # only the slot bookkeeping: no Ray needed
-    ex._slots = SlotMap(["spotplane_slot:0", "spotplane_slot:1"])
+    from actors.execution.pinning import Pinning
+    from actors.execution.replicas import Replica, ReplicaBook
 
     class NoActors:
         def kill(self, name: str) -> None: ...
 
+    ex = RayJobExecutor.__new__(RayJobExecutor)  # only the slot bookkeeping: no Ray needed
     ex.actors = NoActors()  # type: ignore[assignment]
-    ex.log_archive = None
-    slot = ex._slots.slot_for("node-x")
+    ex.pinning = Pinning(ex.actors, "auto", "auto")
+    slots = ex.pinning.slots = SlotMap(["spotplane_slot:0", "spotplane_slot:1"])
+    ex.book = ReplicaBook()
+    slot = slots.slot_for("node-x")
     old = Replica("job-a", "r0", "node-x", 1, "sid-a", "a", slot, 0.0, 1.0)
-    ex.replicas = {"job-a": [old]}
-    ex._release(old)  # preempted: stopped and released
+    ex.book.add(old)
+    ex.pinning.release(old)  # preempted: stopped and released
     old.state = ReplicaState.STOPPED
-    now = ex._slots.slot_for("node-x")  # node-x now serves job b
+    now = slots.slot_for("node-x")  # node-x now serves job b
     ex._cleanup("job-a")  # job a ends (elsewhere)
-    assert ex._slots.bound == {"node-x": now}
+    assert slots.bound == {"node-x": now}
+
+
+def test_the_executor_config_pickles_checks_its_choices_and_scales_to_the_clock() -> None:
+    """One frozen configuration: Ray pickles it into the controller actor unchanged; a bad
+    choice is refused where it is made; model hours per job second follow the clock."""
+    import dataclasses
+    import pickle
+
+    from controlplane.core.clock import SimClock, WallClock
+
+    config = ExecutorConfig(workload_address="http://head:8265", artifact_uri="/a",
+                            env={"SEED": "1"}, package_dir="store")
+    assert pickle.loads(pickle.dumps(config)) == config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.pin = "never"  # type: ignore[misc]
+    with pytest.raises(InvalidInput, match="pin"):
+        ExecutorConfig(pin="sometimes")
+    assert config.retry_s == config.submit_timeout_s == 120.0
+    assert ExecutorConfig(submit_retry_s=5.0).retry_s == 5.0
+    assert config.scale_on(WallClock()) == pytest.approx(1 / 3600)
+    assert config.scale_on(SimClock(speed=3600.0)) == pytest.approx(1.0)
+    assert ExecutorConfig(hours_per_second=2.0).scale_on(SimClock(speed=3600.0)) == 2.0
+
+
+def test_a_replica_spec_is_the_jobs_own() -> None:
+    """``ReplicaSpec.of`` carries what the job's spec says a replica runs, and nothing else."""
+    job = _job()
+    spec = ReplicaSpec.of(job, "r1")
+    assert (spec.job_id, spec.replica_id, spec.entrypoint, spec.work_hours, spec.checkpoint_hours,
+            spec.gpus, spec.tenant_id) == ("job-s", "r1", "python x.py", 2.0, 0.05,
+                                           job.spec.gpus_per_worker, "t")
+    with pytest.raises(InvalidInput, match="has no entrypoint"):
+        ReplicaSpec.of(job.model_copy(update={"spec": job.spec.model_copy(
+            update={"entrypoint": None})}), "r0")
+
+
+def test_the_factory_keeps_blobs_in_the_store_when_told_or_on_postgresql(tmp_path: Path) -> None:
+    """``package_dir`` / ``log_dir``: ``"store"`` is the store's table, a path stays a path, and
+    none is the state directory's folder on SQLite."""
+    from actors.execution.factory import _blob_home
+    from controlplane.core.blobs import Blobs
+    from controlplane.store import IN_STORE, PACKAGES, Store
+
+    store = Store(tmp_path / "s.db")
+    assert isinstance(_blob_home(IN_STORE, store, PACKAGES, "/d"), Blobs)
+    assert _blob_home("/mine", store, PACKAGES, "/d") == "/mine"
+    assert _blob_home(None, store, PACKAGES, "/d") == "/d"
+    assert _blob_home(None, None, PACKAGES, "/d") == "/d"
+
+
+def test_a_poll_reports_the_furthest_replica_and_no_news_as_no_change() -> None:
+    """The furthest progress and checkpoint any started replica told, the checkpoints of all;
+    with no replica started yet the job's own progress stands."""
+    from actors.execution.reports import Told
+
+    job = _job(compute_hours=2.0, checkpointed=0.5)
+    told = Told.of(job, [{"started": True, "progress": 0.5, "checkpointed": 0.25, "checkpoints": 2},
+                         {"started": True, "progress": 0.75, "checkpointed": 0.5, "checkpoints": 1,
+                          "plans": 3},
+                         {"started": False, "progress": 0.9, "checkpoints": 1}])
+    assert told == Told(0.75, 0.5, 4, 3)
+    report = told.report(job, finished=False, failed=None, totals=(10, 1))
+    assert (report.progress_hours, report.checkpointed_hours, report.checkpoint_bytes,
+            report.restore_fallbacks) == (1.5, 1.0, 10, 1)
+    assert Told.of(job, [{"state": "STARTING"}]) == Told(0.0, 0.25, 0, 0)

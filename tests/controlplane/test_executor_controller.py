@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.executor import RayJobExecutor
+from actors.execution import ExecutorConfig, RayJobExecutor
 from clusters.artifacts import LocalArtifactStore
 from clusters.sim import SimulatedFleet
 from controlplane import sdk
@@ -44,12 +44,14 @@ def world(
         lifetime_model=ExponentialModel(rate=0.4, limit=24.0),
     )
     ex = RayJobExecutor(
-        ray_cluster.dashboard_url,
-        str(tmp_path / "artifacts"),
-        namespace="spotplane-tests",
+        ExecutorConfig(
+            workload_address=ray_cluster.dashboard_url,
+            artifact_uri=str(tmp_path / "artifacts"),
+            namespace="spotplane-tests",
+            hours_per_second=1.0,  # one wall second = one simulated hour
+            stop_timeout_s=20,
+        ),
         clock=clock,
-        hours_per_second=1.0,
-        stop_timeout_s=20,  # one wall second = one simulated hour
     )
     ctl = Controller(
         store,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from actors.executor import RayJobExecutor
+from actors.execution import ExecutorConfig
 from controlplane.core.config import REPO_ROOT
 from controlplane.core.errors import InvalidInput
 
@@ -35,7 +35,7 @@ def run_gpu_jobs(tmp_path: Path) -> dict[str, Any]:
 
 def test_unknown_gpu_mode_names_the_choices() -> None:
     with pytest.raises(InvalidInput, match="gpus.*auto, always, never"):
-        RayJobExecutor("127.0.0.1:1", "/tmp/x", gpus="some")
+        ExecutorConfig(workload_address="127.0.0.1:1", artifact_uri="/tmp/x", gpus="some")
 
 
 def one_gpu(visible: str | None) -> str:

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from actors.executor import artifact_totals
+from actors.execution.artifacts import artifact_totals
 from actors.quota import QuotaAllocatorActor
 from clusters.artifacts import LocalArtifactStore
 from clusters.sim import SimulatedFleet

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from actors.replicas import SlotMap
+from actors.execution.pinning import SlotMap
 from clusters.blobs import DirBlobs
 from clusters.packages import PackageStore, package_name
 from clusters.rayjobs import LogArchive, attempt_marker, concatenated_logs
@@ -175,7 +175,7 @@ def test_package_store_is_per_tenant_and_capped(blobs: Blobs) -> None:
 
 
 class FakeJobClient:
-    """What ``RayJobExecutor.ensure_package`` asks of a JobSubmissionClient."""
+    """What ``actors.execution.packages.Packages.ensure`` asks of a JobSubmissionClient."""
 
     def __init__(self) -> None:
         self.uploaded: dict[str, bytes] = {}
@@ -191,18 +191,18 @@ class FakeJobClient:
 def test_the_executor_uploads_the_stored_package_bytes(blobs: Blobs) -> None:
     """The executor reads a package from the same home the API stored it in (a directory, or
     the store's table that every API replica writes) and sends those bytes to the workload."""
-    from actors.executor import RayJobExecutor
+    from actors.execution.packages import Packages
 
     data = zipped({"train.py": b"print(1)\n"})
     PackageStore(blobs).put("t1", package_name(PKG), data)
-    executor = RayJobExecutor.__new__(RayJobExecutor)  # no workload cluster: its client faked
-    executor.client, executor.packages = FakeJobClient(), PackageStore(blobs)
-    assert executor.ensure_package(PKG, "t1") is True
-    assert executor.client.uploaded == {PKG: data}
-    assert executor.ensure_package(PKG, "t1") is False  # the workload holds it already
-    executor.client.uploaded.clear()  # Ray dropped it
+    client = FakeJobClient()  # no workload cluster: its client faked
+    packages = Packages(client, PackageStore(blobs))
+    assert packages.ensure(PKG, "t1") is True
+    assert client.uploaded == {PKG: data}
+    assert packages.ensure(PKG, "t1") is False  # the workload holds it already
+    client.uploaded.clear()  # Ray dropped it
     with pytest.raises(NotFound, match=f"is not in {re.escape(blobs.where)}"):
-        executor.ensure_package(PKG, "t2")  # another tenant's package is not this tenant's
+        packages.ensure(PKG, "t2")  # another tenant's package is not this tenant's
 
 
 class FakeRay:
@@ -310,7 +310,7 @@ def test_a_yaml_jobs_local_working_dir_becomes_its_package(tmp_path: Path) -> No
 
 def test_a_single_worker_job_has_no_placement_group_and_a_gang_names_its_own(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from actors.executor import job_env
+    from actors.execution.submission import job_env
     from controlplane import jobenv, sdk
 
     monkeypatch.delenv(sdk.ENV_PLACEMENT_GROUP, raising=False)

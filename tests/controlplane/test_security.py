@@ -19,7 +19,8 @@ import httpx
 import psutil
 import pytest
 
-from actors.executor import job_env, runtime_executor
+from actors.execution import ExecutorConfig, make_executor
+from actors.execution.submission import job_env
 from actors.raylocal import REPO, OsUser, scrubbed_env
 from actors.sandbox import WORKLOAD_USER, find_bwrap
 from clusters.artifacts import LocalArtifactStore
@@ -62,10 +63,10 @@ def test_the_executor_refuses_the_control_planes_own_ray(ray_cluster: Any) -> No
     from controlplane.core.clock import WallClock
 
     with pytest.raises(InvalidInput, match="control plane's own Ray cluster"):
-        runtime_executor(clock=WallClock(), workload_address=ray_cluster.dashboard_url,
-                         artifact_uri="/tmp/x")
+        make_executor(ExecutorConfig(workload_address=ray_cluster.dashboard_url,
+                                     artifact_uri="/tmp/x"), clock=WallClock())
     with pytest.raises(InvalidInput, match="executor_options.workload_address: is missing"):
-        runtime_executor(clock=WallClock(), artifact_uri="/tmp/x")
+        make_executor(ExecutorConfig(artifact_uri="/tmp/x"), clock=WallClock())
 
 
 def test_a_workload_user_is_refused_when_it_cannot_be_used(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from actors.controller import record_tick_failure
-from actors.executor import RayJobExecutor
+from actors.execution import ExecutorConfig, RayJobExecutor
 from actors.localcluster import MultiNodeWorkload
 from clusters.artifacts import LocalArtifactStore
 from clusters.sim import SimulatedFleet
@@ -227,11 +227,11 @@ def world(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory,
     fleet = SimulatedFleet.from_options(
         clock=clock, data_dir=data_root, seed=3, state_path=tmp / "simfleet.db", gcp=False,
         lifetime_model=ExponentialModel(rate=0.01, limit=24.0))
-    executor = RayJobExecutor(workload.dashboard, str(tmp / "artifacts"), namespace="byo",
-                              clock=clock, hours_per_second=SPEED / 3600, gpus="always",
-                              workload_gcs=workload.gcs, package_dir=str(packages),
-                              log_dir=str(tmp / "logs"), stop_timeout_s=60,
-                              submit_timeout_s=300)  # a loaded machine: agents answer late
+    executor = RayJobExecutor(ExecutorConfig(
+        workload_address=workload.dashboard, artifact_uri=str(tmp / "artifacts"), namespace="byo",
+        hours_per_second=SPEED / 3600, gpus="always", workload_gcs=workload.gcs,
+        package_dir=str(packages), log_dir=str(tmp / "logs"), stop_timeout_s=60,
+        submit_timeout_s=300), clock=clock)  # a loaded machine: agents answer late
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
                      executor=executor, epoch=store.take_controller_lease())
     w = World(url, store, fleet, executor, workload, tokens, packages, tmp)
@@ -345,7 +345,7 @@ def test_spotplane_submit_uploads_a_tree_once(world: World) -> None:
 def remove_node_of(world: World, job_id: str, node_id: str) -> None:
     """Remove the raylet a simulated node is pinned to, then tell the fleet it is gone (the
     controller is paused meanwhile, so it sees the loss the way a provider reports it)."""
-    slots = world.executor._slots
+    slots = world.executor.pinning.slots
     assert slots is not None
     assert node_id in slots.bound, (node_id, slots.bound, slots.free,
                                     world.executor.actors.resources())
