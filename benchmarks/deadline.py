@@ -124,6 +124,8 @@ def cut_tick(trace: SpotTrace) -> int:
 
 def pick_starts(trace: SpotTrace, n_ticks: int, count: int, rng: np.random.Generator) -> np.ndarray:
     """Starts of ``count`` windows of ``n_ticks`` that end at or before the cut (the picking span)."""
+    if count < 1:
+        raise InvalidInput("--windows", f"must be >= 1, got {count}: no window would be replayed", fix="e.g. --windows 50")
     last = cut_tick(trace) - n_ticks
     if last < 0:
         raise InvalidInput("deadline_hours", f"a {n_ticks}-tick window does not fit before the cut of {trace.name}")
@@ -766,8 +768,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     common(gg, 20)
     gg.add_argument("--fractions", default="0.6,0.8,0.9")
     pg = sub.add_parser("pick-guards", help="semi_markov_dp's idle floor and on-demand rule, picked on windows before the cut")
-    common(pg, PICK_WINDOWS)
-    pg.set_defaults(seed=PICK_SEED)
+    pg.add_argument("--json", action="store_true", help="print one JSON object")
+    pg.add_argument("--seed", type=int, default=PICK_SEED)
+    pg.add_argument("--windows", type=int, default=PICK_WINDOWS, help="picking windows per trace")
+    pg.add_argument("--workers", type=int, default=1)
+    pg.add_argument("--compute-hours", type=float, default=48.0)
+    pg.add_argument("--overhead-hours", type=float, default=0.2)
+    pg.add_argument("--on-demand-price", type=float, default=3.0)
     pg.add_argument("--job-fraction", type=float, default=0.8)
     w = sub.add_parser("window", help="one window, with its decision trace")
     w.add_argument("--trace", required=True, help="trace file (path, or relative to the data directory)")

@@ -115,6 +115,11 @@ def test_zero_windows_is_an_error_not_an_empty_table(capsys: pytest.CaptureFixtu
     assert "--windows: must be >= 1, got 0: no window would be replayed" in capsys.readouterr().err
 
 
+def test_pick_guards_zero_windows_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["pick-guards", "--windows", "0", "--json"]) == 2
+    assert "--windows: must be >= 1, got 0: no window would be replayed" in capsys.readouterr().err
+
+
 def test_multiregion_zero_windows_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert multiregion.main(["--windows", "0", "--json"]) == 2
     out = capsys.readouterr()
