@@ -3,11 +3,16 @@
     python -m benchmarks.deadline table3 [--json] [--no-omniscient] [--workers 2] [--plot F.png]
     python -m benchmarks.deadline sweep  [--json] [--windows 50] [--collections 2w,2m] [--plot F.png]
     python -m benchmarks.deadline gang   [--json] [--windows 20]
+    python -m benchmarks.deadline pick-guards [--json] [--windows 50]
     python -m benchmarks.deadline window --trace FILE --start-tick I --compute-hours C
         --deadline-hours R --overhead-hours D [--on-demand-price K] [--nodes N] --policy NAME [--json]
 
 Windows start at random ticks drawn from ``numpy.random.default_rng(seed)`` (fixed seed) and last
 ``ceil(R / gap)`` ticks. Costs: spot 1, on-demand k per instance-hour (changeovers billed).
+
+The split by time: semi_markov_dp's two unlearnt guards are picked (``pick-guards``) on windows of
+the 2-week traces that end by ``PICK_CUT_DAYS`` after the traces' first tick; Table 3 reports, beside
+all its windows, the held-out ones that start at the cut or later.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from controlplane.core.errors import BadDataFile, InvalidInput
 from policies.deadline import DeadlinePolicy, DeadlineTask, Kind, Observation, make_policy
 from policies.deadline_sim import SimResult, lifetime_oracle, simulate, window_ticks
 from policies.omniscient import heterogeneous_plan, omniscient_plan
+from policies.semimarkov import IDLE_FLOOR, OD_TO_IDLE, Guards
 
 COLLECTIONS = {
     "2w": "availability/1-node/aws-10-26-2022",
@@ -49,6 +55,11 @@ TS_GRID = (2, 4, 6, 8, 12, 16, 24, 32, 50)
 FRACTIONS = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 SEED = 20221026
 FUTURE_KNOWLEDGE = {"omniscient", "partial_lookahead", "up_oracle"}
+PICK_CUT_DAYS = 9.0  # picking windows end by then (2022-11-04 for the 2-week traces); held-out ones start then or later
+PICK_SEED = 1
+PICK_WINDOWS = 50
+GUARD_FLOORS = (0.0, 0.5, 0.65, 0.8, 0.9)
+PICK_MAX_LOSS_PCT = 1.0  # a candidate may lose to UP on no trace by more than this
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +97,7 @@ def build_policy(name: str, task: DeadlineTask, sc: Scenario, start: int, n_tick
 
         return make_policy(name, task, lifetime=lifetime, tick_hours=g)
     if name == "semi_markov_dp":
-        return make_policy(name, task, tick_hours=g, history=sc.up[:start])  # the past only
+        return make_policy(name, task, tick_hours=g, history=sc.up[:start], **kw)  # the past only
     return make_policy(name, task, tick_hours=g, **kw)
 
 
@@ -106,6 +117,38 @@ def sample_starts(trace: SpotTrace, n_ticks: int, count: int, rng: np.random.Gen
     return rng.integers(0, last + 1, size=count)
 
 
+def cut_tick(trace: SpotTrace) -> int:
+    """The first tick at or after the cut, PICK_CUT_DAYS after the trace's first tick."""
+    return int(round(PICK_CUT_DAYS * 24.0 / trace.gap_hours))
+
+
+def pick_starts(trace: SpotTrace, n_ticks: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Starts of ``count`` windows of ``n_ticks`` that end at or before the cut (the picking span)."""
+    if count < 1:
+        raise InvalidInput("--windows", f"must be >= 1, got {count}: no window would be replayed", fix="e.g. --windows 50")
+    last = cut_tick(trace) - n_ticks
+    if last < 0:
+        raise InvalidInput("deadline_hours", f"a {n_ticks}-tick window does not fit before the cut of {trace.name}")
+    return rng.integers(0, last + 1, size=count)
+
+
+def table3_task(args: argparse.Namespace) -> DeadlineTask:
+    """Table 3's job: C hours, R = C / job fraction, changeover d, on-demand price k."""
+    return DeadlineTask(args.compute_hours, args.compute_hours / args.job_fraction, args.overhead_hours, on_demand_price=args.on_demand_price)
+
+
+def table3_starts(traces: list[SpotTrace], task: DeadlineTask, count: int, seed: int) -> list[np.ndarray]:
+    """Table 3's window starts per trace: ``count`` each, from one generator seeded ``seed``."""
+    rng = np.random.default_rng(seed)
+    return [sample_starts(tr, window_ticks(task.deadline_hours, tr.gap_hours), count, rng) for tr in traces]
+
+
+def guard_starts(traces: list[SpotTrace], task: DeadlineTask, count: int, seed: int) -> list[np.ndarray]:
+    """pick-guards' window starts per trace: ``count`` each, all before the cut."""
+    rng = np.random.default_rng(seed)
+    return [pick_starts(tr, window_ticks(task.deadline_hours, tr.gap_hours), count, rng) for tr in traces]
+
+
 # ---------------------------------------------------------------------------------------------
 # Batches (run in worker processes)
 # ---------------------------------------------------------------------------------------------
@@ -119,6 +162,7 @@ class Job:
     starts: tuple[int, ...]
     policies: tuple[str, ...]
     ts_grid: tuple[int, ...] = ()
+    guards: tuple[Guards, ...] = ()
 
 
 _CATALOG: dict[str, DataCatalog] = {}
@@ -138,6 +182,7 @@ def run_job(job: Job) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     names: list[tuple[str, dict[str, Any]]] = [(p, {}) for p in job.policies]
     names += [(f"time_sliced:{n}", {"n": n}) for n in job.ts_grid]
+    names += [(guard_label(gd), {"guards": gd}) for gd in job.guards]
     for label, kw in names:
         base = label.split(":")[0]
         rows = np.zeros((len(job.starts), len(METRICS)))
@@ -162,7 +207,7 @@ def _split(jobs: Iterable[Job], parts: int) -> list[Job]:
     for j in jobs:
         for chunk in np.array_split(np.asarray(j.starts), parts):
             if len(chunk):
-                out.append(Job(j.collection, j.trace_index, j.task, tuple(int(x) for x in chunk), j.policies, j.ts_grid))
+                out.append(Job(j.collection, j.trace_index, j.task, tuple(int(x) for x in chunk), j.policies, j.ts_grid, j.guards))
     return out
 
 
@@ -189,8 +234,7 @@ def table3(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.perf_counter()
     cat = DataCatalog(data_dir())
     traces = cat.spot_traces(COLLECTIONS["2w"])
-    task = DeadlineTask(args.compute_hours, args.compute_hours / args.job_fraction, args.overhead_hours, on_demand_price=args.on_demand_price)
-    rng = np.random.default_rng(args.seed)
+    task = table3_task(args)
     wanted = args.policies.split(",") if args.policies else TABLE3_POLICIES
     bad = set(wanted) - set(TABLE3_POLICIES)
     if bad:
@@ -198,8 +242,7 @@ def table3(args: argparse.Namespace) -> dict[str, Any]:
     policies = [p for p in wanted if p != "time_sliced" and not (args.no_omniscient and p == "omniscient")]
     grid = TS_GRID if "time_sliced" in wanted else ()
     jobs = []
-    for i, tr in enumerate(traces):
-        starts = sample_starts(tr, window_ticks(task.deadline_hours, tr.gap_hours), args.windows, rng)
+    for i, starts in enumerate(table3_starts(traces, task, args.windows, args.seed)):
         jobs.append(Job(COLLECTIONS["2w"], i, task, tuple(int(s) for s in starts), tuple(policies), grid))
     jobs = _split(jobs, max(1, args.workers))
     results = run_jobs(jobs, args.workers)
@@ -240,6 +283,7 @@ def table3(args: argparse.Namespace) -> dict[str, Any]:
     }
     if all(p in merged for p in GAP_POLICIES):
         out["gap_closed"] = gap_closed(merged, {k[0]: v for k, v in by_trace.items()})
+        out["held_out"] = held_out_gap(jobs, results, traces)
     if args.plot:
         sc = Scenario.of(traces[2])
         start = int(sample_starts(traces[2], window_ticks(task.deadline_hours, sc.g), 1, np.random.default_rng(args.seed))[0])
@@ -266,6 +310,25 @@ def _gap_row(res: dict[str, np.ndarray]) -> dict[str, float]:
 def gap_closed(merged: dict[str, np.ndarray], by_trace: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
     """UP, ours and the omniscient plan per trace and overall (costs over on-demand's)."""
     return {"overall": _gap_row(merged), "traces": {name: _gap_row(res) for name, res in sorted(by_trace.items())}}
+
+
+def _after_cut(job: Job, res: dict[str, np.ndarray], trace: SpotTrace) -> dict[str, np.ndarray]:
+    """The rows of ``res`` whose windows start at the cut or later."""
+    keep = np.asarray(job.starts) >= cut_tick(trace)
+    return {name: rows[keep] for name, rows in res.items()}
+
+
+def held_out_gap(jobs: list[Job], results: list[dict[str, np.ndarray]], traces: list[SpotTrace]) -> dict[str, Any]:
+    """gap_closed over the held-out windows only: those that start at or after the cut, which no
+    pick-guards window reaches."""
+    kept = [(_after_cut(j, r, traces[j.trace_index]), traces[j.trace_index].name) for j, r in zip(jobs, results, strict=True)]
+    kept = [(r, name) for r, name in kept if next(iter(r.values())).shape[0]]
+    if not kept:
+        return {"cut_days": PICK_CUT_DAYS, "windows": 0}
+    merged = _merge([r for r, _ in kept], [("all",)] * len(kept))[("all",)]
+    by_trace = _merge([r for r, _ in kept], [(name,) for _, name in kept])
+    return {"cut_days": PICK_CUT_DAYS, "windows": int(merged["uniform_progress"].shape[0]),
+            **gap_closed(merged, {k[0]: v for k, v in by_trace.items()})}
 
 
 def decide_microseconds(task: DeadlineTask, reps: int = 20000) -> dict[str, float]:
@@ -295,6 +358,10 @@ def print_table3(out: dict[str, Any]) -> None:
               f"{r['changeovers']:>6.1f}{r['policy_seconds']:>8.1f}   {ptxt}")
     if "gap_closed" in out:
         print_gap(out["gap_closed"])
+    if out.get("held_out", {}).get("windows"):
+        print(f"held out: the {out['held_out']['windows']} windows that start {out['held_out']['cut_days']:g} days "
+              "or more after the traces' first tick (after every pick-guards window)")
+        print_gap(out["held_out"])
     print(f"greedy+UP+on-demand replay time {out['core_policy_seconds']} s; decide() us {out['decide_us']}; "
           f"total {out['seconds']} s on {out['workers']} worker(s)")
 
@@ -305,6 +372,76 @@ def print_gap(gap: dict[str, Any]) -> None:
     for name, r in [*gap["traces"].items(), ("overall", gap["overall"])]:
         print(f"{name[4:] if name.startswith('aws/') else name:<30}{r['uniform_progress']:>8.4f}{r['semi_markov_dp']:>9.4f}"
               f"{r['omniscient']:>8.4f}{r['gap_closed']:>8.1%}{r['vs_up_pct']:>7.2f}%{r['missed']:>7d}")
+
+
+# ---------------------------------------------------------------------------------------------
+# pick-guards: semi_markov_dp's two unlearnt constants, picked before the cut
+# ---------------------------------------------------------------------------------------------
+def guard_label(guards: Guards) -> str:
+    """``semi_markov_dp:<idle floor>:<od_to_idle 0/1>``, the result key of one candidate."""
+    return f"semi_markov_dp:{guards.idle_floor:g}:{int(guards.od_to_idle)}"
+
+
+def guard_candidates() -> tuple[Guards, ...]:
+    """Every idle floor of GUARD_FLOORS, with and without leaving on-demand to wait."""
+    return tuple(Guards(f, o) for o in (False, True) for f in GUARD_FLOORS)
+
+
+def _candidate_row(guards: Guards, merged: dict[str, np.ndarray], by_trace: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    """One candidate's mean cost over on-demand's, its change vs UP overall and on its worst trace, misses."""
+    key = guard_label(guards)
+    od = float(merged["on_demand"][:, 0].mean())
+    up, ours = float(merged["uniform_progress"][:, 0].mean()), float(merged[key][:, 0].mean())
+    per = {t: round((float(r[key][:, 0].mean()) / float(r["uniform_progress"][:, 0].mean()) - 1) * 100, 2) for t, r in sorted(by_trace.items())}
+    worst = max(per, key=lambda t: per[t])
+    return {"idle_floor": guards.idle_floor, "od_to_idle": guards.od_to_idle, "cost": round(ours / od, 4),
+            "vs_up_pct": round((ours / up - 1) * 100, 2), "worst_trace": worst, "worst_vs_up_pct": per[worst],
+            "missed": int(merged[key][:, 3].sum()), "traces_vs_up_pct": per}
+
+
+def pick_winner(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Least mean cost among the candidates with no miss and no trace worse than UP by more than
+    PICK_MAX_LOSS_PCT (ties: the earlier, safer candidate); if none qualifies, the least worst trace."""
+    ok = [r for r in rows if r["missed"] == 0 and r["worst_vs_up_pct"] <= PICK_MAX_LOSS_PCT]
+    if ok:
+        return min(ok, key=lambda r: r["cost"])
+    return min(rows, key=lambda r: (r["missed"], r["worst_vs_up_pct"]))
+
+
+def pick_guards(args: argparse.Namespace) -> dict[str, Any]:
+    """Replay UP and every guard candidate on the picking windows (before the cut) and name the winner."""
+    t_start = time.perf_counter()
+    traces = DataCatalog(data_dir()).spot_traces(COLLECTIONS["2w"])
+    task = table3_task(args)
+    cands = guard_candidates()
+    jobs = [Job(COLLECTIONS["2w"], i, task, tuple(int(s) for s in starts), ("on_demand", "uniform_progress"), (), cands)
+            for i, starts in enumerate(guard_starts(traces, task, args.windows, args.seed))]
+    jobs = _split(jobs, max(1, args.workers))
+    results = run_jobs(jobs, args.workers)
+    merged = _merge(results, [("all",)] * len(results))[("all",)]
+    by_trace = {k[0]: v for k, v in _merge(results, [(traces[j.trace_index].name,) for j in jobs]).items()}
+    rows = [_candidate_row(g, merged, by_trace) for g in cands]
+    winner = pick_winner(rows)
+    ends = [s + window_ticks(task.deadline_hours, traces[j.trace_index].gap_hours) for j in jobs for s in j.starts]
+    return {"cut_days": PICK_CUT_DAYS, "cut_tick": cut_tick(traces[0]), "last_window_end_tick": int(max(ends)),
+            "windows": int(merged["uniform_progress"].shape[0]), "windows_per_trace": args.windows, "seed": args.seed,
+            "uniform_progress": round(float(merged["uniform_progress"][:, 0].mean()) / float(merged["on_demand"][:, 0].mean()), 4),
+            "candidates": rows, "winner": {"idle_floor": winner["idle_floor"], "od_to_idle": winner["od_to_idle"]},
+            "in_code": {"idle_floor": IDLE_FLOOR, "od_to_idle": OD_TO_IDLE},
+            "workers": args.workers, "seconds": round(time.perf_counter() - t_start, 2)}
+
+
+def print_pick_guards(out: dict[str, Any]) -> None:
+    print(f"semi_markov_dp guards on {out['windows']} windows ({out['windows_per_trace']} per trace, seed {out['seed']}) "
+          f"that end by tick {out['last_window_end_tick']} <= cut {out['cut_tick']} ({out['cut_days']:g} days); UP {out['uniform_progress']:.4f}")
+    print(f"{'idle floor':>10}{'od->idle':>9}{'cost':>9}{'vs UP':>8}{'worst vs UP':>13}  {'worst trace':<28}{'missed':>7}")
+    for r in out["candidates"]:
+        print(f"{r['idle_floor']:>10g}{'yes' if r['od_to_idle'] else 'no':>9}{r['cost']:>9.4f}{r['vs_up_pct']:>7.2f}%"
+              f"{r['worst_vs_up_pct']:>12.2f}%  {r['worst_trace'][4:]:<28}{r['missed']:>7d}")
+    w, c = out["winner"], out["in_code"]
+    same = "the same as" if w == c else "DIFFERENT from"
+    print(f"winner: idle floor {w['idle_floor']:g}, leave on-demand to wait: {w['od_to_idle']} ({same} the code's "
+          f"IDLE_FLOOR {c['idle_floor']:g}, OD_TO_IDLE {c['od_to_idle']}); {out['seconds']} s on {out['workers']} worker(s)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -630,6 +767,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     gg = sub.add_parser("gang", help="Fig. 14 / A.7.4: gangs of 4 and 16")
     common(gg, 20)
     gg.add_argument("--fractions", default="0.6,0.8,0.9")
+    pg = sub.add_parser("pick-guards", help="semi_markov_dp's idle floor and on-demand rule, picked on windows before the cut")
+    pg.add_argument("--json", action="store_true", help="print one JSON object")
+    pg.add_argument("--seed", type=int, default=PICK_SEED)
+    pg.add_argument("--windows", type=int, default=PICK_WINDOWS, help="picking windows per trace")
+    pg.add_argument("--workers", type=int, default=1)
+    pg.add_argument("--compute-hours", type=float, default=48.0)
+    pg.add_argument("--overhead-hours", type=float, default=0.2)
+    pg.add_argument("--on-demand-price", type=float, default=3.0)
+    pg.add_argument("--job-fraction", type=float, default=0.8)
     w = sub.add_parser("window", help="one window, with its decision trace")
     w.add_argument("--trace", required=True, help="trace file (path, or relative to the data directory)")
     w.add_argument("--start-tick", type=int, required=True)
@@ -649,6 +795,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], dict[str, Any]], Callab
     "table3": (table3, print_table3),
     "sweep": (sweep, print_sweep),
     "gang": (gang, print_gang),
+    "pick-guards": (pick_guards, print_pick_guards),
     "window": (window, print_window),
 }
 

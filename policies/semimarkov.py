@@ -48,7 +48,7 @@ PRIOR_UP_HOURS = 3.0  # prior mean spot run (no history yet)
 PRIOR_DOWN_HOURS = 1.0  # prior mean gap
 PRIOR_WEIGHT = 2.0  # pseudo-observations per age behind each hazard estimate
 HALF_LIFE_HOURS = float("inf")  # weight of old segments halves every this many hours
-IDLE_FLOOR = 0.65  # idle only above this share of the slack on UP's line
+IDLE_FLOOR = 0.65  # idle only above this share of the slack on UP's line (pick-guards' choice)
 OD_TO_IDLE = False  # may leave on-demand to wait for spot (pays d twice when the gap lasts)
 GRID_PER_TICK = 2  # slack grid points per tick
 MAX_AGES = 48  # at most this many ages tracked one by one
@@ -146,6 +146,20 @@ def prior_model(tick_hours: float) -> AvailabilityModel:
 # The dynamic program
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Guards:
+    """The two restrictions the model does not learn, picked on the windows before the cut
+    (``python -m benchmarks.deadline pick-guards``): idle only at or above ``idle_floor`` of the
+    slack on Uniform Progress's line; leave on-demand to wait for spot only if ``od_to_idle``."""
+
+    idle_floor: float = IDLE_FLOOR
+    od_to_idle: bool = OD_TO_IDLE
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.idle_floor <= 1.0:
+            raise InvalidInput("idle_floor", f"is a share of UP's slack in [0, 1], got {self.idle_floor}")
+
+
+@dataclass(frozen=True)
 class Steps:
     """Everything of the task in ticks: margins, changeover, grid step, prices per tick."""
 
@@ -157,16 +171,17 @@ class Steps:
     grid: float  # slack between grid points, ticks
     spot_cost: float
     od_cost: float
+    guards: Guards = Guards()
 
     @classmethod
-    def of(cls, task: DeadlineTask, tick_hours: float) -> Steps:
+    def of(cls, task: DeadlineTask, tick_hours: float, guards: Guards | None = None) -> Steps:
         g = float(tick_hours)
         d = task.overhead_hours / g
         n = task.nodes
         slack0 = (task.deadline_hours - task.compute_hours) / g
         return cls(int(math.ceil(task.deadline_hours / g - 1e-9)), slack0, d,
                    max(2.0 * d, d + 1.0), 2.0 * d, max(1.0 / GRID_PER_TICK, slack0 / (MAX_POINTS - 2)),
-                   task.spot_price * n * g, task.on_demand_price * n * g)
+                   task.spot_price * n * g, task.on_demand_price * n * g, guards or Guards())
 
     @property
     def points(self) -> int:
@@ -228,8 +243,8 @@ def q_values(vn: FloatArray, st: Steps, model: AvailabilityModel,
 
 def idle_floor(st: Steps, n: int) -> float:
     """Least slack (ticks) that allows idling with n ticks left: the Safety Net margin, and
-    IDLE_FLOOR of the slack Uniform Progress keeps on its line, (R - C) n / N (Eq. 5)."""
-    return max(st.idle_margin, IDLE_FLOOR * st.slack0 * n / st.ticks)
+    the guards' idle floor share of the slack Uniform Progress keeps on its line, (R - C) n / N (Eq. 5)."""
+    return max(st.idle_margin, st.guards.idle_floor * st.slack0 * n / st.ticks)
 
 
 def _allowed(st: Steps, slack: FloatArray, n: int) -> dict[str, BoolArray]:
@@ -250,7 +265,7 @@ def _step(vn: FloatArray, st: Steps, model: AvailabilityModel, n: int, slack: Fl
     spot_od = up[:, None] & ok["od_to_spot"][None, :]
     v_idle = np.minimum(q[(_OD, 1)], np.where(idle_ok, q[(_IDLE, 0)], BIG))
     v_idle = np.minimum(v_idle, np.where(spot_idle, q[(_SPOT, 1)], BIG))
-    v_od = np.minimum(q[(_OD, 0)], np.where(idle_ok & OD_TO_IDLE, q[(_IDLE, 0)], BIG))
+    v_od = np.minimum(q[(_OD, 0)], np.where(idle_ok & st.guards.od_to_idle, q[(_IDLE, 0)], BIG))
     v_od = np.minimum(v_od, np.where(spot_od, q[(_SPOT, 1)], BIG))
     v_spot = np.where(up[:, None], q[(_SPOT, 0)], v_idle)
     out = np.stack([v_idle, v_spot, v_od])
@@ -258,10 +273,11 @@ def _step(vn: FloatArray, st: Steps, model: AvailabilityModel, n: int, slack: Fl
     return np.minimum(out, BIG)
 
 
-def solve(task: DeadlineTask, tick_hours: float, model: AvailabilityModel) -> npt.NDArray[np.float32]:
+def solve(task: DeadlineTask, tick_hours: float, model: AvailabilityModel,
+          guards: Guards | None = None) -> npt.NDArray[np.float32]:
     """V[n, instance, availability state, slack point]: Bellman's recursion over the ticks left
     (finite horizon, expected cost of spot 1 / on-demand k per hour, changeover d)."""
-    st = Steps.of(task, tick_hours)
+    st = Steps.of(task, tick_hours, guards)
     slack: FloatArray = np.arange(st.points, dtype=np.float64) * st.grid
     z = 2 * model.max_age
     out = np.empty((st.ticks + 1, 3, z, st.points), dtype=np.float32)
@@ -294,21 +310,23 @@ class SemiMarkovDP(_RulesBase):
     ``history``: the zone's availability before the job (one entry per tick of ``tick_hours``,
     True = up), the only data the model is fitted to; its tail also gives the age of the current
     run or gap, and the DP steps one tick at a time. Without it (a live job) the policy starts
-    from :func:`prior_model` and steps ``max(tick_hours, MIN_STEP_HOURS)``.
+    from :func:`prior_model` and steps ``max(tick_hours, MIN_STEP_HOURS)``. ``guards``: the
+    restrictions the model does not learn (default: the picked :data:`IDLE_FLOOR`, :data:`OD_TO_IDLE`).
     """
 
     name = "semi_markov_dp"
 
     def __init__(self, task: DeadlineTask, *, tick_hours: float, history: BoolArray | None = None,
-                 model: AvailabilityModel | None = None) -> None:
+                 model: AvailabilityModel | None = None, guards: Guards | None = None) -> None:
         super().__init__(task, tick_hours=tick_hours)
         if tick_hours <= 0:
             raise InvalidInput("tick_hours", "the semi-Markov policy needs the tick length (> 0)")
         hist = np.zeros(0, dtype=bool) if history is None else np.asarray(history, dtype=bool)
         self.step_hours = float(tick_hours) if hist.size else max(float(tick_hours), MIN_STEP_HOURS)
         self.model = model if model is not None else fit_availability(hist, self.step_hours)
-        self.steps = Steps.of(task, self.step_hours)
-        self.values = solve(task, self.step_hours, self.model)
+        self.guards = guards or Guards()
+        self.steps = Steps.of(task, self.step_hours, self.guards)
+        self.values = solve(task, self.step_hours, self.model, self.guards)
         segs = segments(hist)
         self._up: bool | None = segs[-1][0] if segs else None
         self._since = -segs[-1][1] * tick_hours if segs else 0.0  # start of the current run / gap
@@ -328,7 +346,7 @@ class SemiMarkovDP(_RulesBase):
         hours = self._slack(obs)
         idle_ok = hours / self.step_hours >= idle_floor(self.steps, n) and hours >= self._idle_margin
         out: list[tuple[int, int]] = [(_OD, 0 if state is Kind.ON_DEMAND else 1)]
-        if idle_ok and (OD_TO_IDLE or state is not Kind.ON_DEMAND):
+        if idle_ok and (self.guards.od_to_idle or state is not Kind.ON_DEMAND):
             out.append((_IDLE, 0))
         if up and hours >= (self._idle_margin if state is Kind.IDLE else self._spot_margin):
             out.append((_SPOT, 1))
@@ -361,5 +379,6 @@ class SemiMarkovDP(_RulesBase):
 
 
 @deadline_policy("semi_markov_dp", live=True, ticked=True)
-def _make(task: DeadlineTask, *, tick_hours: float, history: BoolArray | None = None, **_: Any) -> SemiMarkovDP:
-    return SemiMarkovDP(task, tick_hours=tick_hours, history=history)
+def _make(task: DeadlineTask, *, tick_hours: float, history: BoolArray | None = None,
+          guards: Guards | None = None, **_: Any) -> SemiMarkovDP:
+    return SemiMarkovDP(task, tick_hours=tick_hours, history=history, guards=guards)

@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 
 from benchmarks.deadline import COLLECTIONS
+from controlplane.core.errors import InvalidInput
 from controlplane.core.models import JobKind, JobSpec
 from controlplane.reconcile.policyhost import PolicyBook, PolicyRequest, check_policy, live_policies
 from policies.deadline import DeadlineTask, Kind, Observation, make_policy
 from policies.deadline_sim import simulate, window_ticks
 from policies.semimarkov import (
     AvailabilityModel,
+    Guards,
     SemiMarkovDP,
     fit_availability,
     max_age_ticks,
@@ -112,6 +114,20 @@ def test_it_never_idles_below_the_floor_under_the_uniform_progress_line() -> Non
     # t = 30 h: UP's line keeps 6 h of slack, the floor 3.9 h; 3.8 h left
     assert p.decide(obs(30.0, 48.0 - (30.0 - 3.8), Kind.IDLE, False)).kind is Kind.ON_DEMAND
     assert p.decide(obs(30.0, 48.0 - (30.0 - 4.2), Kind.IDLE, False)).kind is Kind.IDLE
+
+
+def test_the_guards_set_the_floor_and_whether_on_demand_may_wait() -> None:
+    """Guards(0.0) idles at 3.8 h of slack where the default floor does not; leaving on-demand to
+    wait is allowed only with od_to_idle."""
+    m = model(0.01, 0.01, 0.999, 0.999)
+    low = SemiMarkovDP(TASK, tick_hours=G, history=np.asarray([True]), model=m, guards=Guards(0.0))
+    assert low.decide(obs(30.0, 48.0 - (30.0 - 3.8), Kind.IDLE, False)).kind is Kind.IDLE
+    on_od = obs(30.0, 48.0 - (30.0 - 5.5), Kind.ON_DEMAND, False)
+    assert policy(m, [True]).decide(on_od).kind is Kind.ON_DEMAND
+    wait = SemiMarkovDP(TASK, tick_hours=G, history=np.asarray([True]), model=m, guards=Guards(0.65, True))
+    assert wait.decide(on_od).kind is Kind.IDLE
+    with pytest.raises(InvalidInput):
+        Guards(1.5)
 
 
 def test_state_dict_round_trip_keeps_the_age() -> None:
