@@ -21,18 +21,20 @@ import threading
 import time
 import traceback
 import uuid
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import ray
 
 from actors.deadline import RayDeadlineHost
+from actors.execution.config import ExecutorConfig
 from clusters.providers import make_provider
 from controlplane.core.clock import Clock, ManualClock, SimClock, WallClock
-from controlplane.core.config import TICK_FAILURES_ENV
+from controlplane.core.config import load_settings
 from controlplane.core.errors import Conflict
-from controlplane.core.units import DB_FILE, SIMFLEET_DB
+from controlplane.core.units import SIMFLEET_DB
 from controlplane.reconcile.contracts import ControllerSettings, JobExecutor
 from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
@@ -42,19 +44,50 @@ log = logging.getLogger(__name__)
 PRIMARY_GRACE_S = 1.0  # how long after the lease's expiry a waiting active defers to the standby
 
 
-class ControllerActor:
-    """Owns one :class:`Controller`; ``config`` is ``RuntimeSettings.actor_config()``."""
+@dataclass(frozen=True)
+class ControllerConfig:
+    """What a :class:`ControllerActor` is started with (``RuntimeSettings.actor_config()``, which
+    holds every default); Ray pickles it to the actor's process."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    state_dir: Path
+    db: str  # the store: a path or URL (controlplane.store)
+    fleet: str  # a registered fleet provider (clusters.providers)
+    fleet_options: Mapping[str, Any]
+    seed: int
+    clock: Literal["sim", "wall"]
+    speed: float  # simulated seconds per wall second (sim clock); 0: as fast as it goes
+    start_time: float  # simulated epoch of a fresh state dir
+    min_tick_wall_seconds: float
+    namespace: str
+    detached: bool
+    controller: ControllerSettings
+    policy_actors: bool  # False: deadline policies run inside the controller actor
+    policy_actor_shards: int
+    max_policy_actors: int
+    autostart: bool  # False: no loop thread (tests drive ControllerActor.step)
+    crash_after_intents: int  # fault injection (tests): exit once after the n-th launch tick
+    executor_factory: str | None  # "module:function" -> JobExecutor for entrypoint jobs
+    executor_options: ExecutorConfig
+    standby: bool  # a standby ControllerActor exists beside this one
+    lease_ttl_seconds: float  # wall seconds a controller's lease lasts unrenewed
+    standby_poll_seconds: float  # how often a standby checks whether the lease expired
+    role: Literal["active", "standby"]
+    actor_name: str
+
+
+class ControllerActor:
+    """Owns one :class:`Controller`, configured by a :class:`ControllerConfig`."""
+
+    def __init__(self, config: ControllerConfig) -> None:
         self.config = config
-        self.state = Path(config["state_dir"])
-        self.db = str(config.get("db") or self.state / DB_FILE)
+        self.state = Path(config.state_dir)
+        self.db = config.db
         self.store = Store(self.db)
         # The lease: the active controller renews it every ttl/4 wall seconds; a standby (or a
         # restarted controller of a pair) claims it once it has expired and bumps the epoch.
-        self.lease_ttl = float(config.get("lease_ttl_seconds", 10.0))
-        self.role = str(config.get("role", "active"))  # active | standby
-        self.holder = f"{config.get('actor_name') or 'controller'}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease_ttl = config.lease_ttl_seconds
+        self.role = config.role
+        self.holder = f"{config.actor_name}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.epoch = 0
         self.controller: Controller | None = None
         self.took_over_at: float | None = None  # wall time this instance got the lease
@@ -67,12 +100,12 @@ class ControllerActor:
         self.error: str | None = None
         self.tick_failures = 0  # ticks of the loop that raised (logged, the loop goes on)
         self.last_tick_failure: str | None = None
-        if self.role == "active" and (not _reconstructed() or not config.get("standby")):
+        if self.role == "active" and (not _reconstructed() or not config.standby):
             # the first start, or Ray's restart of the only controller (its old self is dead)
             self._activate(self.store.claim_controller_lease(self.holder, self.lease_ttl, force=True))
         self._thread = threading.Thread(target=self._run, name="reconcile", daemon=True)
         self._beat = threading.Thread(target=self._heartbeat, name="lease", daemon=True)
-        if config.get("autostart", True):
+        if config.autostart:
             self._thread.start()
             self._beat.start()
 
@@ -83,22 +116,21 @@ class ControllerActor:
         self.epoch = epoch
         self._holding = True  # renewed from now on: recovering a big store may outlast the lease
         self.clock = self._clock()
-        fleet_opts = dict(config.get("fleet_options") or {})
-        if config["fleet"] == "sim":
+        fleet_opts = dict(config.fleet_options)
+        if config.fleet == "sim":
             fleet_opts.setdefault("state_path", str(state / SIMFLEET_DB))
-            fleet_opts.setdefault("seed", config.get("seed", 0))
+            fleet_opts.setdefault("seed", config.seed)
             fleet_opts.setdefault("lifetime_model", default_gce_model())  # seed 001's GCE fit
-        self.fleet = make_provider(config["fleet"], clock=self.clock, **fleet_opts)
+        self.fleet = make_provider(config.fleet, clock=self.clock, **fleet_opts)
         host = None
-        if config.get("policy_actors", True):
-            host = RayDeadlineHost(self.db, namespace=config["namespace"],
-                                   shards=int(config.get("policy_actor_shards", 0)),
-                                   max_actors=int(config.get("max_policy_actors", 16)),
-                                   detached=bool(config.get("detached", True)))
-        settings = ControllerSettings(**config.get("controller", {}))
+        if config.policy_actors:
+            host = RayDeadlineHost(self.db, namespace=config.namespace,
+                                   shards=config.policy_actor_shards,
+                                   max_actors=config.max_policy_actors, detached=config.detached)
+        settings = config.controller
         controller = Controller(self.store, self.fleet, self.clock, settings,
                                 policy_host=host, epoch=self.epoch, executor=self._executor())
-        crash = config.get("crash_after_intents")
+        crash = config.crash_after_intents
         if crash:
             controller.after_barrier = self._crash_hook(state / "crash-injected", int(crash))
         controller.recover()
@@ -124,7 +156,7 @@ class ControllerActor:
                 expired = lease["now"] > lease["until"] + grace
                 epoch = self.store.claim_controller_lease(self.holder, self.lease_ttl) if expired else None
                 if epoch is None:
-                    self._stop.wait(float(self.config.get("standby_poll_seconds", 0.25)))
+                    self._stop.wait(self.config.standby_poll_seconds)
                     continue
                 try:
                     self._activate(epoch)
@@ -158,13 +190,13 @@ class ControllerActor:
         """The JobExecutor for jobs with an entrypoint: ``executor_factory`` ("module:function",
         called as ``f(executor_options, clock=..., fleet=..., namespace=..., store=...)``)
         or none; ``store`` is this controller's, which holds the packages of a PostgreSQL store."""
-        spec = self.config.get("executor_factory")
+        spec = self.config.executor_factory
         if not spec:
             return None
-        module, _, name = str(spec).partition(":")
+        module, _, name = spec.partition(":")
         factory = getattr(importlib.import_module(module), name)  # the configured function
-        executor: JobExecutor = factory(self.config["executor_options"], clock=self.clock,
-                                        fleet=self.fleet, namespace=self.config["namespace"],
+        executor: JobExecutor = factory(self.config.executor_options, clock=self.clock,
+                                        fleet=self.fleet, namespace=self.config.namespace,
                                         store=self.store)
         return executor
 
@@ -191,15 +223,15 @@ class ControllerActor:
         The loop advances the simulated clock by one tick per iteration, so a slow tick slows
         simulated time down instead of skipping it (what the policies see stays exact).
         """
-        if self.config.get("clock", "sim") == "wall":
+        if self.config.clock == "wall":
             return WallClock()
-        start = max(float(self.config.get("start_time") or 0.0), self.store.control_time())
+        start = max(self.config.start_time, self.store.control_time())
         return SimClock(start=start, speed=0.0)
 
     def _loop(self) -> None:
         tick_s = self._active().settings.tick_seconds
-        speed = float(self.config.get("speed", 3600.0)) or 3600.0
-        min_wall = float(self.config.get("min_tick_wall_seconds", 0.002))
+        speed = self.config.speed or 3600.0
+        min_wall = self.config.min_tick_wall_seconds
         while not self._stop.is_set():
             if self._lost.is_set():
                 self.error = f"epoch {self.epoch}: the lease was taken by a newer controller"
@@ -308,7 +340,7 @@ def record_tick_failure(holder: str, epoch: int, n: int, exc: BaseException) -> 
     """Append the ``n``-th failed tick of loop ``holder`` to
     ``$SPOTPLANE_TICK_FAILURES_DIR/<holder>.jsonl`` when that is set
     (:data:`controlplane.core.config.TICK_FAILURES_ENV`): its epoch, the error, the traceback."""
-    where = os.environ.get(TICK_FAILURES_ENV)
+    where = load_settings().tick_failures_dir
     if not where:
         return
     line = {"holder": holder, "epoch": epoch, "n": n, "error": repr(exc),

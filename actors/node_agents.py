@@ -18,7 +18,6 @@ supervisor, so they go with it. The decision is the pure :func:`plan_agents`.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import ray
 from actors.node import RemoteNodeActor, node_actor_options
 from clusters.providers import Capability, notice_clouds, registered
 from controlplane.core.clock import Clock, WallClock
+from controlplane.core.config import load_settings
 from controlplane.core.errors import InvalidInput
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,8 @@ def node_agent_cloud(fleet: str, node_cloud: str | None = None,
         return fleet
     if entry is None or not entry.can(Capability.RAY_NODES):
         return None
-    cloud = node_cloud or (os.environ if env is None else env).get(NODE_CLOUD_ENV) or "aws"
+    configured = load_settings().node_cloud if env is None else env.get(NODE_CLOUD_ENV)
+    cloud = node_cloud or configured or "aws"
     if cloud not in notice_clouds():
         raise InvalidInput("node_cloud", f"no metadata server for {cloud!r}",
                            fix=f"set {NODE_CLOUD_ENV} to one of {', '.join(notice_clouds())} "

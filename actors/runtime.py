@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import ray
 
-from actors.controller import RemoteControllerActor
+from actors.controller import ControllerConfig, RemoteControllerActor
 from actors.execution.config import ExecutorConfig
 from actors.forecaster import RemoteForecasterActor
 from actors.node_agents import (
@@ -51,7 +51,7 @@ class RuntimeSettings:
     db: str | None = None  # the store: a path or URL (controlplane.store); None: the state dir's
     fleet: str = "sim"  # sim | aws | gcp (clusters.providers)
     speed: float = 3600.0  # simulated seconds per wall second (sim clock); 0 = manual steps
-    clock: str = "sim"  # sim | wall
+    clock: Literal["sim", "wall"] = "sim"
     start_time: float = 0.0  # simulated epoch of a fresh state dir
     seed: int = 0
     namespace: str = "spotplane"
@@ -82,25 +82,20 @@ class RuntimeSettings:
         """Where every actor opens the store: ``db``, else the state directory's SQLite file."""
         return self.db or Path(self.state_dir) / DB_FILE
 
-    def actor_config(self) -> dict[str, Any]:
-        return {"state_dir": str(self.state_dir), "db": str(self.db_path), "fleet": self.fleet, "speed": self.speed,
-                "clock": self.clock, "start_time": self.start_time, "seed": self.seed,
-                "namespace": self.namespace, "detached": self.detached,
-                "fleet_options": dict(self.fleet_options),
-                "controller": asdict(self.controller), "policy_actors": self.policy_actors,
-                "policy_actor_shards": self.policy_actor_shards,
-                "max_policy_actors": self.max_policy_actors, "autostart": self.autostart,
-                "min_tick_wall_seconds": self.min_tick_wall_seconds,
-                "crash_after_intents": self.crash_after_intents,
-                "executor_factory": self.executor_factory,
-                "executor_options": self.executor_options, "standby": self.standby,
-                "lease_ttl_seconds": self.lease_ttl_seconds,
-                "standby_poll_seconds": self.standby_poll_seconds,
-                "role": "active", "actor_name": CONTROLLER_NAME}
-
-    def standby_config(self) -> dict[str, Any]:
-        """The standby ControllerActor's config: the same, waiting on the lease."""
-        return {**self.actor_config(), "role": "standby", "actor_name": STANDBY_NAME}
+    def actor_config(self, role: Literal["active", "standby"] = "active") -> ControllerConfig:
+        """The controller actor's configuration (the standby's: the same, waiting on the lease)."""
+        return ControllerConfig(
+            state_dir=Path(self.state_dir), db=str(self.db_path), fleet=self.fleet,
+            fleet_options=dict(self.fleet_options), seed=self.seed, clock=self.clock,
+            speed=self.speed, start_time=self.start_time,
+            min_tick_wall_seconds=self.min_tick_wall_seconds, namespace=self.namespace,
+            detached=self.detached, controller=self.controller, policy_actors=self.policy_actors,
+            policy_actor_shards=self.policy_actor_shards, max_policy_actors=self.max_policy_actors,
+            autostart=self.autostart, crash_after_intents=self.crash_after_intents,
+            executor_factory=self.executor_factory, executor_options=self.executor_options,
+            standby=self.standby, lease_ttl_seconds=self.lease_ttl_seconds,
+            standby_poll_seconds=self.standby_poll_seconds, role=role,
+            actor_name=STANDBY_NAME if role == "standby" else CONTROLLER_NAME)
 
 
 @dataclass
@@ -152,7 +147,7 @@ def start_control_plane(settings: RuntimeSettings) -> ControlPlaneHandles:
     standby = None
     if settings.standby:
         standby = RemoteControllerActor.options(**_opts(STANDBY_NAME, settings)).remote(
-            settings.standby_config())
+            settings.actor_config("standby"))
         ray.get(standby.status.remote())  # started, waiting on the lease
     quota = forecaster = None
     if settings.forecaster:

@@ -40,6 +40,7 @@ from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlparse
 
 from controlplane.core.clock import Clock, WallClock
+from controlplane.core.config import load_settings
 from controlplane.core.errors import DataCorrupt, InvalidInput, NotFound
 
 log = logging.getLogger(__name__)
@@ -613,7 +614,7 @@ def open_store(
     text = str(uri)
     parsed = urlparse(text)
     if parsed.scheme == "s3":
-        endpoint = endpoint_url or os.environ.get("SPOTPLANE_S3_ENDPOINT_URL") or None
+        endpoint = endpoint_url or load_settings().s3_endpoint_url or None
         return S3ArtifactStore(
             parsed.netloc,
             parsed.path.lstrip("/"),

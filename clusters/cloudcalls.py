@@ -9,7 +9,6 @@ of sleeping. ``launch_first_available`` is how a caller turns "no spot here now"
 from __future__ import annotations
 
 import logging
-import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -76,8 +75,3 @@ def launch_first_available(
             last = exc
     assert last is not None
     raise last
-
-
-def env_list(name: str) -> list[str]:
-    """A comma-separated list from the environment (``SPOTPLANE_AWS_ZONES=us-east-1a,us-east-1b``)."""
-    return [part.strip() for part in os.environ.get(name, "").split(",") if part.strip()]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Any
 
 from clusters.aws.catalog import ON_DEMAND_USD_PER_HOUR, list_prices
 from clusters.aws.notices import NOTICE_SECONDS, AwsSpotNoticeWatcher
-from clusters.cloudcalls import Backoff, env_list
+from clusters.cloudcalls import Backoff
 from clusters.fleet import (
     EventKind,
     FleetEvent,
@@ -45,6 +44,7 @@ from clusters.fleet import (
 from clusters.providers import Capability, fleet_provider
 from clusters.statediff import StateDiffer
 from controlplane.core.clock import Clock, WallClock
+from controlplane.core.config import comma_list, load_settings
 from controlplane.core.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
 from controlplane.core.models import Market
 
@@ -188,17 +188,18 @@ class AwsFleet(FleetProvider):
                 "aws: no credentials found",
                 fix="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run with an instance role",
             )
+        env = load_settings()
         config = Config(retries={"total_max_attempts": 1}, connect_timeout=10, read_timeout=30)
         ec2 = session.client("ec2", endpoint_url=options.get("endpoint_url"), config=config)
-        zones = options.get("zones") or env_list("SPOTPLANE_AWS_ZONES") or [f"{region}{s}" for s in "abc"]
+        zones = options.get("zones") or comma_list(env.aws_zones) or [f"{region}{s}" for s in "abc"]
         template_keys = AwsLaunchTemplate.__dataclass_fields__.keys()
         template_opts = {k: v for k, v in options.items() if k in template_keys}
-        if "image_id" not in template_opts and os.environ.get("SPOTPLANE_AWS_IMAGE_ID"):
-            template_opts["image_id"] = os.environ["SPOTPLANE_AWS_IMAGE_ID"]
+        if "image_id" not in template_opts and env.aws_image_id:
+            template_opts["image_id"] = env.aws_image_id
         template = AwsLaunchTemplate(**template_opts)
         return cls(
             ec2, region=region, zones=zones,
-            instance_types=options.get("instance_types") or env_list("SPOTPLANE_AWS_INSTANCE_TYPES") or ["g5.xlarge"],
+            instance_types=options.get("instance_types") or comma_list(env.aws_instance_types) or ["g5.xlarge"],
             clock=options.get("clock"), cluster=options.get("cluster", "spotplane"),
             template=template, capacity_probe=options.get("capacity_probe", "offerings"),
             on_demand_prices=options.get("on_demand_prices"),

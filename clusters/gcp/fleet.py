@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from clusters.cloudcalls import Backoff, env_list
+from clusters.cloudcalls import Backoff
 from clusters.fleet import (
     EventKind,
     FleetEvent,
@@ -46,6 +46,7 @@ from clusters.gcp.notices import NOTICE_SECONDS, GcpPreemptionWatcher
 from clusters.providers import Capability, fleet_provider
 from clusters.statediff import StateDiffer
 from controlplane.core.clock import Clock, WallClock
+from controlplane.core.config import comma_list, load_settings
 from controlplane.core.errors import CapacityUnavailable, CloudError, CredentialsError, InvalidInput
 from controlplane.core.models import Market
 
@@ -213,13 +214,14 @@ class GcpFleet(FleetProvider):
         kwargs: dict[str, Any] = {"credentials": credentials, "transport": "rest",
                                   "client_options": client_options}
         clock = options.get("clock") or WallClock()
+        env = load_settings()
         template_keys = GcpLaunchTemplate.__dataclass_fields__.keys()
         return cls(
             compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs),
             compute_v1.MachineTypesClient(**kwargs), project=project,
-            zones=options.get("zones") or env_list("SPOTPLANE_GCP_ZONES")
+            zones=options.get("zones") or comma_list(env.gcp_zones)
             or ["us-central1-a", "us-central1-b", "us-central1-c"],
-            machine_types_wanted=options.get("machine_types") or env_list("SPOTPLANE_GCP_MACHINE_TYPES")
+            machine_types_wanted=options.get("machine_types") or comma_list(env.gcp_machine_types)
             or ["g2-standard-4"],
             clock=clock, cluster=options.get("cluster", "spotplane"),
             template=GcpLaunchTemplate(**{k: v for k, v in options.items() if k in template_keys}),

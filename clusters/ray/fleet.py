@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from clusters.fleet import (
 from clusters.providers import Capability, fleet_provider
 from clusters.ray.catalog import Bundle, NodeTypeSpec, load_cluster_config, node_types_from_config
 from controlplane.core.clock import Clock, WallClock
+from controlplane.core.config import load_settings
 from controlplane.core.errors import CapacityUnavailable, CloudError, ConfigError, InvalidInput
 from controlplane.core.models import Market
 
@@ -106,7 +106,7 @@ class RayAutoscalerFleet(FleetProvider):
         launch_timeout_s, address, clock."""
         import ray
 
-        path = options.get("config") or os.environ.get("SPOTPLANE_RAY_CONFIG")
+        path = options.get("config") or load_settings().ray_config
         if path is None:
             bootstrap = Path("~/ray_bootstrap_config.yaml").expanduser()
             path = bootstrap if bootstrap.exists() else Path("ray-cluster.yaml")

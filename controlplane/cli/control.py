@@ -164,10 +164,10 @@ def client_of(args: argparse.Namespace) -> SpotplaneClient:
     """A client for the API named by the flags, the environment or what ``up`` recorded."""
     state_dir = state_dir_of(getattr(args, "state_dir", None))
     recorded = read_endpoint(state_dir) or {}
-    url = args.url or os.environ.get("SPOTPLANE_URL") or recorded.get("url")
+    url = args.url or load_settings().url or recorded.get("url")
     if not url:
         raise ServerUnreachable("(no URL)", "no running `spotplane up` recorded in the state directory")
-    token = args.token or os.environ.get("SPOTPLANE_TOKEN") or (
+    token = args.token or load_settings().token or (
         load_admin_token(state_dir) if recorded else None)
     return SpotplaneClient(str(url), token)
 

@@ -117,7 +117,7 @@ def private_dir(state_dir: Path) -> None:
 def store_target(args: argparse.Namespace, state_dir: Path) -> str | Path:
     """The store ``up`` runs on: ``--db`` or ``$SPOTPLANE_DB`` (a path, ``sqlite:///PATH`` or a
     ``postgresql://`` URL), else the state directory's SQLite file; a bad URL fails here."""
-    db = getattr(args, "db", None) or os.environ.get("SPOTPLANE_DB")
+    db = getattr(args, "db", None) or load_settings().db
     if not db:
         return state_dir / DB_FILE
     if not is_postgres(db):
@@ -148,9 +148,10 @@ def workload_options(args: argparse.Namespace) -> dict[str, str]:
     dashboard), ``--workload-gcs`` (SPOTPLANE_WORKLOAD_GCS) and ``--workload-token``
     (SPOTPLANE_WORKLOAD_TOKEN_PATH, its Ray auth token file); {} when none is given (``up``
     then starts a local one)."""
-    address = getattr(args, "workload_address", None) or os.environ.get("SPOTPLANE_WORKLOAD_ADDRESS")
-    gcs = getattr(args, "workload_gcs", None) or os.environ.get("SPOTPLANE_WORKLOAD_GCS")
-    token = getattr(args, "workload_token", None) or os.environ.get("SPOTPLANE_WORKLOAD_TOKEN_PATH")
+    env = load_settings()
+    address = getattr(args, "workload_address", None) or env.workload_address
+    gcs = getattr(args, "workload_gcs", None) or env.workload_gcs
+    token = getattr(args, "workload_token", None) or env.workload_token_path
     if not address:
         if gcs or token:
             raise InvalidInput("--workload-address", "is missing",
@@ -167,8 +168,9 @@ def workload_options(args: argparse.Namespace) -> dict[str, str]:
 def executor_options(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
     """Where real jobs' checkpoint artifacts go: ``--artifacts`` (or SPOTPLANE_ARTIFACTS), a
     directory or ``s3://bucket/prefix``, else ``STATE_DIR/artifacts``."""
-    uri = getattr(args, "artifacts", None) or os.environ.get("SPOTPLANE_ARTIFACTS")
-    endpoint = getattr(args, "s3_endpoint", None) or os.environ.get("SPOTPLANE_S3_ENDPOINT")
+    env = load_settings()
+    uri = getattr(args, "artifacts", None) or env.artifacts
+    endpoint = getattr(args, "s3_endpoint", None) or env.s3_endpoint
     if uri and "://" in uri and not uri.startswith("s3://"):
         raise InvalidInput("--artifacts", f"unsupported URI {uri!r}",
                            fix="use a directory or s3://bucket/prefix")
@@ -342,7 +344,7 @@ def workload_user(args: argparse.Namespace, state_dir: Path, *, sandboxed: bool)
     else, as root in the sandbox, :data:`~actors.sandbox.WORKLOAD_USER` (created if missing);
     None for the control plane's own user. Checked (it exists, is not ours, we are root), with the
     artifact directory made its own."""
-    name = getattr(args, "workload_user", None) or os.environ.get("SPOTPLANE_WORKLOAD_USER")
+    name = getattr(args, "workload_user", None) or load_settings().workload_user
     if name and workload_options(args):
         raise InvalidInput("--workload-user", "applies to the local workload Ray only",
                            fix="run the operator's workload cluster under its own account, or drop "

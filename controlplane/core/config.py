@@ -61,6 +61,28 @@ class Settings(BaseSettings):
     api_idempotency_ttl_s: float = Field(default=24 * 3600.0, gt=0,
                                          description="Seconds an Idempotency-Key's answer replays.")
     metrics_token: str | None = Field(default=None, description="Bearer token for /metrics (or admin).")
+    tick_failures_dir: Path | None = Field(default=None, description=(
+        "Where every controller appends each tick that raised (TICK_FAILURES_ENV)."))
+    # `spotplane up` (each one's flag wins)
+    db: str | None = Field(default=None, description="The store: a path, sqlite:///PATH or a PostgreSQL URL.")
+    workload_address: str | None = Field(default=None, description="The operator's workload Ray's dashboard.")
+    workload_gcs: str | None = Field(default=None, description="Its GCS address (host:port).")
+    workload_token_path: str | None = Field(default=None, description="Its Ray auth token file.")
+    workload_user: str | None = Field(default=None, description="The OS account the local workload Ray runs as.")
+    artifacts: str | None = Field(default=None, description="Where real jobs' checkpoints go (a path or s3://).")
+    s3_endpoint: str | None = Field(default=None, description="An S3-compatible endpoint for the artifacts.")
+    s3_endpoint_url: str | None = Field(default=None, description="The same, for stores opened by URL alone.")
+    # the CLI's client commands (each one's flag wins)
+    url: str | None = Field(default=None, description="The API's base URL.")
+    token: str | None = Field(default=None, description="The bearer token the CLI sends.")
+    # real fleets (each provider option wins); lists are comma-separated
+    aws_zones: str | None = Field(default=None, description="AWS zones, comma-separated.")
+    aws_instance_types: str | None = Field(default=None, description="AWS instance types, comma-separated.")
+    aws_image_id: str | None = Field(default=None, description="The AMI spot instances boot.")
+    gcp_zones: str | None = Field(default=None, description="GCP zones, comma-separated.")
+    gcp_machine_types: str | None = Field(default=None, description="GCP machine types, comma-separated.")
+    ray_config: str | None = Field(default=None, description="The `ray up` cluster config of --fleet ray.")
+    node_cloud: str | None = Field(default=None, description="The cloud a Ray fleet's node agents watch.")
 
 
 #: What each setting must hold, for the fix of a message about a bad environment variable.
@@ -78,6 +100,11 @@ def load_settings() -> Settings:
         name = f"SPOTPLANE_{field.upper()}"
         raise ConfigError(f"{name}: {first.get('input')!r} is not valid ({first['msg']})",
                           fix=f"set {name} to {SETTING_HINTS.get(field, 'a valid value')}, or unset it") from None
+
+
+def comma_list(value: str | None) -> list[str]:
+    """A comma-separated setting as a list (``us-east-1a,us-east-1b``); [] when unset."""
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
 def resolve_data_dir(flag: str | Path | None = None) -> tuple[Path, DataDirSource]:

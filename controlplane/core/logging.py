@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Any
+
+from controlplane.core.config import load_settings
+from controlplane.core.errors import ConfigError
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -24,5 +26,10 @@ def kv(message: str, **fields: Any) -> str:
 
 def configure(level: str | int | None = None) -> None:
     """Set up root logging once, from ``level`` or ``SPOTPLANE_LOG_LEVEL`` (default WARNING)."""
-    chosen = level if level is not None else os.environ.get("SPOTPLANE_LOG_LEVEL", "WARNING")
+    if level is None:
+        try:
+            level = load_settings().log_level
+        except ConfigError:  # reported, with its fix, where the settings are loaded for use
+            level = "WARNING"
+    chosen = level
     logging.basicConfig(stream=sys.stderr, level=chosen, format=_FORMAT, force=True)

@@ -358,8 +358,8 @@ def test_up_store_target_from_the_flag_the_environment_or_the_state_dir(
     with pytest.raises(InvalidInput, match="db: 'mysql://u:\\*\\*\\*@h/d' is neither"):
         store_target(argparse.Namespace(db="mysql://u:secret@h/d"), tmp_path)
     settings = RuntimeSettings(state_dir=tmp_path, db="postgresql://h/d")
-    assert settings.db_path == "postgresql://h/d" and settings.actor_config()["db"] == "postgresql://h/d"
-    assert RuntimeSettings(state_dir=tmp_path).actor_config()["db"] == str(tmp_path / "spotplane.db")
+    assert settings.db_path == "postgresql://h/d" and settings.actor_config().db == "postgresql://h/d"
+    assert RuntimeSettings(state_dir=tmp_path).actor_config().db == str(tmp_path / "spotplane.db")
 
 
 @pytest.mark.parametrize(("argv", "says"), [
