@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import entry
-from clusters.traces import DataCatalog, SpotTrace, load_spot_trace
+from clusters.data.catalog import DataCatalog
+from clusters.data.spot import SpotTrace, load_spot_trace
 from controlplane.core.config import data_dir
 from controlplane.core.errors import BadDataFile, InvalidInput
 from policies.deadline import DeadlinePolicy, DeadlineTask, Kind, Observation, make_policy

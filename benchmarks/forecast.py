@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import entry
-from clusters.traces import DataCatalog
+from clusters.data.catalog import DataCatalog
 from controlplane.core.config import data_dir
 from controlplane.core.errors import InvalidInput
 from policies.forecast import (

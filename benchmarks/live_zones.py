@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import entry
+from clusters.data.catalog import DataCatalog
 from clusters.sim import AWS_COLLECTION, SimulatedFleet
-from clusters.traces import DataCatalog
 from controlplane.core.clock import SimClock
 from controlplane.core.config import data_dir
 from controlplane.core.errors import InvalidInput

@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import entry
-from clusters.traces import DataCatalog, SpotTrace
+from clusters.data.catalog import DataCatalog
+from clusters.data.spot import SpotTrace
 from controlplane.core.config import data_dir
 from policies.checkpoint import CheckpointIntervals
 from policies.deadline import DeadlineTask, Kind, Observation, make_policy

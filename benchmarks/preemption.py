@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import entry
-from clusters.traces import DataCatalog, GceLifetimes
+from clusters.data.catalog import DataCatalog
+from clusters.data.gce import GceLifetimes
 from controlplane.core.config import data_dir
 from controlplane.core.errors import InvalidInput
 from policies.preemption import GCE_LIMIT_HOURS, MODELS, PreemptionModel, sse_against_km

@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import entry
-from clusters.traces import DataCatalog, PodList, load_openb_pods
+from clusters.data.catalog import DataCatalog
+from clusters.data.openb import PodList, load_openb_pods
 from controlplane.core.config import data_dir
 from controlplane.core.errors import BadDataFile, InvalidInput
 from policies.gpu_sim import OPTIONS, GpuSimulator, SimConfig, SimResult, simulate

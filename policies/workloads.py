@@ -85,7 +85,7 @@ class NodeSpec:
 
     @classmethod
     def from_nodelist(cls, nodes: Any) -> NodeSpec:
-        """From ``clusters.traces.NodeList`` (or anything with name, gpu_model, gpus arrays)."""
+        """From ``clusters.data.openb.NodeList`` (or anything with name, gpu_model, gpus arrays)."""
         return cls(np.asarray(nodes.name), np.asarray(nodes.gpu_model), np.asarray(nodes.gpus, dtype=np.int64))
 
 

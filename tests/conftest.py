@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters.traces import DataCatalog
+from clusters.data.catalog import DataCatalog
 from controlplane.core.config import data_dir
 from tests import tickwatch
 from tests.pgfixtures import pg_server, pg_url, store_url  # noqa: F401 - the store's backends

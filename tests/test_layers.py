@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tools.modules_doc import DOC, current
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
 PACKAGES: list[str] = CONFIG["root_packages"]
@@ -86,3 +88,10 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     broken = lint()
     assert broken.returncode == 1
     assert "policies.quota -> serve.app" in broken.stdout
+
+
+def test_the_architecture_docs_list_every_module_with_its_summary() -> None:
+    """docs/architecture.md's module map is what the tree holds (``python -m tools.modules_doc``
+    rewrites it after a module is added, moved or renamed)."""
+    text = DOC.read_text()
+    assert current(text) == text, "run `python -m tools.modules_doc` and commit docs/architecture.md"

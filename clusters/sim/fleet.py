@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 
 from clusters.aws.notices import NOTICE_SECONDS as AWS_NOTICE_SECONDS
+from clusters.data.catalog import DataCatalog
+from clusters.data.spot import SpotTrace
 from clusters.fleet import (
     EventKind,
     FleetEvent,
@@ -51,7 +53,6 @@ from clusters.fleet import (
 from clusters.gcp.lifetime import SPOT_MAX_HOURS
 from clusters.gcp.notices import NOTICE_SECONDS as GCP_NOTICE_SECONDS
 from clusters.providers import Capability, fleet_provider
-from clusters.traces import DataCatalog, SpotTrace
 from controlplane.core.clock import Clock, SimClock
 from controlplane.core.config import data_dir
 from controlplane.core.errors import CapacityUnavailable, ConfigError, InvalidInput, NotFound

@@ -7,11 +7,11 @@ import json
 from typing import TYPE_CHECKING
 
 from clusters import fetch
-from clusters.traces import DataCatalog
+from clusters.data.catalog import DataCatalog
 from controlplane.core.config import resolve_data_dir
 
 if TYPE_CHECKING:
-    from clusters.traces import DatasetInfo
+    from clusters.data.catalog import DatasetInfo
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import forecast as bench
-from clusters.traces import DataCatalog
+from clusters.data.catalog import DataCatalog
 
 
 @pytest.mark.slow

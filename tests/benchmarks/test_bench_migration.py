@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks import migration as mig
-from clusters.traces import DataCatalog
+from clusters.data.catalog import DataCatalog
 from policies.preemption import WeibullModel
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from clusters import fetch
-from clusters.traces import DataCatalog
+from clusters.data.catalog import DataCatalog
 from controlplane.cli.main import main
 from controlplane.core.errors import DataCorrupt, InvalidInput, SpotplaneError
 

@@ -14,15 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusters.traces import (
-    DataCatalog,
-    load_dlrm_demand,
-    load_gce_lifetimes,
-    load_openb_nodes,
-    load_openb_pods,
-    load_spot_gpu_nodes,
-    load_spot_trace,
-)
+from clusters.data.catalog import DataCatalog
+from clusters.data.dlrm import load_dlrm_demand
+from clusters.data.gce import load_gce_lifetimes
+from clusters.data.openb import load_openb_nodes, load_openb_pods, load_spot_gpu_nodes
+from clusters.data.spot import load_spot_trace
 from controlplane.core.errors import BadDataFile, DataNotFound
 from controlplane.core.units import HOUR
 from policies.workloads import tasks_from_pods

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from clusters.data.catalog import DataCatalog
 from clusters.fleet import EventKind, InstanceState, LaunchRequest
 from clusters.sim import AWS_COLLECTION, SimulatedFleet
-from clusters.traces import DataCatalog
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import CapacityUnavailable
 from controlplane.core.models import Market

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clusters.traces import DATASETS, DataCatalog, load_spot_trace
+from clusters.data.catalog import DATASETS, DataCatalog
+from clusters.data.spot import load_spot_trace
 from controlplane.core.config import DataDirSource, resolve_data_dir
 from controlplane.core.errors import BadDataFile, DataNotFound, InvalidInput
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from clusters.data.catalog import DataCatalog
 from clusters.sim.fleet import AWS_COLLECTION, AWS_P3_ON_DEMAND, AWS_P3_SPOT, SimulatedFleet
-from clusters.traces import DataCatalog
 from controlplane.core.clock import SimClock
 from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState
 from controlplane.core.units import HOUR

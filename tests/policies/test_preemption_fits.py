@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clusters.traces import DataCatalog, GceLifetimes
+from clusters.data.catalog import DataCatalog
+from clusters.data.gce import GceLifetimes
 from controlplane.core.config import data_dir
 from policies.preemption import (
     GCE_LIMIT_HOURS,

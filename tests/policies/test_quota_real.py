@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clusters.traces import DataCatalog
+from clusters.data.catalog import DataCatalog
 from policies.forecast import DLRM_START_HOUR, LastWeekPeak, OrgLinear
 from policies.quota import QuotaParams, SpotQuotaAllocator
 

@@ -109,7 +109,7 @@ def test_openb_pods_to_tasks() -> None:
 
 @pytest.mark.slow
 def test_openb_real_trace() -> None:
-    from clusters.traces import DataCatalog
+    from clusters.data.catalog import DataCatalog
     from controlplane.core.config import data_dir
 
     cat = DataCatalog(data_dir())
