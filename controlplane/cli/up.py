@@ -360,10 +360,13 @@ def workload_user(args: argparse.Namespace, state_dir: Path, *, sandboxed: bool)
                                f"{user.name!r} cannot enter (0700)",
                                fix="pass --artifacts DIR outside the state directory")
         root.mkdir(parents=True, exist_ok=True)
-        user.give(root, tree=True)
+        user.give(root, tree=root.stat().st_uid != user.uid)  # the whole tree the first time only
     if not sandboxed:
         user.check_runs(sys.executable)
     return user
+
+
+_CHECKED: set[tuple[str, ...]] = set()  # sandboxes whose runtime was probed in this process
 
 
 def workload_sandbox(args: argparse.Namespace, state_dir: Path) -> Sandbox | None:
@@ -385,7 +388,10 @@ def workload_sandbox(args: argparse.Namespace, state_dir: Path) -> Sandbox | Non
         Path(uri).mkdir(parents=True, exist_ok=True)
         writable.append(str(Path(uri).resolve()))
     sandbox = Sandbox.for_workload(writable=writable, hidden=[str(state_dir.resolve())], user=user)
-    sandbox.check()
+    key = tuple(sandbox.command(["true"], cwd="/"))
+    if key not in _CHECKED:  # one probe per process for the same sandbox (validation, then start)
+        sandbox.check()
+        _CHECKED.add(key)
     return sandbox
 
 
