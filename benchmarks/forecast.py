@@ -4,7 +4,7 @@ Data: hourly GPUs requested by each of the 156 app groups (tenants) over 744 h. 
 as Saturday 00:00 (``policies.forecast.DLRM_START_HOUR``; the trace has no timestamp). Every
 model is fitted once on the first 3 weeks (hours 0-503); the test is a rolling forecast of
 ``--horizon`` hours from every hour of the rest (504-743, week 4 plus 72 h), each forecast
-seeing all hours before its origin. Metrics (``policies.forecast_metrics``) pool every tenant,
+seeing all hours before its origin. Metrics (``policies.sim.forecast_metrics``) pool every tenant,
 origin and step, in GPUs.
 
 Targets: OrgLinear beats every baseline on MAE and 0.95-MAQE; coverage of
@@ -43,7 +43,7 @@ from policies.forecast import (
     OrgLinear,
     SeasonalNaive,
 )
-from policies.forecast_metrics import forecast_metrics, rolling_forecast
+from policies.sim.forecast_metrics import forecast_metrics, rolling_forecast
 
 log = logging.getLogger(__name__)
 

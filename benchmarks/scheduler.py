@@ -49,11 +49,11 @@ from clusters.data.catalog import DataCatalog
 from clusters.data.openb import PodList, load_openb_pods
 from controlplane.core.config import data_dir
 from controlplane.core.errors import BadDataFile, InvalidInput
-from policies.gpu_sim import OPTIONS, GpuSimulator, SimConfig, SimResult, simulate
 from policies.placement import FrameworkScheduler, QueueRule, TaskRequest
 from policies.quota import AGGREGATIONS, QuotaParams
 from policies.schedulers import GFS_QUEUES, QUOTA_BASELINES, SCHEDULERS, make_scheduler
-from policies.workloads import (
+from policies.sim.gpu_sim import OPTIONS, GpuSimulator, SimConfig, SimResult, simulate
+from policies.sim.workloads import (
     LOAD_LEVELS,
     GfsA100Config,
     NodeSpec,

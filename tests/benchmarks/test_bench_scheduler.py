@@ -11,10 +11,10 @@ import pytest
 
 from benchmarks import scheduler as bench
 from controlplane.core.errors import InvalidInput
-from policies.gpu_sim import simulate
 from policies.placement import TaskRequest
 from policies.schedulers import make_scheduler
-from policies.workloads import NodeSpec, SimTask, Workload
+from policies.sim.gpu_sim import simulate
+from policies.sim.workloads import NodeSpec, SimTask, Workload
 
 KEYS = {"hp_jct", "hp_jct_p99", "hp_jqt", "spot_jct", "spot_jqt", "eviction_rate", "eviction_per_gh",
         "allocation_rate"}

@@ -21,7 +21,7 @@ from clusters.data.openb import load_openb_nodes, load_openb_pods, load_spot_gpu
 from clusters.data.spot import load_spot_trace
 from controlplane.core.errors import BadDataFile, DataNotFound
 from controlplane.core.units import HOUR
-from policies.workloads import tasks_from_pods
+from policies.sim.workloads import tasks_from_pods
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
 PODS = [

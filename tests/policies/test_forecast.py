@@ -17,7 +17,7 @@ from policies.forecast import (
     decompose,
     moving_average_matrix,
 )
-from policies.forecast_metrics import forecast_metrics, pinball_loss, rolling_forecast
+from policies.sim.forecast_metrics import forecast_metrics, pinball_loss, rolling_forecast
 
 
 def test_moving_average_uses_reflection_padding() -> None:

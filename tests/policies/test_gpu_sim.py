@@ -10,7 +10,9 @@ import pytest
 
 from controlplane.core.errors import InvalidInput
 from policies.forecast import Forecast
-from policies.gpu_sim import (
+from policies.placement import TaskRequest
+from policies.schedulers import SCHEDULERS, make_scheduler
+from policies.sim.gpu_sim import (
     GpuSimulator,
     QuotaLoop,
     SimConfig,
@@ -19,9 +21,7 @@ from policies.gpu_sim import (
     shape_key,
     simulate,
 )
-from policies.placement import TaskRequest
-from policies.schedulers import SCHEDULERS, make_scheduler
-from policies.workloads import GfsA100Config, NodeSpec, SimTask, Workload, gfs_a100
+from policies.sim.workloads import GfsA100Config, NodeSpec, SimTask, Workload, gfs_a100
 
 H = 3600.0
 

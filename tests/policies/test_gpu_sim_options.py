@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from controlplane.core.errors import InvalidInput
-from policies.gpu_sim import GpuSimulator, SimConfig, simulate
 from policies.placement import TaskRequest
 from policies.schedulers import make_scheduler
-from policies.workloads import NodeSpec, SimTask, Workload
+from policies.sim.gpu_sim import GpuSimulator, SimConfig, simulate
+from policies.sim.workloads import NodeSpec, SimTask, Workload
 
 H = 3600.0
 

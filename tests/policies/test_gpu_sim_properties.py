@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.gpu_sim import GpuSimulator, SimConfig
 from policies.placement import TaskRequest
 from policies.schedulers import SCHEDULERS, make_scheduler
-from policies.workloads import NodeSpec, SimTask, Workload
+from policies.sim.gpu_sim import GpuSimulator, SimConfig
+from policies.sim.workloads import NodeSpec, SimTask, Workload
 
 MODELS = ("A100", "V100", "T4")  # T4: a model no generated node has (an empty pool)
 H = 3600.0

@@ -9,7 +9,7 @@ import pytest
 
 from controlplane.core.errors import InvalidInput
 from policies.placement import TaskRequest
-from policies.workloads import (
+from policies.sim.workloads import (
     HP_GPU_MIX,
     SEC2_RUNTIME,
     SPOT_GPU_MIX,
@@ -122,7 +122,7 @@ def test_openb_real_trace() -> None:
 
 
 def test_openb_node_count_keeps_the_largest_nodes_in_list_order() -> None:
-    from policies.workloads import openb
+    from policies.sim.workloads import openb
 
     nodes = SimpleNamespace(name=np.array(["a", "b", "c", "d"]),
                             gpu_model=np.array(["G2", "V100", "G3", "G2"]), gpus=np.array([2, 8, 4, 8]))

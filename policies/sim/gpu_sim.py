@@ -58,7 +58,7 @@ from policies.placement import (
     TaskRequest,
 )
 from policies.quota import QuotaParams, SpotQuotaAllocator
-from policies.workloads import SimTask, Workload
+from policies.sim.workloads import SimTask, Workload
 
 log = logging.getLogger(__name__)
 
