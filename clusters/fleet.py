@@ -16,16 +16,19 @@ tests/clusters/conformance.py checks every provider against this contract.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 
 import numpy as np
 
-from controlplane.core.errors import Conflict
+from controlplane.core.errors import Conflict, InvalidInput
 from controlplane.core.models import Market
+
+OptionsT = TypeVar("OptionsT")
 
 
 class LifetimeModel(Protocol):
@@ -157,3 +160,14 @@ class FleetProvider(ABC):
         under it). Only a fleet that stands in for a cloud can; a real cloud reports its own."""
         raise Conflict(f"fleet {self.name!r} reports its own losses",
                        fix="lose a node through the provider")
+
+
+def typed_options(kind: type[OptionsT], provider: str, options: Mapping[str, Any]) -> OptionsT:
+    """``options`` as the provider's typed options (a dataclass); one it does not take is
+    refused naming the field and the ones it does."""
+    known = {f.name for f in dataclasses.fields(kind)}  # type: ignore[arg-type]
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InvalidInput(f"fleet_options.{unknown[0]}", f"not an option of the {provider} fleet",
+                           fix=f"use one of {', '.join(sorted(known))}")
+    return kind(**options)

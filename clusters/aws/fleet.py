@@ -22,10 +22,11 @@ Calls made (and nothing else): ``run_instances``, ``describe_instances``, ``term
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,7 @@ from clusters.fleet import (
     InstanceState,
     LaunchRequest,
     Offer,
+    typed_options,
 )
 from clusters.providers import Capability, fleet_provider
 from clusters.statediff import StateDiffer
@@ -112,6 +114,38 @@ class AwsLaunchTemplate:
     spot_max_price: str = ""  # empty: capped at the on-demand price (AWS default)
 
 
+@dataclass(frozen=True)
+class AwsOptions:
+    """What ``--fleet aws`` takes; unset zones, instance types and image come from the settings
+    (``SPOTPLANE_AWS_*``), region and credentials from boto3's usual chain. The launch template's
+    fields (:class:`AwsLaunchTemplate`) are options too; None keeps the template's default."""
+
+    region: str | None = None
+    zones: Sequence[str] = ()
+    instance_types: Sequence[str] = ()
+    profile: str | None = None
+    endpoint_url: str | None = None
+    clock: Clock | None = None
+    cluster: str = "spotplane"
+    capacity_probe: str = "offerings"
+    on_demand_prices: Mapping[str, float] | None = None
+    seed: int | None = None
+    image_id: str | None = None
+    key_name: str | None = None
+    security_group_ids: tuple[str, ...] | None = None
+    subnet_by_zone: tuple[tuple[str, str], ...] | None = None
+    iam_instance_profile: str | None = None
+    user_data: str | None = None
+    spot_max_price: str | None = None
+
+    def template(self, default_image: str | None) -> AwsLaunchTemplate:
+        """The launch template: the fields given, the settings' image, the template's defaults."""
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(AwsLaunchTemplate)}
+        if given["image_id"] is None:
+            given["image_id"] = default_image
+        return AwsLaunchTemplate(**{k: v for k, v in given.items() if v is not None})
+
+
 @fleet_provider(CLOUD, capabilities=frozenset({Capability.NOTICES}),
                 notice_watcher=AwsSpotNoticeWatcher, list_prices=list_prices)
 class AwsFleet(FleetProvider):
@@ -165,18 +199,15 @@ class AwsFleet(FleetProvider):
     # ---------------------------------------------------------------- construction
     @classmethod
     def from_options(cls, **options: Any) -> AwsFleet:
-        """Build from options: region, zones, instance_types, profile, endpoint_url, clock, image_id, ...
-
-        Unset zones / instance types / image come from ``SPOTPLANE_AWS_ZONES``,
-        ``SPOTPLANE_AWS_INSTANCE_TYPES``, ``SPOTPLANE_AWS_IMAGE_ID``; region and credentials
-        from boto3's usual chain (``AWS_REGION``, ``AWS_PROFILE``, instance role...).
-        """
+        """Build from :class:`AwsOptions` (region and credentials from boto3's usual chain:
+        ``AWS_REGION``, ``AWS_PROFILE``, an instance role...)."""
+        opts = typed_options(AwsOptions, CLOUD, options)
         import boto3
         from botocore.config import Config
         from botocore.exceptions import ProfileNotFound
 
         try:
-            session = boto3.Session(profile_name=options.get("profile"), region_name=options.get("region"))
+            session = boto3.Session(profile_name=opts.profile, region_name=opts.region)
         except ProfileNotFound as exc:
             raise CredentialsError(f"aws: {exc}", fix="set AWS_PROFILE to a profile in ~/.aws/config") from exc
         region = session.region_name
@@ -190,20 +221,15 @@ class AwsFleet(FleetProvider):
             )
         env = load_settings()
         config = Config(retries={"total_max_attempts": 1}, connect_timeout=10, read_timeout=30)
-        ec2 = session.client("ec2", endpoint_url=options.get("endpoint_url"), config=config)
-        zones = options.get("zones") or comma_list(env.aws_zones) or [f"{region}{s}" for s in "abc"]
-        template_keys = AwsLaunchTemplate.__dataclass_fields__.keys()
-        template_opts = {k: v for k, v in options.items() if k in template_keys}
-        if "image_id" not in template_opts and env.aws_image_id:
-            template_opts["image_id"] = env.aws_image_id
-        template = AwsLaunchTemplate(**template_opts)
+        ec2 = session.client("ec2", endpoint_url=opts.endpoint_url, config=config)
+        zones = list(opts.zones) or comma_list(env.aws_zones) or [f"{region}{s}" for s in "abc"]
         return cls(
             ec2, region=region, zones=zones,
-            instance_types=options.get("instance_types") or comma_list(env.aws_instance_types) or ["g5.xlarge"],
-            clock=options.get("clock"), cluster=options.get("cluster", "spotplane"),
-            template=template, capacity_probe=options.get("capacity_probe", "offerings"),
-            on_demand_prices=options.get("on_demand_prices"),
-            backoff=Backoff(options.get("clock") or WallClock(), rng=random.Random(options.get("seed"))),
+            instance_types=list(opts.instance_types) or comma_list(env.aws_instance_types) or ["g5.xlarge"],
+            clock=opts.clock, cluster=opts.cluster, template=opts.template(env.aws_image_id),
+            capacity_probe=opts.capacity_probe,
+            on_demand_prices=dict(opts.on_demand_prices) if opts.on_demand_prices is not None else None,
+            backoff=Backoff(opts.clock or WallClock(), rng=random.Random(opts.seed)),
         )
 
     # ---------------------------------------------------------------- calls

@@ -20,12 +20,13 @@ Calls made (and nothing else): ``instances.insert``, ``instances.get``, ``instan
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import random
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -39,6 +40,7 @@ from clusters.fleet import (
     InstanceState,
     LaunchRequest,
     Offer,
+    typed_options,
 )
 from clusters.gcp.catalog import ATTACHED_GPUS, PRICES, gpu_name, list_prices, url_name
 from clusters.gcp.lifetime import spot_lifetimes
@@ -123,6 +125,36 @@ class GcpLaunchTemplate:
     termination_action: str = "DELETE"  # or STOP
 
 
+@dataclass(frozen=True)
+class GcpOptions:
+    """What ``--fleet gcp`` takes; unset zones and machine types come from the settings
+    (``SPOTPLANE_GCP_*``), credentials and project from Application Default Credentials
+    (``credentials="anonymous"`` for a local fake). The launch template's fields
+    (:class:`GcpLaunchTemplate`) are options too; None keeps the template's default."""
+
+    project: str | None = None
+    zones: Sequence[str] = ()
+    machine_types: Sequence[str] = ()
+    credentials: Any = None
+    api_endpoint: str | None = None
+    clock: Clock | None = None
+    cluster: str = "spotplane"
+    capacity_probe: Any = None
+    prices: Mapping[str, Any] | None = None
+    seed: int | None = None
+    source_image: str | None = None
+    disk_size_gb: int | None = None
+    network: str | None = None
+    service_account: str | None = None
+    startup_script: str | None = None
+    termination_action: str | None = None
+
+    def template(self) -> GcpLaunchTemplate:
+        """The launch template: the fields given, the template's defaults for the rest."""
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(GcpLaunchTemplate)}
+        return GcpLaunchTemplate(**{k: v for k, v in given.items() if v is not None})
+
+
 @fleet_provider(CLOUD, capabilities=frozenset({Capability.NOTICES}),
                 notice_watcher=GcpPreemptionWatcher, list_prices=list_prices,
                 spot_lifetimes=spot_lifetimes)
@@ -180,16 +212,13 @@ class GcpFleet(FleetProvider):
     # ---------------------------------------------------------------- construction
     @classmethod
     def from_options(cls, **options: Any) -> GcpFleet:
-        """Build from options: project, zones, machine_types, credentials, api_endpoint, clock, ...
-
-        Unset zones / machine types come from ``SPOTPLANE_GCP_ZONES`` /
-        ``SPOTPLANE_GCP_MACHINE_TYPES``; credentials and project from Application Default
-        Credentials (``GOOGLE_APPLICATION_CREDENTIALS``, ``GOOGLE_CLOUD_PROJECT``).
-        """
+        """Build from :class:`GcpOptions` (credentials and project from Application Default
+        Credentials: ``GOOGLE_APPLICATION_CREDENTIALS``, ``GOOGLE_CLOUD_PROJECT``)."""
+        opts = typed_options(GcpOptions, CLOUD, options)
         from google.cloud import compute_v1
 
-        credentials = options.get("credentials")
-        project = options.get("project")
+        credentials = opts.credentials
+        project = opts.project
         if credentials == "anonymous":
             from google.auth.credentials import AnonymousCredentials
 
@@ -210,23 +239,22 @@ class GcpFleet(FleetProvider):
         if not project:
             raise CredentialsError("gcp: no project configured",
                                    fix="pass --project or set GOOGLE_CLOUD_PROJECT")
-        client_options = {"api_endpoint": options["api_endpoint"]} if options.get("api_endpoint") else None
+        client_options = {"api_endpoint": opts.api_endpoint} if opts.api_endpoint else None
         kwargs: dict[str, Any] = {"credentials": credentials, "transport": "rest",
                                   "client_options": client_options}
-        clock = options.get("clock") or WallClock()
+        clock = opts.clock or WallClock()
         env = load_settings()
-        template_keys = GcpLaunchTemplate.__dataclass_fields__.keys()
         return cls(
             compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs),
             compute_v1.MachineTypesClient(**kwargs), project=project,
-            zones=options.get("zones") or comma_list(env.gcp_zones)
+            zones=list(opts.zones) or comma_list(env.gcp_zones)
             or ["us-central1-a", "us-central1-b", "us-central1-c"],
-            machine_types_wanted=options.get("machine_types") or comma_list(env.gcp_machine_types)
+            machine_types_wanted=list(opts.machine_types) or comma_list(env.gcp_machine_types)
             or ["g2-standard-4"],
-            clock=clock, cluster=options.get("cluster", "spotplane"),
-            template=GcpLaunchTemplate(**{k: v for k, v in options.items() if k in template_keys}),
-            capacity_probe=options.get("capacity_probe"), prices=options.get("prices"),
-            backoff=Backoff(clock, rng=random.Random(options.get("seed"))),
+            clock=clock, cluster=opts.cluster, template=opts.template(),
+            capacity_probe=opts.capacity_probe,
+            prices=dict(opts.prices) if opts.prices is not None else None,
+            backoff=Backoff(clock, rng=random.Random(opts.seed)),
         )
 
     # ---------------------------------------------------------------- calls

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from clusters.fleet import (
     InstanceState,
     LaunchRequest,
     Offer,
+    typed_options,
 )
 from clusters.providers import Capability, fleet_provider
 from clusters.ray.catalog import Bundle, NodeTypeSpec, load_cluster_config, node_types_from_config
@@ -79,6 +80,19 @@ def _request(bundles: list[Bundle]) -> None:
     request_resources(bundles=bundles)
 
 
+@dataclass(frozen=True)
+class RayOptions:
+    """What ``--fleet ray`` takes: the cluster yaml (``config``; default the settings'
+    ``SPOTPLANE_RAY_CONFIG``, else ~/ray_bootstrap_config.yaml on a ``ray up`` head, else
+    ./ray-cluster.yaml), node type prices, how long a launch may take, the cluster's address."""
+
+    config: str | None = None
+    prices: Mapping[str, Any] | None = None
+    launch_timeout_s: float = 900.0
+    address: str = "auto"
+    clock: Clock | None = None
+
+
 @fleet_provider(CLOUD, capabilities=frozenset({Capability.RAY_NODES}))
 class RayAutoscalerFleet(FleetProvider):
     """FleetProvider that asks the Ray autoscaler for whole nodes of its configured node types."""
@@ -101,20 +115,19 @@ class RayAutoscalerFleet(FleetProvider):
 
     @classmethod
     def from_options(cls, **options: Any) -> RayAutoscalerFleet:
-        """Options: config (path of the cluster yaml; default ``$SPOTPLANE_RAY_CONFIG``, else
-        ~/ray_bootstrap_config.yaml on a ``ray up`` head, else ./ray-cluster.yaml), prices,
-        launch_timeout_s, address, clock."""
+        """Build from :class:`RayOptions`, joining the running Ray cluster."""
         import ray
 
-        path = options.get("config") or load_settings().ray_config
-        if path is None:
-            bootstrap = Path("~/ray_bootstrap_config.yaml").expanduser()
-            path = bootstrap if bootstrap.exists() else Path("ray-cluster.yaml")
-        node_types = node_types_from_config(load_cluster_config(path), options.get("prices"))
+        opts = typed_options(RayOptions, "ray", options)
+        configured = opts.config or load_settings().ray_config
+        bootstrap = Path("~/ray_bootstrap_config.yaml").expanduser()
+        path = Path(configured) if configured else (
+            bootstrap if bootstrap.exists() else Path("ray-cluster.yaml"))
+        prices = dict(opts.prices) if opts.prices is not None else None
+        node_types = node_types_from_config(load_cluster_config(path), prices)
         if not ray.is_initialized():
-            ray.init(address=options.get("address", "auto"), log_to_driver=False)
-        return cls(node_types, clock=options.get("clock"),
-                   launch_timeout_s=float(options.get("launch_timeout_s", 900.0)))
+            ray.init(address=opts.address, log_to_driver=False)
+        return cls(node_types, clock=opts.clock, launch_timeout_s=float(opts.launch_timeout_s))
 
     # ---------------------------------------------------------------- catalog
     def offers(self) -> list[Offer]:

@@ -30,7 +30,7 @@ import os
 import sqlite3
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from clusters.fleet import (
     LaunchRequest,
     LifetimeModel,
     Offer,
+    typed_options,
 )
 from clusters.gcp.lifetime import SPOT_MAX_HOURS
 from clusters.gcp.notices import NOTICE_SECONDS as GCP_NOTICE_SECONDS
@@ -150,6 +151,26 @@ class _Sim:
         return cls(inst, d["ready_at"], d["preempt_at"], d["notice_at"])
 
 
+@dataclass(frozen=True)
+class SimOptions:
+    """What ``--fleet sim`` takes: the data, which zones (the AWS collection's, GCP's H100 zones
+    unless ``gcp`` is off, or only those named), their spot capacity, the lifetime model spot
+    VMs die by, and the cloud's own state file."""
+
+    clock: Clock | None = None
+    data_dir: str | Path | None = None
+    seed: int = 0
+    state_path: str | Path | None = None
+    aws_collection: str = AWS_COLLECTION
+    gcp: bool = True
+    zones: Sequence[str] = ()
+    spot_capacity: int = 64
+    trace_offset_hours: float = 0.0
+    lifetime_model: LifetimeModel | None = None
+    provision_seconds: Mapping[str, float] | None = None
+    epoch: float | None = None
+
+
 @fleet_provider("sim", capabilities=frozenset({Capability.SIMULATED}))
 class SimulatedFleet(FleetProvider):
     """A FleetProvider over replayed spot traces (see the module docstring)."""
@@ -185,27 +206,21 @@ class SimulatedFleet(FleetProvider):
     # -- construction --------------------------------------------------------------------------
     @classmethod
     def from_options(cls, **options: Any) -> SimulatedFleet:
-        """Options: clock, data_dir, seed, state_path, aws_collection, gcp (bool), zones (names),
-        spot_capacity, trace_offset_hours, lifetime_model, provision_seconds, epoch."""
-
-        clock = options.pop("clock", None) or SimClock()
-        cat = DataCatalog(data_dir(options.pop("data_dir", None)))
-        capacity = int(options.pop("spot_capacity", 64))
-        wanted = options.pop("zones", None)
-        zones = [SimZone(t, AWS_P3_SPOT, AWS_P3_ON_DEMAND, capacity)
-                 for t in cat.spot_traces(options.pop("aws_collection", AWS_COLLECTION))]
-        if options.pop("gcp", True):
+        """Build from :class:`SimOptions`: the traces' zones of both clouds (or those named)."""
+        opts = typed_options(SimOptions, "simulated", options)
+        cat = DataCatalog(data_dir(opts.data_dir))
+        zones = [SimZone(t, AWS_P3_SPOT, AWS_P3_ON_DEMAND, opts.spot_capacity)
+                 for t in cat.spot_traces(opts.aws_collection)]
+        if opts.gcp:
             zones += [SimZone(t, float(t.spot_price_per_hour or 0.0),
-                              float(t.on_demand_price_per_hour or 0.0), capacity)
+                              float(t.on_demand_price_per_hour or 0.0), opts.spot_capacity)
                       for t in cat.h100_zones()]
-        if wanted:
-            zones = [z for z in zones if z.zone in set(wanted)]
-        lifetime = options.pop("lifetime_model", None)
-        unknown = set(options) - {"seed", "state_path", "trace_offset_hours", "provision_seconds",
-                                  "epoch"}
-        if unknown:
-            raise ConfigError(f"simulated fleet: unknown options {sorted(unknown)}")
-        return cls(zones, clock, lifetime_model=lifetime, **options)
+        if opts.zones:
+            zones = [z for z in zones if z.zone in set(opts.zones)]
+        return cls(zones, opts.clock or SimClock(), seed=opts.seed, lifetime_model=opts.lifetime_model,
+                   epoch=opts.epoch, trace_offset_hours=opts.trace_offset_hours,
+                   state_path=opts.state_path,
+                   provision_seconds=dict(opts.provision_seconds) if opts.provision_seconds else None)
 
     # -- persistence (the cloud's own database) ------------------------------------------------
     def _open(self, path: Path) -> None:
