@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from urllib.parse import urlparse
 
@@ -14,6 +15,8 @@ from controlplane.core.blobs import Blobs
 from controlplane.core.clock import Clock
 from controlplane.core.config import load_settings
 from controlplane.core.errors import InvalidInput
+from controlplane.core.models import Node
+from controlplane.reconcile.lifetimes import lifetime_models, planning_model
 from controlplane.store import IN_STORE, LOGS, PACKAGES, Store, open_blobs
 from policies.preemption import PreemptionModel
 
@@ -40,10 +43,10 @@ def make_executor(
     ``log_dir`` ``<state_dir>/packages`` / ``logs`` or, given as ``"store"`` or by default with
     a PostgreSQL store, the ``store``'s blobs table (what every API replica reads), and a
     ``submit_retry_s`` of 5 s so a tick is never held long. The checkpoint actors plan with the
-    fleet's lifetime model when it has one (the simulated fleet's), else seed 001's GCE fit.
+    model the loop's own checkpoint planner uses (``reconcile.lifetimes.planning_model``: the
+    fleet's per-cloud models), else seed 001's GCE fit when no fleet is given.
     """
-    model = fleet.lifetimes if fleet is not None else None
-    model_factory = (lambda node: model) if isinstance(model, PreemptionModel) else None
+    model_factory = None if fleet is None else _every_node(planning_model(lifetime_models(fleet)))
     if config.kind == "simulated":
         return SimulatedExecutor(clock, model_factory=model_factory)
     dashboard = config.workload_address
@@ -94,3 +97,8 @@ def _same_endpoint(a: str, b: str) -> bool:
         return x.split("://", 1)[-1].rstrip("/").replace("localhost", "127.0.0.1")
 
     return norm(a) == norm(b)
+
+
+def _every_node(model: PreemptionModel) -> Callable[[Node | None], PreemptionModel]:
+    """A model factory that answers ``model`` for every node, as the loop's planner plans."""
+    return lambda node: model
