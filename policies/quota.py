@@ -22,6 +22,7 @@ update, every 300 s).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,7 @@ import numpy as np
 from scipy.stats import norm
 
 from controlplane.core.errors import InvalidInput
+from policies.gfs_options import LIVE_DEFAULT
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ class QuotaParams:
     eta0: float = 1.0
     eta_min: float = 0.05
     eta_max: float = 4.0
-    aggregation: str = "summed_gaussian"
+    aggregation: str = LIVE_DEFAULT.aggregation
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.p < 1.0:
@@ -130,8 +132,14 @@ def _summed_gaussian(hp_forecast: UpperBound, p: float, horizon_hours: int) -> f
     _check_horizon(mu.shape[1], horizon_hours)
     if mu.shape[0] == 0:
         return 0.0
-    total = mu[:, :horizon_hours].sum(axis=0) + float(norm.ppf(p)) * np.sqrt((sd[:, :horizon_hours] ** 2).sum(axis=0))
+    total = mu[:, :horizon_hours].sum(axis=0) + normal_quantile(p) * np.sqrt((sd[:, :horizon_hours] ** 2).sum(axis=0))
     return float(max(np.max(total), 0.0))
+
+
+@functools.lru_cache(maxsize=64)
+def normal_quantile(p: float) -> float:
+    """ICDF(p) of the standard normal (cached: the quota asks for the same p every tick)."""
+    return float(norm.ppf(p))
 
 
 def aggregate_mean_demand(hp_forecast: UpperBound, horizon_hours: int) -> float:

@@ -35,6 +35,7 @@ from typing import cast
 import numpy as np
 
 from controlplane.core.errors import InvalidInput
+from policies.gfs_options import LIVE_DEFAULT
 from policies.placement import (
     CapacityFilter,
     CircuitBreakerFilter,
@@ -111,7 +112,7 @@ def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = 
                    scores=scheduler.scores + ((score,) if score else ()))
 
 
-def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: str = GFS_QUEUES[0]
+def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: str = LIVE_DEFAULT.queue
                    ) -> FrameworkScheduler:
     """One of :data:`SCHEDULERS` by name (see the module table); ``quota=True`` puts a baseline
     behind GFS's spot quota (OrgLinear, adaptive eta), as the authors' release runs them;

@@ -203,15 +203,18 @@ class QuotaWatch(GpuSimulator):
 
 
 class _RecordingModel:
-    """Stands in for a fitted OrgLinear: records the ``start_hour`` each predict gets."""
+    """Stands in for a fitted OrgLinear: records the ``start_hour`` each predict gets, and the hour
+    of week of the hour after the history (``start_hour`` + its length)."""
 
     lookback = 2
 
     def __init__(self) -> None:
         self.starts: list[int] = []
+        self.next_hours: list[int] = []
 
     def predict(self, history: np.ndarray, horizon: int, start_hour: int = 0) -> object:
         self.starts.append(start_hour)
+        self.next_hours.append(start_hour + history.shape[1])
         return None
 
 
@@ -224,7 +227,10 @@ def test_quota_loop_passes_the_hour_of_week_of_column_0_to_the_forecaster() -> N
     for _ in range(5):
         loop.sample(np.array([1.0]))
         loop.close_hour()
-    assert model.starts == [37, 37, 37, 37]  # hours 2..5: always the hour of column 0
+    # hours 2..5: the history passed is the last ``lookback`` hours, starting at 37 + t - 2, so the
+    # forecast's first hour is 37 + t: the hour of week of column 0 plus the history's length
+    assert model.starts == [37, 38, 39, 40]
+    assert model.next_hours == [39, 40, 41, 42]
 
 
 def test_gfs_queue_sorts_by_gpus_per_pod_then_pods_then_submission() -> None:
