@@ -4,6 +4,7 @@
     python -m benchmarks.scheduler --workload openb [--pods FILE] [--json]
     python -m benchmarks.scheduler scale [--json]
     python -m benchmarks.scheduler why --workload gfs-a100-medium --schedulers gfs,yarn_cs [--seeds 2,3,4]
+    python -m benchmarks.scheduler robust [--variants ...] [--cache DIR] [--workers N] [--json]  (benchmarks/robust.py)
 
 Two tables: **quota-free** (every baseline as published, no spot quota) and **release setup**
 (YARN-CS, Lyra and FGD behind GFS's forecast-driven spot quota and eta, and Chronus as its
@@ -48,6 +49,7 @@ from benchmarks import entry
 from clusters.traces import DataCatalog, PodList, load_openb_pods
 from controlplane.core.config import data_dir
 from controlplane.core.errors import BadDataFile, InvalidInput
+from policies.gfs_options import LIVE_DEFAULT
 from policies.gpu_sim import OPTIONS, GpuSimulator, SimConfig, SimResult, simulate
 from policies.placement import FrameworkScheduler, QueueRule, TaskRequest
 from policies.quota import AGGREGATIONS, QuotaParams
@@ -152,14 +154,14 @@ def sim_config(options: dict[str, Any]) -> SimConfig:
 def _run_one(run: Run) -> tuple[Run, dict[str, float], float]:
     w = build_workload(run.workload, run.days, run.pods_file, run.seed, run.nodes, run.hp_peak, run.gang_widths)
     opts = dict(run.options)
-    queue = opts.pop("gfs_queue", GFS_QUEUES[0])
+    queue = opts.pop("gfs_queue", LIVE_DEFAULT.queue)
     t0 = time.perf_counter()
     r = simulate(w, scheduler_for(run.label, run.seed, queue), sim_config(opts))
     check_did_work(run.workload, run.label, w, r)
     return run, {**r.summary(), **why_fields(r)}, time.perf_counter() - t0
 
 
-def scheduler_for(label: str, seed: int, gfs_queue: str = GFS_QUEUES[0]) -> FrameworkScheduler:
+def scheduler_for(label: str, seed: int, gfs_queue: str = LIVE_DEFAULT.queue) -> FrameworkScheduler:
     """``NAME``, ``NAME+quota`` or :data:`STRICT_CONTROL` (GFS with YARN-CS's strict FCFS queue)."""
     if label == STRICT_CONTROL:
         return replace(make_scheduler("gfs", seed=seed), queue=QueueRule("fcfs", strict=True))
@@ -367,7 +369,7 @@ def _plot(path: str, workload: str, res: dict[str, dict[str, float]]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scheduler", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", nargs="?", default="compare", choices=("compare", "scale", "why"))
+    ap.add_argument("mode", nargs="?", default="compare", choices=("compare", "scale", "why", "robust"))
     ap.add_argument("--workload", default="gfs-a100-medium", choices=WORKLOADS)
     ap.add_argument("--pods", help="replay this pod list (openb CSV format) on the openb nodes")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
@@ -376,13 +378,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=2, help="one seed (see --seeds)")
     ap.add_argument("--seeds", help="comma-separated seeds: figures are means with their spread")
     ap.add_argument("--tables", default=",".join(TABLES), help="quota-free, release or both")
-    ap.add_argument("--hp-demand", default=OPTIONS["hp_demand"][0], choices=OPTIONS["hp_demand"])
-    ap.add_argument("--hourly", default=OPTIONS["hourly"][0], choices=OPTIONS["hourly"])
-    ap.add_argument("--aggregation", default=AGGREGATIONS[0], choices=AGGREGATIONS)
-    ap.add_argument("--eta-rate", default=OPTIONS["eta_rate"][0], choices=OPTIONS["eta_rate"])
-    ap.add_argument("--pools", default=OPTIONS["pools"][0], choices=OPTIONS["pools"])
-    ap.add_argument("--gfs-queue", default=GFS_QUEUES[0], choices=GFS_QUEUES,
-                    help="GFS's queue order: size (ascending GPUs per pod) or size_release (the authors' release)")
+    ap.add_argument("--hp-demand", default=LIVE_DEFAULT.hp_demand, choices=OPTIONS["hp_demand"])
+    ap.add_argument("--hourly", default=LIVE_DEFAULT.hourly, choices=OPTIONS["hourly"])
+    ap.add_argument("--aggregation", default=LIVE_DEFAULT.aggregation, choices=AGGREGATIONS)
+    ap.add_argument("--eta-rate", default=LIVE_DEFAULT.eta_rate, choices=OPTIONS["eta_rate"])
+    ap.add_argument("--pools", default=LIVE_DEFAULT.pools, choices=OPTIONS["pools"])
+    ap.add_argument("--gfs-queue", default=LIVE_DEFAULT.queue, choices=GFS_QUEUES,
+                    help="GFS's queue order: size (ascending GPUs per pod), size_release (the authors' release) "
+                         "or fcfs (submission order, backfilled)")
     ap.add_argument("--warmup-h", type=float, default=0.0,
                     help="count only tasks submitted after this many hours (default 0: all)")
     ap.add_argument("--hp-peak", type=float, default=1.0, help="gfs-a100: scale the HP diurnal peak (1.5, 2)")
@@ -390,7 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--plot")
-    a = ap.parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["robust"]:
+        from benchmarks import robust  # same floor; robust imports this module's helpers
+
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        return robust.main(args[1:])
+    a = ap.parse_args(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if a.mode == "scale":
         out = run_scale(seed=a.seed)

@@ -21,7 +21,8 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "aggregation": ("summed_gaussian", "sum_of_quantiles"),
     "eta_rate": ("paper", "release"),
     "pools": ("per_model", "cluster"),
-    "queue": ("size", "size_release"),
+    "queue": ("size", "size_release", "fcfs"),
+    "hp_react": ("off", "queued"),
 })
 
 
@@ -35,6 +36,7 @@ class GfsOptions:
     eta_rate: str = "paper"
     pools: str = "per_model"
     queue: str = "size"
+    hp_react: str = "off"
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -52,6 +54,9 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "eta_release": replace(AS_RELEASED, eta_rate="release"),
     "one_pool": replace(AS_RELEASED, pools="cluster"),
     "queue_release": replace(AS_RELEASED, queue="size_release"),
+    "queue_fcfs": replace(AS_RELEASED, queue="fcfs"),
+    "hp_react": replace(AS_RELEASED, hp_react="queued"),
+    "fcfs_hp_react": replace(AS_RELEASED, queue="fcfs", hp_react="queued"),
 })
 #: The preset the live plane runs (picked by the robustness run's worst case, docs/gfs.md).
 LIVE_DEFAULT_NAME = "as_released"

@@ -82,6 +82,7 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "hourly": ("max", "mean"),  # one hourly history point: max or mean of the per-tick samples
     "eta_rate": ("paper", "release"),  # Eq. 11's e: evictions / starts over H / F / (F + S) over eta_window_h
     "pools": ("per_model", "cluster"),  # one quota per GPU model, or one for the whole cluster
+    "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
 }
 
 
@@ -116,6 +117,7 @@ class SimConfig:
     eta_rate: str = LIVE_DEFAULT.eta_rate
     eta_window_h: float = 4.0
     pools: str = LIVE_DEFAULT.pools
+    hp_react: str = LIVE_DEFAULT.hp_react
     measure_from_s: float = 0.0
     lease_release_s: float | None = None
     lease_restart_s: float = 120.0
@@ -124,7 +126,8 @@ class SimConfig:
     def for_options(cls, options: GfsOptions, **knobs: Any) -> SimConfig:
         """The config that runs GFS's named ``options`` (and any other ``knobs``)."""
         return cls(quota=QuotaParams(aggregation=options.aggregation), hp_demand=options.hp_demand,
-                   hourly=options.hourly, eta_rate=options.eta_rate, pools=options.pools, **knobs)
+                   hourly=options.hourly, eta_rate=options.eta_rate, pools=options.pools,
+                   hp_react=options.hp_react, **knobs)
 
     def __post_init__(self) -> None:
         if self.tick_s <= 0 or self.checkpoint_s <= 0:
@@ -766,11 +769,20 @@ class GpuSimulator:
                 ql.close_hour()
             idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
             q = ql.update(self._eviction_rate(i), longest, idle, float(self.spot_pool[i]))
+            if self.cfg.hp_react == "queued":
+                q = ql.quota = self._hp_react_cap(i, q)
             if q is not None and self.now >= self.cfg.measure_from_s:
                 st = self.quota_stats
                 st.pool_ticks += 1
                 st.eta_at_max += ql.allocator.eta >= ql.allocator.params.eta_max - EPS
                 st.forecast_binds += q < idle + float(self.spot_pool[i]) - EPS
+
+    def _hp_react_cap(self, pool: int, quota: float | None) -> float:
+        """``hp_react='queued'``: the pool's quota is at most C - (GPUs of running HP + GPUs
+        queued HP tasks ask of it), so that no spot task starts on GPUs a queued HP task waits for."""
+        held = float(self.hp_running[pool].sum() + max(self.hp_queued[pool].sum(), 0.0))
+        cap = max(float(self.pool_cap[pool]) - held, 0.0)
+        return cap if quota is None else min(quota, cap)
 
     def _release_leases(self) -> None:
         """Chronus as released: every running task gives its GPUs back and queues again; it

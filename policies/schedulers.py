@@ -68,8 +68,9 @@ BASELINES = ("yarn_cs", "chronus", "chronus_rel", "lyra", "fgd")
 QUOTA_BASELINES = ("yarn_cs", "lyra", "fgd")
 ABLATIONS = ("gfs_e", "gfs_d", "gfs_s", "gfs_p", "gfs_sp")
 #: GFS's queue order (Sec. 3.4.2 names the keys, not their directions): ``size`` ascending GPUs
-#: per pod and pods; ``size_release`` the authors' release (descending GPUs per pod).
-GFS_QUEUES = ("size", "size_release")
+#: per pod and pods; ``size_release`` the authors' release (descending GPUs per pod); ``fcfs``
+#: submission order with backfill (the baselines' queue, a robustness variant).
+GFS_QUEUES = ("size", "size_release", "fcfs")
 
 #: Chronus lease lengths (paper Sec. 4.1): HP (SLO) 20 min, spot (best-effort) 5 min.
 CHRONUS_HP_LEASE_S = 1200.0
