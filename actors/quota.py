@@ -18,6 +18,7 @@ import ray
 from controlplane.core.models import CapacityPoint, JobKind, Quota
 from controlplane.store import Store
 from policies.forecast import Forecast
+from policies.gfs_options import LIVE_DEFAULT
 from policies.quota import (
     QuotaParams,
     SpotQuotaAllocator,
@@ -33,7 +34,8 @@ class QuotaAllocatorActor:
         """``pools``: accelerator -> capacity in nodes; ``gpus_per_node``: accelerator -> GPUs."""
         self.store = Store(db_path)
         self.pools, self.per_node = dict(pools), dict(gpus_per_node)
-        self.allocators = {acc: SpotQuotaAllocator(QuotaParams()) for acc in self.pools}
+        # the live plane's GFS options (policies.gfs_options.LIVE_DEFAULT): aggregation, eta clamp
+        self.allocators = {acc: SpotQuotaAllocator(QuotaParams.for_options(LIVE_DEFAULT)) for acc in self.pools}
         saved = self.store.get_meta(STATE_KEY)
         if saved:
             for acc, state in json.loads(saved).items():

@@ -23,6 +23,8 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "pools": ("per_model", "cluster"),
     "queue": ("size", "size_release", "fcfs"),
     "hp_react": ("off", "queued"),
+    "eta_max": ("4", "1"),
+    "spot_score": ("packing", "fragmentation"),
 })
 
 
@@ -37,6 +39,8 @@ class GfsOptions:
     pools: str = "per_model"
     queue: str = "size"
     hp_react: str = "off"
+    eta_max: str = "4"
+    spot_score: str = "packing"
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -57,7 +61,11 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "queue_fcfs": replace(AS_RELEASED, queue="fcfs"),
     "hp_react": replace(AS_RELEASED, hp_react="queued"),
     "fcfs_hp_react": replace(AS_RELEASED, queue="fcfs", hp_react="queued"),
+    "fcfs_sum_of_quantiles": replace(AS_RELEASED, queue="fcfs", aggregation="sum_of_quantiles"),
+    "fcfs_eta_max_1": replace(AS_RELEASED, queue="fcfs", eta_max="1"),
+    "fcfs_eta_max_1_spot_fgd": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_score="fragmentation"),
 })
-#: The preset the live plane runs (picked by the robustness run's worst case, docs/gfs.md).
-LIVE_DEFAULT_NAME = "as_released"
+#: The preset the live plane runs: the one the robustness run picked by its worst case over the
+#: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run").
+LIVE_DEFAULT_NAME = "fcfs_eta_max_1"
 LIVE_DEFAULT: GfsOptions = GFS_VARIANTS[LIVE_DEFAULT_NAME]

@@ -102,7 +102,7 @@ class SimConfig:
 
     checkpoint_s: float = 3600.0
     tick_s: float = 300.0
-    quota: QuotaParams = field(default_factory=QuotaParams)
+    quota: QuotaParams = field(default_factory=lambda: QuotaParams.for_options(LIVE_DEFAULT))
     first_fit_h: int = 192
     last_week_peak_min_h: int = 24
     refit_every_h: int = 24 * 28
@@ -125,7 +125,7 @@ class SimConfig:
     @classmethod
     def for_options(cls, options: GfsOptions, **knobs: Any) -> SimConfig:
         """The config that runs GFS's named ``options`` (and any other ``knobs``)."""
-        return cls(quota=QuotaParams(aggregation=options.aggregation), hp_demand=options.hp_demand,
+        return cls(quota=QuotaParams.for_options(options), hp_demand=options.hp_demand,
                    hourly=options.hourly, eta_rate=options.eta_rate, pools=options.pools,
                    hp_react=options.hp_react, **knobs)
 

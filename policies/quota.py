@@ -32,7 +32,7 @@ import numpy as np
 from scipy.stats import norm
 
 from controlplane.core.errors import InvalidInput
-from policies.gfs_options import LIVE_DEFAULT
+from policies.gfs_options import LIVE_DEFAULT, GfsOptions
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,11 @@ class QuotaParams:
             raise InvalidInput("eta0", f"need 0 < eta_min <= eta0 <= eta_max, got "
                                f"{self.eta_min}, {self.eta0}, {self.eta_max}",
                                fix="keep eta0 = 1.0 inside the clamp")
+
+    @classmethod
+    def for_options(cls, options: GfsOptions, **params: Any) -> QuotaParams:
+        """The params that run GFS's named ``options`` (aggregation, eta's upper clamp)."""
+        return cls(aggregation=options.aggregation, eta_max=float(options.eta_max), **params)
 
     @property
     def tolerated_eviction_rate(self) -> float:

@@ -105,6 +105,17 @@ def _gfs(name: str, *, full_scores: bool = True, smart_preempt: bool = True,
                               quota or QuotaRule(), seed=seed)
 
 
+@dataclass(frozen=True)
+class SpotOnlyScore:
+    """A score plugin that ranks spot tasks' nodes only (HP tasks see a tie everywhere)."""
+
+    inner: ScorePlugin
+    name: str = "spot_only"
+
+    def score(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> np.ndarray:
+        return np.zeros(snap.n_nodes) if task.is_hp else np.asarray(self.inner.score(snap, task, work))
+
+
 def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = None,
                 score: ScorePlugin | None = None) -> FrameworkScheduler:
     """A copy of the scheduler with one more filter and/or score plugin (the score as the last,
@@ -113,11 +124,13 @@ def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = 
                    scores=scheduler.scores + ((score,) if score else ()))
 
 
-def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: str = LIVE_DEFAULT.queue
-                   ) -> FrameworkScheduler:
+def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: str = LIVE_DEFAULT.queue,
+                   spot_score: str = LIVE_DEFAULT.spot_score) -> FrameworkScheduler:
     """One of :data:`SCHEDULERS` by name (see the module table); ``quota=True`` puts a baseline
     behind GFS's spot quota (OrgLinear, adaptive eta), as the authors' release runs them;
-    ``gfs_queue`` (one of :data:`GFS_QUEUES`) is the queue order of GFS and its ablations."""
+    ``gfs_queue`` (one of :data:`GFS_QUEUES`) is the queue order of GFS and its ablations;
+    ``spot_score='fragmentation'`` ranks GFS's nodes for spot tasks by FGD's fragmentation score
+    before Eq. 13-16 (HP placement unchanged)."""
     if gfs_queue not in GFS_QUEUES:
         raise InvalidInput("gfs_queue", f"unknown queue order {gfs_queue!r}", fix=f"use one of {', '.join(GFS_QUEUES)}")
     s = _make(name, seed)
@@ -125,6 +138,10 @@ def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: 
         s.quota = QuotaRule()
     if name == "gfs" or name in ABLATIONS:
         s.queue = QueueRule(cast(QueueOrder, gfs_queue), strict=False)
+        if spot_score == "fragmentation":
+            s.scores = (SpotOnlyScore(FragmentationScore()), *s.scores)
+        elif spot_score != "packing":
+            raise InvalidInput("spot_score", f"unknown spot score {spot_score!r}", fix="use packing or fragmentation")
     return s
 
 

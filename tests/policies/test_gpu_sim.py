@@ -10,6 +10,7 @@ import pytest
 
 from controlplane.core.errors import InvalidInput
 from policies.forecast import Forecast
+from policies.gfs_options import GFS_VARIANTS
 from policies.gpu_sim import (
     GpuSimulator,
     QuotaLoop,
@@ -66,7 +67,7 @@ def test_quota_stats_count_eta_at_its_clamp_and_the_forecast_term_binding() -> N
         sim.quota_loops[0].forecast = _MemoBound(Forecast(np.array([[2.0]]), np.array([[0.0]])))
         sim._ticks = 1  # not an hour's end: the forecast stays
         return sim
-    sim = fresh(SimConfig())
+    sim = fresh(SimConfig.for_options(GFS_VARIANTS["as_released"]))  # eta's clamp at 4
     sim._quota_tick()
     assert sim.quota_loops[0].quota == pytest.approx(6.0)
     sim.quota_loops[0].allocator._eta = sim.quota_loops[0].allocator.params.eta_max
@@ -126,7 +127,7 @@ def test_gfs_queue_order_release_puts_more_gpus_first_for_hp_and_fewer_pods_firs
     assert key(hp8, deque(["b"])) < key(hp1, deque(["a"]))  # more GPUs per pod first, then submission
     assert key(sp_w1, deque(["b"])) < key(sp_w4, deque(["a"])) < key(sp_g1, deque(["a"]))
     with pytest.raises(InvalidInput, match="gfs_queue"):
-        make_scheduler("gfs", gfs_queue="fcfs")
+        make_scheduler("gfs", gfs_queue="lifo")
     assert make_scheduler("yarn_cs", gfs_queue="size_release").queue.order == "fcfs"  # GFS family only
 
 
