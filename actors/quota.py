@@ -19,6 +19,7 @@ from controlplane.core.models import JobKind
 from controlplane.core.readmodels import CapacityPoint, Quota
 from controlplane.store import Store
 from policies.forecast import Forecast
+from policies.gfs_options import LIVE_DEFAULT
 from policies.quota import (
     QuotaParams,
     SpotQuotaAllocator,
@@ -34,7 +35,8 @@ class QuotaAllocatorActor:
         """``pools``: accelerator -> capacity in nodes; ``gpus_per_node``: accelerator -> GPUs."""
         self.store = Store(db_path)
         self.pools, self.per_node = dict(pools), dict(gpus_per_node)
-        self.allocators = {acc: SpotQuotaAllocator(QuotaParams()) for acc in self.pools}
+        # the live plane's GFS options (policies.gfs_options.LIVE_DEFAULT): aggregation, eta clamp
+        self.allocators = {acc: SpotQuotaAllocator(QuotaParams.for_options(LIVE_DEFAULT)) for acc in self.pools}
         saved = self.store.get_meta(STATE_KEY)
         if saved:
             for acc, state in json.loads(saved).items():

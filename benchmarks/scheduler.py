@@ -4,6 +4,7 @@
     python -m benchmarks.scheduler --workload openb [--pods FILE] [--json]
     python -m benchmarks.scheduler scale [--json]
     python -m benchmarks.scheduler why --workload gfs-a100-medium --schedulers gfs,yarn_cs [--seeds 2,3,4]
+    python -m benchmarks.scheduler robust [--variants ...] [--cache DIR] [--workers N] [--json]  (benchmarks/robust.py)
 
 Two tables: **quota-free** (every baseline as published, no spot quota) and **release setup**
 (YARN-CS, Lyra and FGD behind GFS's forecast-driven spot quota and eta, and Chronus as its
@@ -49,6 +50,7 @@ from clusters.data.catalog import DataCatalog
 from clusters.data.openb import PodList, load_openb_pods
 from controlplane.core.config import data_dir
 from controlplane.core.errors import BadDataFile, InvalidInput
+from policies.gfs_options import CHOICES, GFS_VARIANTS, LIVE_DEFAULT, LIVE_DEFAULT_NAME
 from policies.placement import FrameworkScheduler, QueueRule, TaskRequest
 from policies.quota import AGGREGATIONS, QuotaParams
 from policies.schedulers import GFS_QUEUES, QUOTA_BASELINES, SCHEDULERS, make_scheduler
@@ -144,27 +146,33 @@ def sim_config(options: dict[str, Any]) -> SimConfig:
     """The simulator config of the named options (``aggregation`` goes to the quota params;
     ``gfs_queue``, the scheduler's, is left out), e.g. the ``options`` of a ``--json`` output."""
     opts = dict(options)
-    opts.pop("gfs_queue", None)  # the scheduler's option (make_scheduler), not the simulator's
+    opts.pop("gfs_queue", None)  # the scheduler's options (make_scheduler), not the simulator's
+    opts.pop("spot_score", None)
     agg = opts.pop("aggregation", None)
-    quota = QuotaParams(aggregation=agg) if agg else QuotaParams()
+    eta_max = opts.pop("eta_max", None)
+    base = QuotaParams.for_options(LIVE_DEFAULT)
+    quota = replace(base, aggregation=agg or base.aggregation, eta_max=float(eta_max) if eta_max else base.eta_max)
     return SimConfig(quota=quota, **opts)
 
 
 def _run_one(run: Run) -> tuple[Run, dict[str, float], float]:
     w = build_workload(run.workload, run.days, run.pods_file, run.seed, run.nodes, run.hp_peak, run.gang_widths)
     opts = dict(run.options)
-    queue = opts.pop("gfs_queue", GFS_QUEUES[0])
+    queue = opts.pop("gfs_queue", LIVE_DEFAULT.queue)
+    spot_score = opts.pop("spot_score", LIVE_DEFAULT.spot_score)
     t0 = time.perf_counter()
-    r = simulate(w, scheduler_for(run.label, run.seed, queue), sim_config(opts))
+    r = simulate(w, scheduler_for(run.label, run.seed, queue, spot_score), sim_config(opts))
     check_did_work(run.workload, run.label, w, r)
     return run, {**r.summary(), **why_fields(r)}, time.perf_counter() - t0
 
 
-def scheduler_for(label: str, seed: int, gfs_queue: str = GFS_QUEUES[0]) -> FrameworkScheduler:
+def scheduler_for(label: str, seed: int, gfs_queue: str = LIVE_DEFAULT.queue,
+                  spot_score: str = LIVE_DEFAULT.spot_score) -> FrameworkScheduler:
     """``NAME``, ``NAME+quota`` or :data:`STRICT_CONTROL` (GFS with YARN-CS's strict FCFS queue)."""
     if label == STRICT_CONTROL:
         return replace(make_scheduler("gfs", seed=seed), queue=QueueRule("fcfs", strict=True))
-    return make_scheduler(label.removesuffix(QUOTA), seed=seed, quota=label.endswith(QUOTA), gfs_queue=gfs_queue)
+    return make_scheduler(label.removesuffix(QUOTA), seed=seed, quota=label.endswith(QUOTA), gfs_queue=gfs_queue,
+                          spot_score=spot_score)
 
 
 def why_fields(r: SimResult) -> dict[str, float]:
@@ -368,7 +376,7 @@ def _plot(path: str, workload: str, res: dict[str, dict[str, float]]) -> Any:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scheduler", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", nargs="?", default="compare", choices=("compare", "scale", "why"))
+    ap.add_argument("mode", nargs="?", default="compare", choices=("compare", "scale", "why", "robust"))
     ap.add_argument("--workload", default="gfs-a100-medium", choices=WORKLOADS)
     ap.add_argument("--pods", help="replay this pod list (openb CSV format) on the openb nodes")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
@@ -377,13 +385,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=2, help="one seed (see --seeds)")
     ap.add_argument("--seeds", help="comma-separated seeds: figures are means with their spread")
     ap.add_argument("--tables", default=",".join(TABLES), help="quota-free, release or both")
-    ap.add_argument("--hp-demand", default=OPTIONS["hp_demand"][0], choices=OPTIONS["hp_demand"])
-    ap.add_argument("--hourly", default=OPTIONS["hourly"][0], choices=OPTIONS["hourly"])
-    ap.add_argument("--aggregation", default=AGGREGATIONS[0], choices=AGGREGATIONS)
-    ap.add_argument("--eta-rate", default=OPTIONS["eta_rate"][0], choices=OPTIONS["eta_rate"])
-    ap.add_argument("--pools", default=OPTIONS["pools"][0], choices=OPTIONS["pools"])
-    ap.add_argument("--gfs-queue", default=GFS_QUEUES[0], choices=GFS_QUEUES,
-                    help="GFS's queue order: size (ascending GPUs per pod) or size_release (the authors' release)")
+    ap.add_argument("--preset", default=LIVE_DEFAULT_NAME, choices=list(GFS_VARIANTS),
+                    help="GFS options preset (as_released: the reproduction tables'); the flags below override it")
+    ap.add_argument("--hp-demand", choices=OPTIONS["hp_demand"])
+    ap.add_argument("--hourly", choices=OPTIONS["hourly"])
+    ap.add_argument("--aggregation", choices=AGGREGATIONS)
+    ap.add_argument("--eta-rate", choices=OPTIONS["eta_rate"])
+    ap.add_argument("--pools", choices=OPTIONS["pools"])
+    ap.add_argument("--eta-max", choices=CHOICES["eta_max"], help="eta's upper clamp (Eq. 11)")
+    ap.add_argument("--hp-react", choices=CHOICES["hp_react"], help="queued HP GPUs cap the pool's quota at once")
+    ap.add_argument("--spot-score", choices=CHOICES["spot_score"], help="GFS's first node key for spot tasks")
+    ap.add_argument("--gfs-queue", choices=GFS_QUEUES,
+                    help="GFS's queue order: size (ascending GPUs per pod), size_release (the authors' release) "
+                         "or fcfs (submission order, backfilled)")
     ap.add_argument("--warmup-h", type=float, default=0.0,
                     help="count only tasks submitted after this many hours (default 0: all)")
     ap.add_argument("--hp-peak", type=float, default=1.0, help="gfs-a100: scale the HP diurnal peak (1.5, 2)")
@@ -391,7 +405,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--plot")
-    a = ap.parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["robust"]:
+        from benchmarks import robust  # same floor; robust imports this module's helpers
+
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+        return robust.main(args[1:])
+    a = ap.parse_args(args)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if a.mode == "scale":
         out = run_scale(seed=a.seed)
@@ -409,10 +429,20 @@ def main(argv: list[str] | None = None) -> int:
         raise InvalidInput("--tables", f"unknown table in {a.tables!r}", fix="use quota-free, release or both")
     seeds = _ints("--seeds", a.seeds) if a.seeds else (a.seed,)
     widths = _ints("--gang-widths", a.gang_widths) if a.gang_widths else None
-    options = {"hp_demand": a.hp_demand, "hourly": a.hourly, "aggregation": a.aggregation, "eta_rate": a.eta_rate,
-               "pools": a.pools, "measure_from_s": a.warmup_h * 3600.0}
+    preset = GFS_VARIANTS[a.preset]
+
+    def pick(flag: str | None, field: str) -> str:
+        return flag if flag is not None else str(getattr(preset, field))
+
+    options: dict[str, Any] = {
+        "hp_demand": pick(a.hp_demand, "hp_demand"), "hourly": pick(a.hourly, "hourly"),
+        "aggregation": pick(a.aggregation, "aggregation"), "eta_rate": pick(a.eta_rate, "eta_rate"),
+        "pools": pick(a.pools, "pools"), "hp_react": pick(a.hp_react, "hp_react"),
+        "eta_max": pick(a.eta_max, "eta_max"), "measure_from_s": a.warmup_h * 3600.0}
     sim_config(options)  # bad values fail before any run
-    options["gfs_queue"] = a.gfs_queue  # the scheduler's: _run_one passes it to make_scheduler
+    # the scheduler's: _run_one passes them to make_scheduler
+    options["gfs_queue"] = pick(a.gfs_queue, "queue")
+    options["spot_score"] = pick(a.spot_score, "spot_score")
     workload = "openb" if a.pods else a.workload
     free = names if "quota-free" in tables else [n for n in names if n == "gfs"]
     rel = release_labels(names) if "release" in tables else []

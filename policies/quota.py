@@ -22,6 +22,7 @@ update, every 300 s).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,7 @@ import numpy as np
 from scipy.stats import norm
 
 from controlplane.core.errors import InvalidInput
+from policies.gfs_options import LIVE_DEFAULT, GfsOptions
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ class QuotaParams:
     eta0: float = 1.0
     eta_min: float = 0.05
     eta_max: float = 4.0
-    aggregation: str = "summed_gaussian"
+    aggregation: str = LIVE_DEFAULT.aggregation
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.p < 1.0:
@@ -88,6 +90,11 @@ class QuotaParams:
             raise InvalidInput("eta0", f"need 0 < eta_min <= eta0 <= eta_max, got "
                                f"{self.eta_min}, {self.eta0}, {self.eta_max}",
                                fix="keep eta0 = 1.0 inside the clamp")
+
+    @classmethod
+    def for_options(cls, options: GfsOptions, **params: Any) -> QuotaParams:
+        """The params that run GFS's named ``options`` (aggregation, eta's upper clamp)."""
+        return cls(aggregation=options.aggregation, eta_max=float(options.eta_max), **params)
 
     @property
     def tolerated_eviction_rate(self) -> float:
@@ -130,8 +137,14 @@ def _summed_gaussian(hp_forecast: UpperBound, p: float, horizon_hours: int) -> f
     _check_horizon(mu.shape[1], horizon_hours)
     if mu.shape[0] == 0:
         return 0.0
-    total = mu[:, :horizon_hours].sum(axis=0) + float(norm.ppf(p)) * np.sqrt((sd[:, :horizon_hours] ** 2).sum(axis=0))
+    total = mu[:, :horizon_hours].sum(axis=0) + normal_quantile(p) * np.sqrt((sd[:, :horizon_hours] ** 2).sum(axis=0))
     return float(max(np.max(total), 0.0))
+
+
+@functools.lru_cache(maxsize=64)
+def normal_quantile(p: float) -> float:
+    """ICDF(p) of the standard normal (cached: the quota asks for the same p every tick)."""
+    return float(norm.ppf(p))
 
 
 def aggregate_mean_demand(hp_forecast: UpperBound, horizon_hours: int) -> float:

@@ -35,6 +35,7 @@ from typing import cast
 import numpy as np
 
 from controlplane.core.errors import InvalidInput
+from policies.gfs_options import LIVE_DEFAULT
 from policies.placement import (
     CapacityFilter,
     CircuitBreakerFilter,
@@ -67,8 +68,9 @@ BASELINES = ("yarn_cs", "chronus", "chronus_rel", "lyra", "fgd")
 QUOTA_BASELINES = ("yarn_cs", "lyra", "fgd")
 ABLATIONS = ("gfs_e", "gfs_d", "gfs_s", "gfs_p", "gfs_sp")
 #: GFS's queue order (Sec. 3.4.2 names the keys, not their directions): ``size`` ascending GPUs
-#: per pod and pods; ``size_release`` the authors' release (descending GPUs per pod).
-GFS_QUEUES = ("size", "size_release")
+#: per pod and pods; ``size_release`` the authors' release (descending GPUs per pod); ``fcfs``
+#: submission order with backfill (the baselines' queue, a robustness variant).
+GFS_QUEUES = ("size", "size_release", "fcfs")
 
 #: Chronus lease lengths (paper Sec. 4.1): HP (SLO) 20 min, spot (best-effort) 5 min.
 CHRONUS_HP_LEASE_S = 1200.0
@@ -103,6 +105,17 @@ def _gfs(name: str, *, full_scores: bool = True, smart_preempt: bool = True,
                               quota or QuotaRule(), seed=seed)
 
 
+@dataclass(frozen=True)
+class SpotOnlyScore:
+    """A score plugin that ranks spot tasks' nodes only (HP tasks see a tie everywhere)."""
+
+    inner: ScorePlugin
+    name: str = "spot_only"
+
+    def score(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> np.ndarray:
+        return np.zeros(snap.n_nodes) if task.is_hp else np.asarray(self.inner.score(snap, task, work))
+
+
 def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = None,
                 score: ScorePlugin | None = None) -> FrameworkScheduler:
     """A copy of the scheduler with one more filter and/or score plugin (the score as the last,
@@ -111,11 +124,13 @@ def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = 
                    scores=scheduler.scores + ((score,) if score else ()))
 
 
-def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: str = GFS_QUEUES[0]
-                   ) -> FrameworkScheduler:
+def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: str = LIVE_DEFAULT.queue,
+                   spot_score: str = LIVE_DEFAULT.spot_score) -> FrameworkScheduler:
     """One of :data:`SCHEDULERS` by name (see the module table); ``quota=True`` puts a baseline
     behind GFS's spot quota (OrgLinear, adaptive eta), as the authors' release runs them;
-    ``gfs_queue`` (one of :data:`GFS_QUEUES`) is the queue order of GFS and its ablations."""
+    ``gfs_queue`` (one of :data:`GFS_QUEUES`) is the queue order of GFS and its ablations;
+    ``spot_score='fragmentation'`` ranks GFS's nodes for spot tasks by FGD's fragmentation score
+    before Eq. 13-16 (HP placement unchanged)."""
     if gfs_queue not in GFS_QUEUES:
         raise InvalidInput("gfs_queue", f"unknown queue order {gfs_queue!r}", fix=f"use one of {', '.join(GFS_QUEUES)}")
     s = _make(name, seed)
@@ -123,6 +138,10 @@ def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: 
         s.quota = QuotaRule()
     if name == "gfs" or name in ABLATIONS:
         s.queue = QueueRule(cast(QueueOrder, gfs_queue), strict=False)
+        if spot_score == "fragmentation":
+            s.scores = (SpotOnlyScore(FragmentationScore()), *s.scores)
+        elif spot_score != "packing":
+            raise InvalidInput("spot_score", f"unknown spot score {spot_score!r}", fix="use packing or fragmentation")
     return s
 
 

@@ -49,6 +49,7 @@ import numpy as np
 
 from controlplane.core.errors import InvalidInput
 from policies.forecast import LastWeekPeak, OrgLinear
+from policies.gfs_options import LIVE_DEFAULT, GfsOptions
 from policies.placement import (
     EPS,
     ClusterSnapshot,
@@ -63,6 +64,9 @@ from policies.sim.workloads import SimTask, Workload
 log = logging.getLogger(__name__)
 
 ARRIVE, FINISH, TICK = 0, 1, 2
+#: Bumped whenever a change alters the result of an existing scheduler or option (cached
+#: benchmark cells are keyed by it); a new option that leaves the others' results alone keeps it.
+SIM_VERSION = "2026-11-27.1"
 Shape = tuple[str, float, int, tuple[str, ...] | None]
 
 
@@ -78,6 +82,7 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "hourly": ("max", "mean"),  # one hourly history point: max or mean of the per-tick samples
     "eta_rate": ("paper", "release"),  # Eq. 11's e: evictions / starts over H / F / (F + S) over eta_window_h
     "pools": ("per_model", "cluster"),  # one quota per GPU model, or one for the whole cluster
+    "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
 }
 
 
@@ -97,7 +102,7 @@ class SimConfig:
 
     checkpoint_s: float = 3600.0
     tick_s: float = 300.0
-    quota: QuotaParams = field(default_factory=QuotaParams)
+    quota: QuotaParams = field(default_factory=lambda: QuotaParams.for_options(LIVE_DEFAULT))
     first_fit_h: int = 192
     last_week_peak_min_h: int = 24
     refit_every_h: int = 24 * 28
@@ -107,14 +112,22 @@ class SimConfig:
     eviction_long_s: float = 86400.0
     check_invariants: bool = False
     max_sim_s: float | None = None  # stop the run here even with tasks left (None: until all finish)
-    hp_demand: str = "running"
-    hourly: str = "max"
-    eta_rate: str = "paper"
+    hp_demand: str = LIVE_DEFAULT.hp_demand
+    hourly: str = LIVE_DEFAULT.hourly
+    eta_rate: str = LIVE_DEFAULT.eta_rate
     eta_window_h: float = 4.0
-    pools: str = "per_model"
+    pools: str = LIVE_DEFAULT.pools
+    hp_react: str = LIVE_DEFAULT.hp_react
     measure_from_s: float = 0.0
     lease_release_s: float | None = None
     lease_restart_s: float = 120.0
+
+    @classmethod
+    def for_options(cls, options: GfsOptions, **knobs: Any) -> SimConfig:
+        """The config that runs GFS's named ``options`` (and any other ``knobs``)."""
+        return cls(quota=QuotaParams.for_options(options), hp_demand=options.hp_demand,
+                   hourly=options.hourly, eta_rate=options.eta_rate, pools=options.pools,
+                   hp_react=options.hp_react, **knobs)
 
     def __post_init__(self) -> None:
         if self.tick_s <= 0 or self.checkpoint_s <= 0:
@@ -252,13 +265,25 @@ class QuotaLoop:
         self.adapt_eta = adapt_eta
         self.use_orglinear = forecaster == "orglinear"
         self.start_hour = start_hour
-        self.hours: list[np.ndarray] = []
+        self._hist = np.zeros((n_tenants, 256))  # hourly history [tenants, hours], grown by doubling
+        self.n_hours = 0
         self.acc = np.zeros(n_tenants)
         self.samples = 0
         self.model: OrgLinear | None = None
         self.fitted_at = -10**9
         self.forecast: Any = None
         self.quota: float | None = None
+
+    @property
+    def hours(self) -> np.ndarray:
+        """The hourly history so far, one row per hour: [hours, tenants]."""
+        return self._hist[:, :self.n_hours].T
+
+    def _append_hour(self, point: np.ndarray) -> None:
+        if self.n_hours == self._hist.shape[1]:
+            self._hist = np.concatenate([self._hist, np.zeros_like(self._hist)], axis=1)
+        self._hist[:, self.n_hours] = point
+        self.n_hours += 1
 
     def sample(self, demand: np.ndarray) -> None:
         if self.cfg.hourly == "max":
@@ -268,11 +293,11 @@ class QuotaLoop:
         self.samples += 1
 
     def close_hour(self) -> None:
-        self.hours.append(self.acc.copy() if self.cfg.hourly == "max" else self.acc / max(self.samples, 1))
+        self._append_hour(self.acc.copy() if self.cfg.hourly == "max" else self.acc / max(self.samples, 1))
         self.acc = np.zeros_like(self.acc)
         self.samples = 0
-        hist = np.stack(self.hours, axis=1)
-        t = hist.shape[1]
+        t = self.n_hours
+        hist = self._hist[:, :t]
         horizon = self.cfg.quota.horizon_hours
         if self.use_orglinear and t >= self.cfg.first_fit_h and t - self.fitted_at >= self.cfg.refit_every_h:
             window = hist[:, -self.cfg.fit_window_h:]
@@ -284,8 +309,10 @@ class QuotaLoop:
                 log.warning("OrgLinear fit failed at hour %d: %s", t, exc)
             self.fitted_at = t  # success or not: next try after refit_every_h
         if self.model is not None and t >= self.model.lookback:
-            # start_hour is the hour-of-week of hist's column 0 (the forecaster adds t itself)
-            self.forecast = _MemoBound(self.model.predict(hist, horizon, self.start_hour))
+            # start_hour is the hour-of-week of hist's column 0 (the forecaster adds t itself); the
+            # forecaster reads only the last ``lookback`` hours, so it gets those and their start
+            lb = self.model.lookback
+            self.forecast = _MemoBound(self.model.predict(hist[:, t - lb:], horizon, self.start_hour + t - lb))
         elif not self.use_orglinear and t >= self.cfg.last_week_peak_min_h:
             self.forecast = _MemoBound(LastWeekPeak().predict(hist, horizon, self.start_hour))
         else:
@@ -742,11 +769,20 @@ class GpuSimulator:
                 ql.close_hour()
             idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
             q = ql.update(self._eviction_rate(i), longest, idle, float(self.spot_pool[i]))
+            if self.cfg.hp_react == "queued":
+                q = ql.quota = self._hp_react_cap(i, q)
             if q is not None and self.now >= self.cfg.measure_from_s:
                 st = self.quota_stats
                 st.pool_ticks += 1
                 st.eta_at_max += ql.allocator.eta >= ql.allocator.params.eta_max - EPS
                 st.forecast_binds += q < idle + float(self.spot_pool[i]) - EPS
+
+    def _hp_react_cap(self, pool: int, quota: float | None) -> float:
+        """``hp_react='queued'``: the pool's quota is at most C - (GPUs of running HP + GPUs
+        queued HP tasks ask of it), so that no spot task starts on GPUs a queued HP task waits for."""
+        held = float(self.hp_running[pool].sum() + max(self.hp_queued[pool].sum(), 0.0))
+        cap = max(float(self.pool_cap[pool]) - held, 0.0)
+        return cap if quota is None else min(quota, cap)
 
     def _release_leases(self) -> None:
         """Chronus as released: every running task gives its GPUs back and queues again; it

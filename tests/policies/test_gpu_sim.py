@@ -10,6 +10,7 @@ import pytest
 
 from controlplane.core.errors import InvalidInput
 from policies.forecast import Forecast
+from policies.gfs_options import GFS_VARIANTS
 from policies.placement import TaskRequest
 from policies.schedulers import SCHEDULERS, make_scheduler
 from policies.sim.gpu_sim import (
@@ -66,7 +67,7 @@ def test_quota_stats_count_eta_at_its_clamp_and_the_forecast_term_binding() -> N
         sim.quota_loops[0].forecast = _MemoBound(Forecast(np.array([[2.0]]), np.array([[0.0]])))
         sim._ticks = 1  # not an hour's end: the forecast stays
         return sim
-    sim = fresh(SimConfig())
+    sim = fresh(SimConfig.for_options(GFS_VARIANTS["as_released"]))  # eta's clamp at 4
     sim._quota_tick()
     assert sim.quota_loops[0].quota == pytest.approx(6.0)
     sim.quota_loops[0].allocator._eta = sim.quota_loops[0].allocator.params.eta_max
@@ -126,7 +127,7 @@ def test_gfs_queue_order_release_puts_more_gpus_first_for_hp_and_fewer_pods_firs
     assert key(hp8, deque(["b"])) < key(hp1, deque(["a"]))  # more GPUs per pod first, then submission
     assert key(sp_w1, deque(["b"])) < key(sp_w4, deque(["a"])) < key(sp_g1, deque(["a"]))
     with pytest.raises(InvalidInput, match="gfs_queue"):
-        make_scheduler("gfs", gfs_queue="fcfs")
+        make_scheduler("gfs", gfs_queue="lifo")
     assert make_scheduler("yarn_cs", gfs_queue="size_release").queue.order == "fcfs"  # GFS family only
 
 
@@ -203,15 +204,18 @@ class QuotaWatch(GpuSimulator):
 
 
 class _RecordingModel:
-    """Stands in for a fitted OrgLinear: records the ``start_hour`` each predict gets."""
+    """Stands in for a fitted OrgLinear: records the ``start_hour`` each predict gets, and the hour
+    of week of the hour after the history (``start_hour`` + its length)."""
 
     lookback = 2
 
     def __init__(self) -> None:
         self.starts: list[int] = []
+        self.next_hours: list[int] = []
 
     def predict(self, history: np.ndarray, horizon: int, start_hour: int = 0) -> object:
         self.starts.append(start_hour)
+        self.next_hours.append(start_hour + history.shape[1])
         return None
 
 
@@ -224,7 +228,10 @@ def test_quota_loop_passes_the_hour_of_week_of_column_0_to_the_forecaster() -> N
     for _ in range(5):
         loop.sample(np.array([1.0]))
         loop.close_hour()
-    assert model.starts == [37, 37, 37, 37]  # hours 2..5: always the hour of column 0
+    # hours 2..5: the history passed is the last ``lookback`` hours, starting at 37 + t - 2, so the
+    # forecast's first hour is 37 + t: the hour of week of column 0 plus the history's length
+    assert model.starts == [37, 38, 39, 40]
+    assert model.next_hours == [39, 40, 41, 42]
 
 
 def test_gfs_queue_sorts_by_gpus_per_pod_then_pods_then_submission() -> None:

@@ -128,3 +128,25 @@ def test_pools_for_a_model_list_are_the_pools_of_those_models() -> None:
     one = GpuSimulator(wl([task("s", "spot", 1, 0, 1)], ("A100", "V100")), make_scheduler("gfs_e"),
                        SimConfig(pools="cluster"))
     assert list(one._pools_for(("V100",))) == [0]
+
+
+def test_hp_react_caps_the_quota_by_the_gpus_queued_hp_asks_for() -> None:
+    # one 8-GPU pool: HP "a" runs on 6 GPUs, the 8-GPU HP "big" queues behind it. With
+    # hp_react='queued' the pool's quota is at most 8 - (6 + 8) -> 0 from the first tick, so the
+    # 1-GPU spot task that arrives after it waits for "big"; without it, it takes an idle GPU
+    tasks = [task("a", "hp", 6, 0, 1), task("big", "hp", 8, 0.05, 1), task("s", "spot", 1, 0.1, 0.5)]
+    nodes = ("A100",)
+    off = simulate(wl(tasks, nodes), make_scheduler("gfs"), SimConfig(hp_react="off"))
+    on = simulate(wl(tasks, nodes), make_scheduler("gfs"), SimConfig(hp_react="queued"))
+    assert off.records["s"].jqt_s == 0.0 and off.records["s"].evictions == 0
+    assert on.records["s"].jqt_s == pytest.approx(2 * H - 0.1 * H)  # after "big" (1 h to 2 h)
+    with pytest.raises(InvalidInput, match="hp_react"):
+        SimConfig(hp_react="sometimes")
+
+
+def test_gfs_queue_fcfs_takes_the_submission_order_and_backfills() -> None:
+    # the 8-GPU HP task waits for "a"; under fcfs the 1-GPU HP task that came after it still
+    # starts at once on the idle GPUs (backfill, as under GFS's size order), so "big" waits for it too
+    tasks = [task("a", "hp", 4, 0, 1), task("big", "hp", 8, 0.1, 1), task("small", "hp", 1, 0.2, 1)]
+    r = simulate(wl(tasks, ("A100",)), make_scheduler("gfs", gfs_queue="fcfs"))
+    assert r.records["small"].jqt_s == 0.0 and r.records["big"].jqt_s == pytest.approx(1.1 * H)

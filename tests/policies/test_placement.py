@@ -283,10 +283,10 @@ def test_stable_hash_is_32_bit_fnv_1a() -> None:
     assert stable_hash("foobar") == 0xBF9CF968
 
 
-@pytest.mark.parametrize(("name", "node_choice", "random_victims", "order", "strict"), [
-    ("gfs", "min_cost", False, "size", False), ("gfs_e", "min_cost", False, "size", False),
-    ("gfs_d", "min_cost", False, "size", False), ("gfs_s", "min_cost", False, "size", False),
-    ("gfs_p", "random", True, "size", False), ("gfs_sp", "random", True, "size", False),
+@pytest.mark.parametrize(("name", "node_choice", "random_victims", "order", "strict"), [  # GFS: the live preset's queue
+    ("gfs", "min_cost", False, "fcfs", False), ("gfs_e", "min_cost", False, "fcfs", False),
+    ("gfs_d", "min_cost", False, "fcfs", False), ("gfs_s", "min_cost", False, "fcfs", False),
+    ("gfs_p", "random", True, "fcfs", False), ("gfs_sp", "random", True, "fcfs", False),
     ("yarn_cs", "first", False, "fcfs", True), ("chronus", "first", False, "fcfs", False),
     ("chronus_rel", "first", False, "fcfs", False), ("lyra", "min_cost", False, "fcfs", False),
     ("fgd", "first", False, "fcfs", False),

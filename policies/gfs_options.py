@@ -1,0 +1,71 @@
+"""GFS's named options (docs/gfs.md) as one value, and the presets the live plane picks from.
+
+Every place that runs GFS takes its options from here: the simulator's :class:`SimConfig`
+defaults (``policies.sim.gpu_sim``), the quota allocator's :class:`QuotaParams` default aggregation
+(``policies.quota``, used by ``actors.quota``), the scheduler's queue order
+(``policies.schedulers.make_scheduler``, used by ``controlplane.reconcile``).
+:data:`LIVE_DEFAULT` is the preset the robustness run (``python -m benchmarks.scheduler robust``)
+picked by its worst case over the held-in traces; ``as_released`` is the set the reproduction
+tables of docs/gfs.md ran with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+#: Each option's allowed values (the first is the one the reproduction tables ran with).
+CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
+    "hp_demand": ("running", "held_queued"),
+    "hourly": ("max", "mean"),
+    "aggregation": ("summed_gaussian", "sum_of_quantiles"),
+    "eta_rate": ("paper", "release"),
+    "pools": ("per_model", "cluster"),
+    "queue": ("size", "size_release", "fcfs"),
+    "hp_react": ("off", "queued"),
+    "eta_max": ("4", "1"),
+    "spot_score": ("packing", "fragmentation"),
+})
+
+
+@dataclass(frozen=True)
+class GfsOptions:
+    """One choice per option of :data:`CHOICES` (docs/gfs.md, "named options")."""
+
+    hp_demand: str = "running"
+    hourly: str = "max"
+    aggregation: str = "summed_gaussian"
+    eta_rate: str = "paper"
+    pools: str = "per_model"
+    queue: str = "size"
+    hp_react: str = "off"
+    eta_max: str = "4"
+    spot_score: str = "packing"
+
+    def __post_init__(self) -> None:
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"GFS option {name}={getattr(self, name)!r}: use one of {', '.join(allowed)}")
+
+
+AS_RELEASED = GfsOptions()
+#: The GFS variants the robustness run compares (each an ablation row of docs/gfs.md).
+GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
+    "as_released": AS_RELEASED,
+    "hp_held_queued": replace(AS_RELEASED, hp_demand="held_queued"),
+    "hourly_mean": replace(AS_RELEASED, hourly="mean"),
+    "sum_of_quantiles": replace(AS_RELEASED, aggregation="sum_of_quantiles"),
+    "eta_release": replace(AS_RELEASED, eta_rate="release"),
+    "one_pool": replace(AS_RELEASED, pools="cluster"),
+    "queue_release": replace(AS_RELEASED, queue="size_release"),
+    "queue_fcfs": replace(AS_RELEASED, queue="fcfs"),
+    "hp_react": replace(AS_RELEASED, hp_react="queued"),
+    "fcfs_hp_react": replace(AS_RELEASED, queue="fcfs", hp_react="queued"),
+    "fcfs_sum_of_quantiles": replace(AS_RELEASED, queue="fcfs", aggregation="sum_of_quantiles"),
+    "fcfs_eta_max_1": replace(AS_RELEASED, queue="fcfs", eta_max="1"),
+    "fcfs_eta_max_1_spot_fgd": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_score="fragmentation"),
+})
+#: The preset the live plane runs: the one the robustness run picked by its worst case over the
+#: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run").
+LIVE_DEFAULT_NAME = "fcfs_eta_max_1"
+LIVE_DEFAULT: GfsOptions = GFS_VARIANTS[LIVE_DEFAULT_NAME]
