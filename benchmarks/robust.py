@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.gpucluster import build_workload, check_did_work, scheduler_for
 from clusters.data.catalog import DataCatalog
 from controlplane.core.config import data_dir
 from controlplane.core.errors import InvalidInput
@@ -149,12 +150,6 @@ class CellCache:
 
 def run_cell(cell: Cell) -> tuple[Cell, dict[str, float], float]:
     """Simulate one cell (GFS with the cell's options, or a baseline behind the baselines' quota)."""
-    from benchmarks.scheduler import (  # cycle: scheduler runs robust
-        build_workload,
-        check_did_work,
-        scheduler_for,
-    )
-
     if cell.is_openb:
         w = build_workload("openb", None, cell.pods_file, cell.seed)
         cfg = SimConfig.for_options(cell.options)

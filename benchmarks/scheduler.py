@@ -45,39 +45,40 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import entry
+from benchmarks import entry, robust
+from benchmarks.gpucluster import (
+    QUOTA,
+    STRICT_CONTROL,
+    WORKLOADS,
+    build_workload,
+    check_did_work,
+    scheduler_for,
+)
 from clusters.data.catalog import DataCatalog
-from clusters.data.openb import PodList, load_openb_pods
 from controlplane.core.config import data_dir
-from controlplane.core.errors import BadDataFile, InvalidInput
+from controlplane.core.errors import InvalidInput
 from policies.gfs_options import CHOICES, GFS_VARIANTS, LIVE_DEFAULT, LIVE_DEFAULT_NAME
-from policies.placement import FrameworkScheduler, QueueRule, TaskRequest
+from policies.placement import TaskRequest
 from policies.quota import AGGREGATIONS, QuotaParams
 from policies.schedulers import GFS_QUEUES, QUOTA_BASELINES, SCHEDULERS, make_scheduler
 from policies.sim.gpu_sim import OPTIONS, GpuSimulator, SimConfig, SimResult, simulate
 from policies.sim.workloads import (
-    LOAD_LEVELS,
     GfsA100Config,
     NodeSpec,
     SimTask,
     Workload,
     gfs_a100,
-    openb,
 )
 
 log = logging.getLogger(__name__)
 
-WORKLOADS = ("gfs-a100-low", "gfs-a100-medium", "gfs-a100-high", "openb")
 FIELDS = ("hp_jct", "hp_jct_p99", "hp_jqt", "spot_jct", "spot_jqt", "eviction_rate", "eviction_per_gh",
           "allocation_rate")
 #: ``why`` mode: the fields of :func:`why_fields` beside spot JQT and the eviction rate.
 WHY_FIELDS = ("spot_jqt", "eviction_rate", "spot_runs", "spot_evictions", "spot_runs_per_task", "preemptions",
               "victims_per_preemption", "victim_gpus_per_preemption", "young_victims", "eta_at_max",
               "forecast_binds")
-#: ``why`` mode's control: GFS with YARN-CS's strict FCFS queue (not a scheduler of the paper).
-STRICT_CONTROL = "gfs/strict-fcfs"
 YOUNG_S = 600.0
-QUOTA = "+quota"
 #: The baselines as the paper describes them (the openb targets compare GFS with these).
 PUBLISHED = ("yarn_cs", "chronus", "lyra", "fgd")
 TABLES = ("quota-free", "release")
@@ -85,46 +86,6 @@ TABLES = ("quota-free", "release")
 PAPER_GFS = {"low": (29304.5, 17777.1, 28.4, 10438.7, 323.0, 0.74),
              "medium": (29304.5, 17776.7, 27.7, 10715.3, 575.4, 1.21),
              "high": (29304.5, 17780.3, 30.3, 13117.1, 2901.0, 1.24)}
-
-
-def build_workload(name: str, days: float | None = None, pods_file: str | None = None, seed: int = 2,
-                   nodes: int | None = None, hp_peak: float = 1.0,
-                   gang_widths: tuple[int, ...] | None = None) -> Workload:
-    """gfs-a100-{low,medium,high} (tenant shapes from alibaba-dlrm) or openb (or ``--pods``)."""
-    cat = DataCatalog(data_dir())
-    if name == "openb" or pods_file:
-        pods = _pod_list(pods_file) if pods_file else cat.openb_pods("default")
-        w = openb(cat.openb_nodes(), pods, node_count=nodes)
-        if days is not None:
-            w = Workload(w.name, w.nodes, [t for t in w.tasks if t.submit_s < days * 86400], w.tenants,
-                         w.start_hour, w.info)
-        if not w.tasks:
-            source = f"--pods {pods_file}" if pods_file else "openb_pod_list_default.csv"
-            raise InvalidInput(source, f"no pod with GPUs and a known run time{' in the first --days' if days else ''}"
-                               ", so there is nothing to replay",
-                               fix="use openb_pod_list_default.csv or gpushare40.csv, or more --days")
-        return w
-    level = name.removeprefix("gfs-a100-")
-    if not name.startswith("gfs-a100-") or level not in LOAD_LEVELS:
-        raise InvalidInput("workload", f"unknown workload {name!r}", fix=f"use one of {', '.join(WORKLOADS)}")
-    demand = cat.dlrm_demand()
-    base = GfsA100Config()
-    d = base.days if days is None else days
-    frac = d / base.days
-    top = np.argsort(-demand.gpus.mean(axis=1), kind="stable")[: base.tenants]
-    widths = tuple((w, 1.0) for w in gang_widths) if gang_widths else base.gang_widths
-    cfg = GfsA100Config(days=d, hp_tasks=int(round(base.hp_tasks * frac)),
-                        spot_tasks=int(round(base.spot_tasks * frac)), spot_scale=LOAD_LEVELS[level],
-                        nodes=nodes or base.nodes, seed=seed, hp_peak_scale=hp_peak, gang_widths=widths)
-    return gfs_a100(cfg, demand.gpus[top], [demand.tenants[i] for i in top])
-
-
-def _pod_list(path: str) -> PodList:
-    """The ``--pods`` file, its errors naming the flag."""
-    try:
-        return load_openb_pods(path)
-    except BadDataFile as exc:
-        raise exc.given_as("--pods") from None
 
 
 @dataclass(frozen=True)
@@ -166,15 +127,6 @@ def _run_one(run: Run) -> tuple[Run, dict[str, float], float]:
     return run, {**r.summary(), **why_fields(r)}, time.perf_counter() - t0
 
 
-def scheduler_for(label: str, seed: int, gfs_queue: str = LIVE_DEFAULT.queue,
-                  spot_score: str = LIVE_DEFAULT.spot_score) -> FrameworkScheduler:
-    """``NAME``, ``NAME+quota`` or :data:`STRICT_CONTROL` (GFS with YARN-CS's strict FCFS queue)."""
-    if label == STRICT_CONTROL:
-        return replace(make_scheduler("gfs", seed=seed), queue=QueueRule("fcfs", strict=True))
-    return make_scheduler(label.removesuffix(QUOTA), seed=seed, quota=label.endswith(QUOTA), gfs_queue=gfs_queue,
-                          spot_score=spot_score)
-
-
 def why_fields(r: SimResult) -> dict[str, float]:
     """Where the spot evictions come from: runs per task, HP placements that preempted, their
     victims and victim GPUs, the share of victims evicted within 10 minutes of their start, and
@@ -195,14 +147,6 @@ def release_labels(names: list[str]) -> list[str]:
     out += [n + QUOTA for n in names if n in QUOTA_BASELINES]
     out += [n for n in names if n == "chronus_rel"]
     return out
-
-
-def check_did_work(workload: str, scheduler: str, w: Workload, r: SimResult) -> None:
-    """Refuse a run in which no task finished: its figures would be zeros, not a result."""
-    if r.hp.finished + r.spot.finished == 0:
-        raise InvalidInput("workload", f"{workload}: none of {len(w.tasks)} tasks finished under {scheduler}, "
-                           "so every figure would be a meaningless zero",
-                           fix="simulate more --days, or more --nodes than the largest task needs")
 
 
 def run_all(runs: list[Run], jobs: int) -> list[tuple[Run, dict[str, float], float]]:
@@ -407,8 +351,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot")
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["robust"]:
-        from benchmarks import robust  # same floor; robust imports this module's helpers
-
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
         return robust.main(args[1:])
     a = ap.parse_args(args)
