@@ -33,6 +33,8 @@ from controlplane.core.inputs import (
 )
 from controlplane.core.runtime_env import MAX_METADATA, RuntimeEnv
 
+_NOTHING: frozenset[str] = frozenset()  # an unchanged row's fields: one shared empty set
+
 
 class Row(BaseModel):
     """A stored record that remembers which of its fields were assigned since the store last
@@ -54,7 +56,7 @@ class Row(BaseModel):
     @property
     def assigned(self) -> frozenset[str]:
         """The fields assigned since the last :meth:`mark_saved` (or since it was loaded)."""
-        return frozenset(self._assigned)
+        return frozenset(self._assigned) if self._assigned else _NOTHING
 
     def mark_saved(self) -> None:
         """The store now holds this row as it is."""
