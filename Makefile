@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # (exit 5, e.g. PYTEST_ARGS naming only Ray tests) is not a failure; both steps always run.
 TEST_WORKERS ?= 2
 
-.PHONY: run test lint typecheck unit venv data clean browser sandbox mutation mutation-sample
+.PHONY: run test lint typecheck unit venv data clean browser sandbox netns mutation mutation-sample
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,7 +47,11 @@ browser:
 sandbox:
 	command -v bwrap >/dev/null || (apt-get update && apt-get install -y --no-install-recommends bubblewrap)
 
-test: lint typecheck browser sandbox unit
+# The boot emulator runs each launched VM's bootstrap in its own network namespace (`ip netns`).
+netns:
+	command -v ip >/dev/null || (apt-get update && apt-get install -y --no-install-recommends iproute2)
+
+test: lint typecheck browser sandbox netns unit
 
 # Mutation testing, a standing check but not part of `make test` (slow; docs/mutation.md).
 # Config in pyproject's [tool.mutmut]; results are cached in mutants/ (rm -rf it to start over).
