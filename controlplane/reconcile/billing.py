@@ -22,7 +22,8 @@ class Billing:
     def bill(self, job: Job, until: float) -> None:
         """Charge the job for its nodes' time since it was last billed (provisioning included):
         cost = sum over nodes of price x (min(until, end) - max(billed_at, launched)) / HOUR,
-        split into provisioning (before the node was ready), changeover and checkpoint (the
+        split into provisioning (before the gang's last node was ready, and after the job
+        finished until its nodes were let go), changeover and checkpoint (the
         wall hours the workload spent in them, not yet billed) and compute by market."""
         start = job.billed_at if job.billed_at is not None else until
         if until <= start:
@@ -37,6 +38,9 @@ class Billing:
         lines: dict[str, float] = {"changeover_billed_hours": changeover,
                                    "checkpoint_billed_hours": checkpoint}
         cost = gpu_h = 0.0
+        gang = [self.state.nodes[i] for i in job.node_ids if i in self.state.nodes]
+        gang_ready = max((n.ready_at if n.ready_at is not None else until for n in gang),
+                         default=until)  # the job runs once its last worker is ready
         for node_id in job.node_ids:
             n = self.state.nodes.get(node_id)
             if n is None or n.launched_at is None:
@@ -45,13 +49,17 @@ class Billing:
             e = min(until, n.ended_at if n.ended_at is not None else until)
             if e <= a:
                 continue
-            ready = min(max(n.ready_at if n.ready_at is not None else e, a), e)
-            served = n.price_per_hour * (e - ready) / HOUR
+            ready = min(max(gang_ready, a), e)
+            done = e if job.finished_at is None else min(max(job.finished_at, ready), e)
+            served = (done - ready) / HOUR  # the job ran on it (changeover and checkpoints too)
+            co = min(changeover, served)
+            ck = min(checkpoint, served - co)
+            price = n.price_per_hour
             market = "spot" if n.market is Market.SPOT else "on_demand"
-            _add(lines, "provisioning", n.price_per_hour * (ready - a) / HOUR)
-            _add(lines, "changeover", served * changeover / wall)
-            _add(lines, "checkpoint", served * checkpoint / wall)
-            _add(lines, f"{market}_compute", served * (wall - changeover - checkpoint) / wall)
+            _add(lines, "provisioning", price * ((ready - a) + (e - done)) / HOUR)
+            _add(lines, "changeover", price * co)
+            _add(lines, "checkpoint", price * ck)
+            _add(lines, f"{market}_compute", price * (served - co - ck))
             _add(lines, f"{market}_gpu_hours", n.accelerator_count * (e - a) / HOUR)
             cost += n.price_per_hour * (e - a) / HOUR
             gpu_h += n.accelerator_count * (e - a) / HOUR
