@@ -131,7 +131,7 @@ def run(tenants: int = 4, days: float = 30.0, tick: float = 60.0, cap_fraction: 
     capped = replay(jobs, caps, tick, days)
     free = replay(jobs, dict.fromkeys(names), tick, days)
     hours = tick / 3600.0
-    per = []
+    per: list[dict[str, Any]] = []
     for t in names:
         cap = caps[t] or 0.0
         per.append({
@@ -145,8 +145,8 @@ def run(tenants: int = 4, days: float = 30.0, tick: float = 60.0, cap_fraction: 
             "left_waiting": len(capped[t].waiting)})
     return {"tenants": tenants, "days": days, "tick_seconds": tick,
             "cap_fraction": cap_fraction, "jobs": len(jobs),
-            "cap_overshoot_ticks": max(p["overshoot_ticks"] for p in per),
-            "uncapped_overshoot_ticks": max(p["uncapped_overshoot_ticks"] for p in per),
+            "cap_overshoot_ticks": max(float(p["overshoot_ticks"]) for p in per),
+            "uncapped_overshoot_ticks": max(float(p["uncapped_overshoot_ticks"]) for p in per),
             "per_tenant": per}
 
 
