@@ -3,7 +3,7 @@ every job's bill with its lines, per job or summed per tenant and month, as JSON
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -42,7 +42,13 @@ def budgets(creds: Auth = None) -> Response:
     return listed(service().budgets(caller(creds)))
 
 
-@router.get(f"{API}/bills", tags=["budgets"], response_model=list[Bill], responses=ERRORS)
+BILLS_CSV: dict[int | str, dict[str, Any]] = {200: {"content": {
+    "text/csv": {"schema": {"type": "string"}, "example": "month,tenant_id,job_id,..."}},
+    "description": "JSON (format=json) or CSV (format=csv)"}}
+
+
+@router.get(f"{API}/bills", tags=["budgets"], response_model=list[Bill],
+            responses=ERRORS | BILLS_CSV)
 def bills(creds: Auth = None, month: Month = None,
           per: Literal["job", "tenant"] = "job",
           format: Literal["json", "csv"] = "json") -> Response:  # noqa: A002 - the query's name
