@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, Field
@@ -49,14 +50,14 @@ def raw_lines(job: Job) -> dict[str, float]:
     """The job's dollar lines unrounded (egress from ``Job.egress_cost``)."""
     out = {name: float(job.bill.get(name, 0.0)) for name in DOLLAR_LINES}
     out["egress"] = float(job.egress_cost)
-    return out
+    return {k: v if abs(v) > 1e-9 else 0.0 for k, v in out.items()}  # float dust is no cent
 
 
 def to_cents(lines: Mapping[str, float]) -> tuple[dict[str, float], float]:
     """Round every line to the cent so the rounded lines sum to the rounded total exactly:
     each line is floored in cents, and the cents left over go to the largest remainders."""
     cents_total = round(sum(lines.values()) * 100)
-    floors = {k: int(v * 100 // 1) for k, v in lines.items()}
+    floors = {k: math.floor(round(v * 100, 6)) for k, v in lines.items()}  # 0.29 is 29 cents
     left = cents_total - sum(floors.values())
     order = sorted(lines, key=lambda k: (-(lines[k] * 100 - floors[k]), k))
     for k in order[:max(0, left)]:

@@ -63,11 +63,14 @@ class Billing:
             _add(lines, f"{market}_gpu_hours", n.accelerator_count * (e - a) / HOUR)
             cost += n.price_per_hour * (e - a) / HOUR
             gpu_h += n.accelerator_count * (e - a) / HOUR
+        egress = job.egress_cost - job.bill.get("egress_counted", 0.0)  # written elsewhere
+        if egress > 0:
+            lines["egress_counted"] = egress
         bills.add(job, lines)
         job.cost += cost
         job.gpu_hours += gpu_h
         job.billed_at = until
-        self.spent(job.tenant_id, cost, until)
+        self.spent(job.tenant_id, cost + max(0.0, egress), until)
         od = self._od_price(job)
         job.on_demand_cost = max(job.on_demand_cost, job.progress_hours * job.spec.workers * od)
 

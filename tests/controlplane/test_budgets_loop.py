@@ -161,3 +161,31 @@ def test_work_lost_to_a_preemption_is_billed_at_the_price_paid(tmp_path: Path,
     lines, total = raw_lines(j), job_bill(j, "1970-01")
     assert sum(lines.values()) == pytest.approx(j.cost)
     assert round(sum(total.lines.values()), 2) == total.total
+
+
+def test_a_job_stops_when_its_bill_reaches_its_max_cost(loop) -> None:  # type: ignore[no-untyped-def]
+    ctl, clock, store = loop
+    t, _ = store.create_tenant("bounded")
+    # 1 spot node at $0.918/h: $0.10 is reached ~6.5 min after launch
+    job = store.submit_job(t.id, JobSpec(name="m", compute_hours=2.0, accelerator="V100",
+                                         max_cost=0.10), now=0.0)
+    _tick(ctl, clock, 12)
+    done = store.get_job(job.id)
+    assert done.state is JobState.FAILED
+    assert done.message.startswith("max_cost: the job's bill $0.1") and "$0.10" in done.message
+    # it stopped at the first tick its bill reached $0.10: less than a tick's spend over
+    assert 0.10 <= done.cost < 0.10 + AWS_P3_SPOT * TICK / 3600
+
+
+def test_egress_written_on_the_job_counts_in_the_tenants_month(loop) -> None:  # type: ignore[no-untyped-def]
+    ctl, clock, store = loop
+    t, _ = store.create_tenant("egress")
+    job = store.submit_job(t.id, JobSpec(name="e", compute_hours=2.0, accelerator="V100"),
+                           now=0.0)
+    _tick(ctl, clock, 3)
+    ctl.jobs[job.id].egress_cost = 1.25  # a checkpoint moved between regions
+    _tick(ctl, clock, 2)
+    j = ctl.jobs[job.id]
+    spent = store.month_spend("1970-01")[t.id]
+    assert spent == pytest.approx(j.cost + 1.25)
+    assert job_bill(j, "1970-01").lines["egress"] == 1.25
