@@ -26,6 +26,16 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BareApi]:
         yield built
 
 
+@pytest.fixture(autouse=True)
+def no_limits(api: BareApi) -> Iterator[None]:
+    """Each test starts and ends with the tenant's limits cleared (tests run in any order)."""
+    clear = lambda: api.client(api.admin_token).put(  # noqa: E731
+        f"/v1/tenants/{api.tenant_id}/budget", json={})
+    assert clear().status_code == 200
+    yield
+    assert clear().status_code == 200
+
+
 def _deadline(**extra: Any) -> dict[str, Any]:
     return {"name": "d", "kind": "deadline", "compute_hours": 10.0, "overhead_hours": 0.05,
             "deadline_hours": 20.0, "workers": 2, "accelerator": "V100", **extra}
@@ -88,6 +98,7 @@ def test_a_deadline_job_over_the_monthly_headroom_is_refused(api: BareApi) -> No
 
 def test_bills_come_as_json_and_csv(api: BareApi) -> None:
     tenant = api.client(api.tenant_token)
+    assert tenant.post("/v1/jobs", json={"name": "s", "compute_hours": 1.0}).status_code == 201
     rows = tenant.get("/v1/bills").json()
     assert rows and all(abs(sum(b["lines"].values()) - b["total"]) < 1e-9 for b in rows)
     csv = tenant.get("/v1/bills", params={"format": "csv", "per": "tenant"})
@@ -95,3 +106,14 @@ def test_bills_come_as_json_and_csv(api: BareApi) -> None:
     assert csv.text.splitlines()[0].startswith("month,tenant_id,job_id,job_name,jobs,spot_compute")
     job_id = rows[0]["job_id"]
     assert tenant.get(f"/v1/jobs/{job_id}/bill").json()["job_id"] == job_id
+
+
+def test_metrics_carry_the_budget_gauges(api: BareApi) -> None:
+    admin = api.client(api.admin_token)
+    assert admin.put(f"/v1/tenants/{api.tenant_id}/budget",
+                     json={"hourly_cap": 4.0, "monthly_budget": 50.0}).status_code == 200
+    text = admin.get("/metrics").text
+    assert (f'spotplane_tenant_budget_used_ratio{{limit="monthly",tenant="{api.tenant_id}"}} 0.0'
+            in text)
+    assert f'spotplane_tenant_budget_level{{limit="hourly",tenant="{api.tenant_id}"}} 0.0' in text
+    assert admin.put(f"/v1/tenants/{api.tenant_id}/budget", json={}).status_code == 200
