@@ -3,12 +3,12 @@ and month, and exported as CSV or JSON a finance team can load.
 
 The reconcile loop accrues each line in ``Job.bill`` (dollars under the names of
 :data:`DOLLAR_LINES`, hours under :data:`HOUR_LINES`); egress is ``Job.egress_cost``. Node time
-is split as it is billed: provisioning (launched, not ready; and finished, not yet let go),
-changeover (the overhead ``d``
-after a start), checkpoint and restore overhead, and compute by market; at a preemption the
-compute since the last checkpoint moves from its market's compute line to ``lost_work`` at the
-price paid. Probes a deadline policy bought and the idle time of a hot spare a job reused are
-lines of their own.
+is split as it is billed: provisioning (launched until the gang's last node is ready; and from
+the job's end until its nodes are let go), changeover (the overhead ``d`` after every start: the
+restore from the last checkpoint and warm-up), checkpoint (writing checkpoints), and compute by
+market; at a preemption the compute since the last checkpoint moves from its market's compute
+line to ``lost_work`` at the price paid. Probes a deadline policy bought, the idle time of a hot
+spare a job reused, and egress are lines of their own.
 """
 
 from __future__ import annotations

@@ -115,15 +115,19 @@ class SpendGuard:
                 self._stop_over_cost(job, now)
         self._stopping = {k: v for k, v in self._stopping.items()
                           if k in s.jobs and s.jobs[k].state in WITH_NODES}
+        running: dict[str, list[RunningJob]] = {}
+        if self.limits:
+            for j in s.jobs.values():
+                if j.state in WITH_NODES and j.tenant_id in self.limits:
+                    running.setdefault(j.tenant_id, []).append(
+                        RunningJob(j.id, j.kind.value, j.submitted_at))
         for tenant, lim in self.limits.items():
             spent = self.month_spend(tenant, now)
             self._tell(tenant, "hourly", level(self.rates.get(tenant, 0.0), lim.hourly_cap,
                                                lim.soft_fraction), now)
             self._tell(tenant, "monthly", level(spent, lim.monthly_budget, lim.soft_fraction),
                        now)
-            running = [RunningJob(j.id, j.kind.value, j.submitted_at) for j in s.jobs.values()
-                       if j.tenant_id == tenant and j.state in WITH_NODES]
-            for job_id in to_stop(lim, spent, running):
+            for job_id in to_stop(lim, spent, running.get(tenant, [])):
                 self._stopping.setdefault(job_id, s.jobs[job_id].checkpoints)
         for job_id, marked in list(self._stopping.items()):
             job = s.jobs[job_id]
