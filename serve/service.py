@@ -473,6 +473,7 @@ class ControlPlaneService:
                 f"params: {len(spec.params)} parameter sets is more than this API's bag cap of "
                 f"{self.caps.max_bag_jobs}", fix="split the sweep into several bags")
         self._check_spec(tenant, spec.template, "template.")
+        self._check_cost(tenant, spec.template, "template.")
         self._check_in_flight(tenant, len(spec.params))
 
     def list_bags(self, principal: Principal, *, after: str | None = None,
@@ -537,9 +538,10 @@ class ControlPlaneService:
         return {"status": "ok", "control_time": self.store.control_time()}
 
     # -- budgets and bills ---------------------------------------------------------------------
-    def _check_cost(self, tenant: Tenant, spec: JobSpec) -> None:
+    def _check_cost(self, tenant: Tenant, spec: JobSpec, field_prefix: str = "") -> None:
         """A deadline job whose cheapest plan (:func:`policies.budgets.deadline_estimate`) costs
-        more than its max_cost or its tenant's monthly headroom is refused (422)."""
+        more than its max_cost or its tenant's monthly headroom is refused (422); a bag's
+        template is checked as one of its jobs."""
         if spec.kind is not JobKind.DEADLINE:
             return
         budget = self.store.budget(tenant.id)
@@ -551,14 +553,14 @@ class ControlPlaneService:
         plan = f"${est.dollars:.2f} ({est.basis.replace('_', ' ')} plan)"
         if spec.max_cost is not None and est.dollars > spec.max_cost + 1e-9:
             raise InvalidInput(
-                "max_cost", f"the job's cheapest plan is estimated at {plan}, over its max_cost "
+                f"{field_prefix}max_cost", f"the job's cheapest plan is estimated at {plan}, over its max_cost "
                 f"of ${spec.max_cost:.2f}",
                 fix=f"raise max_cost to at least {est.dollars:.2f}, lower compute_hours or "
                     "workers, or give a later deadline")
         view = self.spend_view(tenant.id)
         if view.monthly_headroom is not None and est.dollars > view.monthly_headroom + 1e-9:
             raise InvalidInput(
-                "compute_hours", f"the job's cheapest plan is estimated at {plan}, over tenant "
+                f"{field_prefix}compute_hours", f"the job's cheapest plan is estimated at {plan}, over tenant "
                 f"{tenant.name}'s monthly headroom of ${view.monthly_headroom:.2f} (budget "
                 f"${view.monthly_budget:.2f}, spent ${view.month_spend:.2f})",
                 fix="lower compute_hours or workers, wait for next month, or ask the admin to "

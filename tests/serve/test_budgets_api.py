@@ -117,3 +117,10 @@ def test_metrics_carry_the_budget_gauges(api: BareApi) -> None:
             in text)
     assert f'spotplane_tenant_budget_level{{limit="hourly",tenant="{api.tenant_id}"}} 0.0' in text
     assert admin.put(f"/v1/tenants/{api.tenant_id}/budget", json={}).status_code == 200
+
+
+def test_a_bag_of_deadline_jobs_over_max_cost_names_the_templates_field(api: BareApi) -> None:
+    r = api.client(api.tenant_token).post("/v1/bags", json={
+        "name": "sweep", "template": _deadline(max_cost=10.0), "params": [{"lr": 0.1}]})
+    assert r.status_code == 422, r.text
+    assert "template.max_cost" in r.text and "$18.45" in r.text
