@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from controlplane.core.bills import CSV_COLUMNS, DOLLAR_LINES, job_bill, summed, to_cents, to_csv
 from controlplane.core.models import Job, JobKind, JobSpec
+from controlplane.reconcile.jobs import book_overhead
 
 
 def _job(i: int, tenant: str, lines: dict[str, float]) -> Job:
@@ -51,3 +54,13 @@ def test_tenant_month_sums_and_csv() -> None:
 
 def test_a_line_of_whole_cents_stays_whole() -> None:
     assert to_cents({"a": 0.29, "b": 0.0, "c": 1.15}) == ({"a": 0.29, "b": 0.0, "c": 1.15}, 1.44)
+
+
+def test_an_executors_hours_without_progress_are_its_checkpoint_and_restore_overhead() -> None:
+    job = _job(9, "t", {})
+    book_overhead(job, 0.0, 3600.0, 0.9)  # 1 h on nodes, 0.9 h of progress: 0.1 h overhead
+    assert job.bill["checkpoint_hours"] == pytest.approx(0.1)
+    book_overhead(job, 3600.0, 7200.0, 1.05)  # a lagging report catches up: nothing new
+    assert job.bill["checkpoint_hours"] == pytest.approx(0.1)
+    book_overhead(job, 7200.0, 10800.0, 0.8)  # running sum 0.1 - 0.05 + 0.2 = 0.25
+    assert job.bill["checkpoint_hours"] == pytest.approx(0.25)
