@@ -64,6 +64,8 @@ async function budgetBanner() {
   const crossed = spend.flatMap((b) => [["monthly budget", b.monthly_level, money(b.month_spend) + " of " + money(b.monthly_budget || 0)],
     ["hourly spend cap", b.hourly_level, money(b.spend_rate) + "/h of " + money(b.hourly_cap || 0) + "/h"]]
     .filter(([, lvl]) => lvl !== "ok").map(([what, lvl, text]) => tenantName(b.tenant_id) + ": " + what + " past its " + lvl + " line, " + text));
+  const shown = document.getElementById("budget-banner");
+  if (shown) shown.remove(); // one banner, however many routes drew the page
   if (crossed.length) view().prepend(h("div", { class: "banner", id: "budget-banner", role: "status" }, crossed.join("; ")));
 }
 

@@ -81,6 +81,14 @@ def test_the_bills_page_draws_each_bill_as_stacked_lines(tmp_path: Path) -> None
                 banner = page.wait_for_selector("#budget-banner")
                 assert banner is not None
                 assert "monthly budget past its soft line, $9.00 of $10.00" in banner.inner_text()
+                page.click("#nav >> text=Overview")
+                page.click("#nav >> text=Bills")
+                page.wait_for_selector("svg.bills-jobs")
+                page.wait_for_timeout(500)  # every banner drawn
+                assert page.locator("#budget-banner").count() == 1
+                shot = Path(os.environ.get("SPOTPLANE_SHOTS", str(tmp_path))) / "bills.png"
+                page.screenshot(path=str(shot), full_page=True)
+                assert shot.stat().st_size > 5_000
                 browser.close()
         finally:
             server.should_exit = True
