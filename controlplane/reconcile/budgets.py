@@ -124,13 +124,22 @@ class SpendGuard:
             self._tell(tenant, "monthly", level(spent, lim.monthly_budget, lim.soft_fraction),
                        now)
             for job_id in to_stop(lim, spent, running.get(tenant, [])):
-                self._stopping.setdefault(job_id, s.jobs[job_id].checkpoints)
+                if job_id not in self._stopping:
+                    self._stopping[job_id] = s.jobs[job_id].checkpoints
+                    self._checkpoint_soon(s.jobs[job_id], now)
         for job_id, marked in list(self._stopping.items()):
             job = s.jobs[job_id]
             if job.state is JobState.STARTING or (
                     job.state is JobState.RUNNING and (job.checkpoints > marked or
                                                        job.progress_hours <= job.checkpointed_hours)):
                 self._stop_at_checkpoint(job, now)
+
+    def _checkpoint_soon(self, job: Job, now: float) -> None:
+        """A simulated job on on-demand plans no periodic checkpoint: it writes one now."""
+        if job.market is Market.ON_DEMAND and job.spec.entrypoint is None \
+                and job.state is JobState.RUNNING:
+            workload.begin_checkpoint(job, self.rec.move, "monthly budget reached: a checkpoint "
+                                      "before it stops", now)
 
     def _tell(self, tenant: str, limit: str, now_level: Level, now: float) -> None:
         """An event and a counter when a tenant's spend crosses a line upward."""

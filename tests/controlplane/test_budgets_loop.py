@@ -71,6 +71,10 @@ def test_a_tenant_at_its_hourly_cap_waits_until_its_spend_falls(loop) -> None:  
     assert ctl.jobs[b.id].state is JobState.STARTING
     starts = [e for e in store.job_events(b.id) if e.dst == JobState.STARTING.value]
     assert [e.at for e in starts] == [clock.now()]
+    # A alone ran at $1.836/h, past the soft line (0.8 x $2 = $1.60/h) and under the cap
+    told = [e for e in store.events() if e.kind == "budget"]
+    assert [(e.dst, e.at) for e in told] == [("soft", 120.0)]
+    assert told[0].cause == "hourly spend cap: $1.84/h of $2.00/h, past its soft line"
 
 
 def test_the_monthly_hard_line_stops_spot_jobs_at_their_checkpoint(loop) -> None:  # type: ignore[no-untyped-def]
@@ -211,3 +215,22 @@ def test_the_month_spend_counts_each_saved_bill_once_even_past_a_failed_commit(l
     (job,) = ctl.jobs.values()
     assert store.month_spend("1970-01")[t.id] == pytest.approx(sum(raw_lines(job).values()))
     assert store.month_spend("1970-01")[t.id] == pytest.approx(job.cost)
+
+
+def test_under_the_stop_rule_hp_jobs_stop_too_after_a_checkpoint(loop) -> None:  # type: ignore[no-untyped-def]
+    ctl, clock, store = loop
+    t, _ = store.create_tenant("strict")
+    store.set_budget(t.id, TenantBudget(monthly_budget=100.0, protected="stop"), now=0.0)
+    hp = store.submit_job(t.id, JobSpec(name="h", kind="hp", compute_hours=3.0,
+                                        accelerator="V100", checkpoint_hours=0.02), now=0.0)
+    _tick(ctl, clock, 20)
+    assert ctl.jobs[hp.id].state is JobState.RUNNING and ctl.jobs[hp.id].checkpoints == 0
+    store.set_budget(t.id, TenantBudget(monthly_budget=0.5, protected="stop"), now=clock.now())
+    while ctl.jobs[hp.id].state is not JobState.QUEUED:
+        _tick(ctl, clock)
+        assert clock.now() < 3600
+    j = ctl.jobs[hp.id]
+    # on-demand plans no periodic checkpoint: it wrote one (72 s) and stopped at it
+    assert j.checkpoints == 1 and j.progress_hours == j.checkpointed_hours > 0
+    written = [e for e in store.job_events(hp.id) if e.dst == JobState.CHECKPOINTING.value]
+    assert written[0].cause == "monthly budget reached: a checkpoint before it stops"
