@@ -1,10 +1,10 @@
 """Billing: each node's price for the time it served the job, split into the bill's lines
 (``controlplane.core.bills``), the on-demand counterfactual, and each tenant's spend this
-month (``LoopState.spend``; the ``tenant_month_spend_dollars_total`` counter as jobs are saved)."""
+month (the ``tenant_month_spend_dollars_total`` counter and ``LoopState.spend``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from controlplane.core import bills, counters
 from controlplane.core.models import Job, Market
@@ -93,46 +93,21 @@ class Billing:
         self.spent(job.tenant_id, dollars, now)
 
     def spent(self, tenant_id: str, dollars: float, at: float) -> None:
-        """Add ``dollars`` to the tenant's spend this month as the loop holds it (the durable
-        counter follows the job's saved bill: :func:`count_saved_spend`)."""
+        """Count ``dollars`` of the tenant's spend in the month of ``at``."""
         if dollars <= 0:
             return
         s = self.state
-        if s.spend is not None and s.spend_month == month_of(at):
+        month = month_of(at)
+        if s.spend is not None and s.spend_month == month:
             s.spend[tenant_id] = s.spend.get(tenant_id, 0.0) + dollars
         else:
-            s.spend = None  # read again from the store
+            s.spend = None  # read again: the store's, plus this tick's counters
+        counters.count(s.work.counters, "tenant_month_spend_dollars_total", dollars,
+                       tenant=tenant_id, month=month)
 
     def _od_price(self, job: Job) -> float:
         prices = [o.on_demand_price for o in self.state.offers_for(job)]
         return min(prices, default=0.0)
-
-
-def count_saved_spend(jobs: Sequence[Job], counters_out: dict[str, float],
-                      at: float) -> list[tuple[Job, float]]:
-    """The jobs about to be saved: what their bills grew since they were last counted goes to
-    ``tenant_month_spend_dollars_total`` in the same commit, so the tenants' spend never
-    counts a bill the store does not hold (a restart bills that time again). Returns what was
-    counted per job, for :func:`uncount_spend` when the commit fails."""
-    month, counted = month_of(at), []
-    for job in jobs:
-        total = sum(bills.raw_lines(job).values())
-        delta = total - job.bill.get("spend_counted", 0.0)
-        if delta > 1e-12:
-            bills.add(job, {"spend_counted": delta})
-            counters.count(counters_out, "tenant_month_spend_dollars_total", delta,
-                           tenant=job.tenant_id, month=month)
-            counted.append((job, delta))
-    return counted
-
-
-def uncount_spend(counted: Sequence[tuple[Job, float]], counters_out: dict[str, float],
-                  at: float) -> None:
-    """The commit failed: the jobs' marks and the tick's counters go back as they were."""
-    for job, delta in counted:
-        bills.add(job, {"spend_counted": -delta})
-        counters.count(counters_out, "tenant_month_spend_dollars_total", -delta,
-                       tenant=job.tenant_id, month=month_of(at))
 
 
 def _add(lines: dict[str, float], name: str, value: float) -> None:

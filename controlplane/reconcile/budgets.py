@@ -76,11 +76,15 @@ class SpendGuard:
                 self.rates[n.tenant_id] = self.rates.get(n.tenant_id, 0.0) + n.price_per_hour
 
     def month_spend(self, tenant_id: str, now: float) -> float:
-        """Dollars the tenant spent this UTC month: the store's count when first asked (or in a
-        new month), then what the loop bills."""
+        """Dollars the tenant spent this UTC month: the store's, plus what this tick counted."""
         s, month = self.state, month_of(now)
         if s.spend is None or s.spend_month != month:
-            s.spend, s.spend_month = self.store.month_spend(month), month
+            spend = self.store.month_spend(month)
+            for key, value in s.work.counters.items():
+                name, labels = counters.parse_key(key)
+                if name == "tenant_month_spend_dollars_total" and labels.get("month") == month:
+                    spend[labels["tenant"]] = spend.get(labels["tenant"], 0.0) + value
+            s.spend, s.spend_month = spend, month
         return s.spend.get(tenant_id, 0.0)
 
     # -- admission ----------------------------------------------------------------------------

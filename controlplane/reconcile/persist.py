@@ -15,7 +15,6 @@ from clusters.fleet import FleetProvider, LaunchRequest
 from controlplane.core import counters
 from controlplane.core.errors import CapacityUnavailable, CloudError
 from controlplane.core.models import Job, JobState, Market, NodeState
-from controlplane.reconcile.billing import count_saved_spend, uncount_spend
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.nodeops import NodeOps, PreemptionReason
 from controlplane.reconcile.placement import Demand
@@ -60,16 +59,11 @@ class Persist:
 
     def _commit(self, now: float, jobs: list[Job], demand: Demand | None) -> None:
         w = self.state.work
-        counted = count_saved_spend(jobs, w.counters, now)
         nodes = [n for n in self.state.nodes.values() if n.assigned]
-        try:
-            self.store.commit(jobs=jobs, nodes=nodes, events=w.events, decisions=w.decisions,
-                              intents=w.intents, control_time=now, counters=w.counters,
-                              demand=demand, demand_at=now, epoch=self.epoch,
-                              quarantine=w.quarantine)
-        except BaseException:
-            uncount_spend(counted, w.counters, now)
-            raise
+        self.store.commit(jobs=jobs, nodes=nodes, events=w.events, decisions=w.decisions,
+                          intents=w.intents, control_time=now, counters=w.counters,
+                          demand=demand, demand_at=now, epoch=self.epoch,
+                          quarantine=w.quarantine)
         for row in [*jobs, *nodes]:
             row.mark_saved()
         w.save_now -= {j.id for j in jobs}

@@ -196,27 +196,6 @@ def test_egress_written_on_the_job_counts_in_the_tenants_month(loop) -> None:  #
     assert job_bill(j, "1970-01").lines["egress"] == 1.25
 
 
-def test_the_month_spend_counts_each_saved_bill_once_even_past_a_failed_commit(loop) -> None:  # type: ignore[no-untyped-def]
-    ctl, clock, store = loop
-    t, _ = store.create_tenant("durable")
-    store.submit_job(t.id, JobSpec(name="d", compute_hours=2.0, accelerator="V100"), now=0.0)
-    _tick(ctl, clock, 5)
-    real = store.commit
-
-    def down(**kw: object) -> None:
-        raise RuntimeError("the store is down")
-
-    store.commit = down
-    with pytest.raises(RuntimeError):
-        _tick(ctl, clock)
-    store.commit = real
-    _tick(ctl, clock, 3)
-    ctl.flush()
-    (job,) = ctl.jobs.values()
-    assert store.month_spend("1970-01")[t.id] == pytest.approx(sum(raw_lines(job).values()))
-    assert store.month_spend("1970-01")[t.id] == pytest.approx(job.cost)
-
-
 def test_under_the_stop_rule_hp_jobs_stop_too_after_a_checkpoint(loop) -> None:  # type: ignore[no-untyped-def]
     ctl, clock, store = loop
     t, _ = store.create_tenant("strict")
