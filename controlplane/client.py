@@ -314,6 +314,23 @@ class SpotplaneClient:
         result: dict[str, Any] = self.request("GET", f"{API}/cost")
         return result
 
+    def set_budget(self, tenant_id: str, budget: Mapping[str, Any]) -> dict[str, Any]:
+        """Admin: a tenant's spend limits (hourly_cap, monthly_budget, soft_fraction, protected)."""
+        result: dict[str, Any] = self.request("PUT", f"{API}/tenants/{tenant_id}/budget",
+                                              json_body=dict(budget))
+        return result
+
+    def budgets(self) -> list[dict[str, Any]]:
+        """Every tenant's spend and headroom this month (admin), or the caller's own."""
+        result: list[dict[str, Any]] = self.request("GET", f"{API}/budgets")
+        return result
+
+    def bills(self, *, month: str | None = None, per: str = "job",
+              fmt: str = "json") -> Any:
+        """Bills per job or per tenant and month, as decoded JSON or CSV text."""
+        return self.request("GET", f"{API}/bills",
+                            params={"month": month, "per": per, "format": fmt})
+
 
 def admin_token_file(state_dir: Path) -> Path:
     """Where ``spotplane up`` keeps its admin token (mode 0600, in the 0700 state directory)."""

@@ -34,6 +34,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from controlplane.core.counters import CONTROLLER, PREFIX, Family, le_label, parse_key
+from policies.budgets import Level, level, month_of
 
 if TYPE_CHECKING:
     from controlplane.store import Store
@@ -62,6 +63,7 @@ class StoreCollector(Collector):
         yield from _cost_families(snap["cost"])
         yield from _pool_families(snap["quotas"], snap["allocators"])
         yield from _forecast_families(snap)
+        yield from _budget_families(self.store, snap["control_time"])
         t = GaugeMetricFamily(f"{PREFIX}control_time_seconds",
                               "Control-plane time of the controller's last tick.")
         t.add_metric([], snap["control_time"])
@@ -165,6 +167,27 @@ def _cost_families(rows: Sequence[tuple[str, float, float, float]]) -> Iterator[
         od.add_metric([tenant], on_demand)
         gpu.add_metric([tenant], gpu_hours)
     yield from (spend, od, gpu)
+
+
+def _budget_families(store: Store, now: float) -> Iterator[Metric]:
+    """Each tenant with a budget: spend over each limit (the soft line's gauge) and the line
+    reached (0 ok, 1 soft, 2 hard)."""
+    budgets = store.budgets()
+    spend = store.month_spend(month_of(now)) if budgets else {}
+    rates = store.spend_rates() if budgets else {}
+    used, lines = [], []
+    for tenant, b in sorted(budgets.items()):
+        for limit, value, cap in (("hourly", rates.get(tenant, 0.0), b.hourly_cap),
+                                  ("monthly", spend.get(tenant, 0.0), b.monthly_budget)):
+            if cap is None:
+                continue
+            used.append(((tenant, limit), value / cap))
+            lines.append(((tenant, limit),
+                          float(list(Level).index(level(value, cap, b.soft_fraction)))))
+    yield _gauge("tenant_budget_used_ratio", "Each tenant's spend over its limit: spend rate "
+                 "over hourly_cap, month spend over monthly_budget.", ("tenant", "limit"), used)
+    yield _gauge("tenant_budget_level", "The line each tenant's spend reached per limit: 0 ok, "
+                 "1 soft, 2 hard.", ("tenant", "limit"), lines)
 
 
 def _pool_families(quotas: Sequence[Any], allocators: dict[str, Any]) -> Iterator[Metric]:

@@ -346,3 +346,26 @@ class PackageView(BaseModel):
     @classmethod
     def of(cls, name: str, size: int, *, created: bool) -> PackageView:
         return cls(name=name, uri=f"gcs://{name}", bytes=size, created=created)
+
+
+class SpendView(BaseModel):
+    """A tenant's spend against its limits this UTC month: spend, headroom and the line reached."""
+
+    tenant_id: str
+    month: str = Field(description="UTC calendar month (YYYY-MM).")
+    month_spend: float = Field(description="Dollars spent this month.")
+    monthly_budget: float | None
+    monthly_headroom: float | None = Field(description="monthly_budget - month_spend, at least 0.")
+    monthly_level: str = Field(description="ok | soft | hard")
+    spend_rate: float = Field(description="$/h of the nodes the tenant's jobs hold now.")
+    hourly_cap: float | None
+    hourly_headroom: float | None = Field(description="hourly_cap - spend_rate, at least 0.")
+    hourly_level: str = Field(description="ok | soft | hard")
+    soft_fraction: float
+    protected: str = Field(description="HP and deadline jobs at the monthly hard line.")
+
+
+class TenantMe(Tenant):
+    """The calling tenant with its spend and headroom."""
+
+    spend: SpendView

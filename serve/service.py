@@ -25,10 +25,12 @@ from pydantic import BaseModel
 
 from clusters.packages import PackageStore, package_name
 from clusters.rayjobs import LogArchive, attempt_logs, submission_client
+from controlplane.core.bills import Bill, job_bill
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import (
     Conflict,
     Forbidden,
+    InvalidInput,
     NotFound,
     RateLimited,
     Unauthorized,
@@ -45,14 +47,17 @@ from controlplane.core.models import (
     JobState,
     Node,
     Tenant,
+    TenantBudget,
     TenantSpec,
 )
 from controlplane.core.readmodels import CapacityPoint, CostSummary, ForecastRow, Quota, ZoneInfo
 from controlplane.core.tokens import hash_token
-from controlplane.core.units import DB_FILE
+from controlplane.core.units import DB_FILE, HOUR
 from controlplane.reconcile.policyhost import live_policies
 from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer, is_postgres
+from policies.budgets import Estimate, deadline_estimate, headroom, level, month_of
 from serve.metrics import ApiMetrics, build_registry, exposition
+from serve.schemas import SpendView, TenantMe
 
 log = logging.getLogger(__name__)
 S = TypeVar("S", bound=BaseModel)  # a request body (JobSpec, BagSpec)
@@ -329,6 +334,7 @@ class ControlPlaneService:
     def _check_job(self, tenant: Tenant, spec: JobSpec) -> None:
         """What one job must pass before it is stored: limits, its bag, the in-flight cap."""
         self._check_spec(tenant, spec)
+        self._check_cost(tenant, spec)
         if spec.bag_id is not None:
             self.store.get_bag(spec.bag_id, tenant.id)
         self._check_in_flight(tenant, 1)
@@ -467,6 +473,7 @@ class ControlPlaneService:
                 f"params: {len(spec.params)} parameter sets is more than this API's bag cap of "
                 f"{self.caps.max_bag_jobs}", fix="split the sweep into several bags")
         self._check_spec(tenant, spec.template, "template.")
+        self._check_cost(tenant, spec.template, "template.")
         self._check_in_flight(tenant, len(spec.params))
 
     def list_bags(self, principal: Principal, *, after: str | None = None,
@@ -529,3 +536,109 @@ class ControlPlaneService:
     def health(self) -> dict[str, Any]:
         """Cheap liveness: the store answers and the controller's clock is known."""
         return {"status": "ok", "control_time": self.store.control_time()}
+
+    # -- budgets and bills ---------------------------------------------------------------------
+    def _check_cost(self, tenant: Tenant, spec: JobSpec, field_prefix: str = "") -> None:
+        """A deadline job whose cheapest plan (:func:`policies.budgets.deadline_estimate`) costs
+        more than its max_cost or its tenant's monthly headroom is refused (422); a bag's
+        template is checked as one of its jobs."""
+        if spec.kind is not JobKind.DEADLINE:
+            return
+        budget = self.store.budget(tenant.id)
+        if spec.max_cost is None and budget.monthly_budget is None:
+            return
+        est = self._plan_estimate(spec)
+        if est is None:
+            return
+        plan = f"${est.dollars:.2f} ({est.basis.replace('_', ' ')} plan)"
+        if spec.max_cost is not None and est.dollars > spec.max_cost + 1e-9:
+            raise InvalidInput(
+                f"{field_prefix}max_cost", f"the job's cheapest plan is estimated at {plan}, over its max_cost "
+                f"of ${spec.max_cost:.2f}",
+                fix=f"raise max_cost to at least {est.dollars:.2f}, lower compute_hours or "
+                    "workers, or give a later deadline")
+        view = self.spend_view(tenant.id)
+        if view.monthly_headroom is not None and est.dollars > view.monthly_headroom + 1e-9:
+            raise InvalidInput(
+                f"{field_prefix}compute_hours", f"the job's cheapest plan is estimated at {plan}, over tenant "
+                f"{tenant.name}'s monthly headroom of ${view.monthly_headroom:.2f} (budget "
+                f"${view.monthly_budget:.2f}, spent ${view.month_spend:.2f})",
+                fix="lower compute_hours or workers, wait for next month, or ask the admin to "
+                    "raise monthly_budget")
+
+    def _plan_estimate(self, spec: JobSpec) -> Estimate | None:
+        """The cheapest plan over the fleet's zones that fit the job (None: no zone known)."""
+        acc = spec.accelerator
+        zones = [z for z in self.store.zones() if (acc is None or z.accelerator.lower() == acc.lower())
+                 and z.accelerator_count >= spec.gpus_per_worker]
+        if not zones:
+            return None
+        if spec.deadline_hours is not None:
+            deadline_hours = spec.deadline_hours
+        else:
+            deadline_hours = ((spec.deadline or 0.0) - self.store.control_time()) / HOUR
+        spot = min((z.spot_price for z in zones if z.spot_price > 0), default=None)
+        return deadline_estimate(spec.compute_hours, spec.overhead_hours, deadline_hours,
+                                 spec.workers * spec.replicas, spot,
+                                 min(z.on_demand_price for z in zones))
+
+    def spend_view(self, tenant_id: str) -> SpendView:
+        """The tenant's spend, limits and headroom this month."""
+        budget = self.store.budget(tenant_id)
+        month = month_of(self.store.control_time())
+        spent = self.store.month_spend(month).get(tenant_id, 0.0)
+        rate = self.store.spend_rates().get(tenant_id, 0.0)
+        soft = budget.soft_fraction
+        return SpendView(
+            tenant_id=tenant_id, month=month, month_spend=spent,
+            monthly_budget=budget.monthly_budget,
+            monthly_headroom=headroom(spent, budget.monthly_budget),
+            monthly_level=level(spent, budget.monthly_budget, soft).value, spend_rate=rate,
+            hourly_cap=budget.hourly_cap, hourly_headroom=headroom(rate, budget.hourly_cap),
+            hourly_level=level(rate, budget.hourly_cap, soft).value, soft_fraction=soft,
+            protected=budget.protected)
+
+    def me_with_spend(self, principal: Principal) -> TenantMe:
+        """The calling tenant with its spend and headroom."""
+        tenant = self.me(principal)
+        return TenantMe(**tenant.model_dump(), token_hash=tenant.token_hash,
+                        spend=self.spend_view(tenant.id))
+
+    def set_budget(self, principal: Principal, tenant_id: str, budget: TenantBudget) -> SpendView:
+        """Admin only: set a tenant's spend limits; the controller applies them within ten ticks."""
+        self.require_admin(principal, "setting a tenant's budget")
+        tenant = self.store.get_tenant(tenant_id)
+        self.store.set_budget(tenant.id, budget)
+        return self.spend_view(tenant.id)
+
+    def budget_view(self, principal: Principal, tenant_id: str) -> SpendView:
+        """A tenant's spend and limits: any for the admin, only its own for a tenant."""
+        tenant = self.store.get_tenant(tenant_id)
+        if not principal.is_admin and principal.tenant_id != tenant.id:
+            raise NotFound(f"tenant {tenant_id} not found")
+        return self.spend_view(tenant.id)
+
+    def budgets(self, principal: Principal) -> list[SpendView]:
+        """Every tenant's spend view (admin), or the caller's own."""
+        if principal.is_admin:
+            return [self.spend_view(t.id) for t in self.store.list_tenants()]
+        return [self.spend_view(self.require_tenant(principal, "/v1/budgets"))]
+
+    def job_bills(self, principal: Principal, *, month: str | None = None) -> list[Bill]:
+        """Every job's bill in the caller's scope (one month's when given), oldest first."""
+        out: list[Bill] = []
+        after: str | None = None
+        while True:
+            page = self.store.list_jobs(principal.scope, limit=1000, after=after)
+            for job in page:
+                m = month_of(job.submitted_at)
+                if month is None or m == month:
+                    out.append(job_bill(job, m))
+            if len(page) < 1000:
+                return out
+            after = page[-1].id
+
+    def job_bill(self, principal: Principal, job_id: str) -> Bill:
+        """One of the caller's jobs' bill (404 for another tenant's)."""
+        job = self.get_job(principal, job_id)
+        return job_bill(job, month_of(job.submitted_at))

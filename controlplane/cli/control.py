@@ -436,7 +436,26 @@ def cmd_cost(args: argparse.Namespace) -> int:
            ["tenant", "jobs", "GPU h", "cost $", "on-demand $", "savings"])
     print(f"\ntotal ${report['total_cost']:.2f} vs ${report['on_demand_cost']:.2f} on-demand only: "
           f"{report['savings_pct']:.1f}% saved")
+    with client_of(args) as client:
+        print_spend(client)
     return 0
+
+
+def print_spend(client: SpotplaneClient) -> None:
+    """Each visible tenant's spend this month and its headroom under its limits."""
+    rows = client.budgets()
+    if not rows:
+        return
+
+    def cap(value: float | None, unit: str = "") -> str:
+        return "-" if value is None else f"{value:.2f}{unit}"
+
+    print()
+    _table([[r["tenant_id"], r["month"], f"{r['month_spend']:.2f}", cap(r["monthly_budget"]),
+             cap(r["monthly_headroom"]), r["monthly_level"], f"{r['spend_rate']:.2f}",
+             cap(r["hourly_cap"]), cap(r["hourly_headroom"]), r["hourly_level"]] for r in rows],
+           ["tenant", "month", "spent $", "budget $", "headroom $", "line", "$/h", "cap $/h",
+            "headroom $/h", "line"])
 
 
 def cmd_tenants(args: argparse.Namespace) -> int:

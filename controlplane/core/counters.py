@@ -90,6 +90,12 @@ CONTROLLER: dict[str, Family] = {
         "took.", (), CHECKPOINT_BUCKETS),
     "checkpoint_restore_fallbacks_total": Family(
         "counter", "Restores that skipped a corrupt or missing newer checkpoint (executor jobs)."),
+    "tenant_month_spend_dollars_total": Family(
+        "counter", "Dollars each tenant spent in each UTC calendar month (its budget's spend), "
+        "by tenant and month.", ("tenant", "month")),
+    "budget_events_total": Family(
+        "counter", "Budget lines a tenant crossed (soft or hard, hourly or monthly).",
+        ("tenant", "limit", "level")),
     "store_transaction_seconds": Family(
         "histogram", "Wall time of one store write transaction in the controller process.",
         (), STORE_TX_BUCKETS),

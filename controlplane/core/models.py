@@ -245,6 +245,10 @@ class JobSpec(BaseModel):
     metadata: dict[Annotated[str, Field(min_length=1, max_length=256)],
                    Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=dict, max_length=MAX_METADATA, description="Free-form labels (Ray job metadata).")
+    max_cost: StrictFloat | None = Field(
+        default=None, gt=0, le=1e9,
+        description="Most dollars the job may cost; a deadline job whose cheapest plan costs more "
+                    "is refused at submission, any job is stopped when it reaches it.")
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -321,6 +325,9 @@ class Job(Row):
     policy_action: str | None = None  # deadline jobs: the policy's last action (idle/spot/on_demand)
     policy_zone: str | None = None
     message: str = ""
+    egress_cost: float = 0.0  # dollars of checkpoints moved between regions
+    egress_bytes: int = 0
+    bill: dict[str, float] = Field(default_factory=dict)  # bill line -> dollars or hours
 
     @property
     def gpus(self) -> int:
@@ -447,3 +454,24 @@ class Decision(BaseModel):
     reason: str = ""
     observation: dict[str, Any] = Field(default_factory=dict)
 
+
+
+# --------------------------------------------------------------------------------------------
+# Budgets (policies.budgets holds the rule)
+# --------------------------------------------------------------------------------------------
+class TenantBudget(BaseModel):
+    """A tenant's spend limits as the admin sets them; null: no limit."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    hourly_cap: StrictFloat | None = Field(
+        default=None, gt=0, le=1e7, description="Most $/h the tenant's running nodes may cost.")
+    monthly_budget: StrictFloat | None = Field(
+        default=None, gt=0, le=1e10, description="Most $ per UTC calendar month.")
+    soft_fraction: StrictFloat = Field(
+        default=0.8, gt=0, le=1, description="The soft line (event, gauge, banner), as a "
+                                             "fraction of each hard line.")
+    protected: Literal["finish", "stop"] = Field(
+        default="finish", description="HP and deadline jobs at the monthly hard line: finish "
+                                      "(run to the end) or stop (at their next checkpoint, "
+                                      "after the spot jobs).")

@@ -33,6 +33,7 @@ from clusters.fleet import FleetProvider, Offer
 from controlplane.core import counters
 from controlplane.core.clock import Clock, ManualClock
 from controlplane.core.models import Job, Node, Tenant
+from controlplane.reconcile.budgets import SpendGuard
 from controlplane.reconcile.contracts import (
     ControllerSettings,
     JobExecutor,
@@ -89,7 +90,8 @@ class Controller:
         self.sync_fleet = SyncFleet(fleet, store, settings, state, rec)
         self.advance_jobs = AdvanceJobs(state, rec, ops, executor, clock)
         self.policies = AskPolicies(self.policy_host, settings, state, rec, ops)
-        self.place = Place(scheduler, self.quota, settings, state, rec, ops)
+        self.spend_guard = SpendGuard(store, state, rec, ops)
+        self.place = Place(scheduler, self.quota, settings, state, rec, ops, self.spend_guard)
         self.reap_idle = ReapIdle(settings, state, ops, HotSpares(settings, state, reuse))
         self.persist = Persist(store, settings, state, epoch)
         self.act = Act(fleet, store, state, rec, ops)
@@ -188,6 +190,8 @@ class Controller:
             self.sync_fleet.run(now)
         with self._phase("advance_jobs"):  # 3. jobs on their nodes
             self.advance_jobs.run(now)
+        with self._phase("budgets"):  # 3b. budgets: lines crossed, stops at checkpoints
+            self.spend_guard.run(now)
         with self._phase("policies"):  # 4. deadline policies, one batch
             self.policies.run(now)
         with self._phase("place"):  # 5. queued jobs onto pools, idle nodes, demand

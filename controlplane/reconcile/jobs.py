@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controlplane.core import counters
+from controlplane.core import bills, counters
 from controlplane.core.clock import Clock
 from controlplane.core.errors import Unavailable
 from controlplane.core.models import Event, Job, JobKind, JobState, Node, NodeState
@@ -192,6 +192,7 @@ class AdvanceJobs:
         job.checkpointed_hours = r.checkpointed_hours
         self._count_checkpoint_io(job, r)
         job.checkpoints = max(job.checkpoints, r.checkpoints)
+        book_overhead(job, job.accounted_at, now, job.progress_hours - before)
         job.accounted_at = now
         self.state.work.save_now.add(job.id)
         if r.failed is not None:
@@ -216,6 +217,20 @@ class AdvanceJobs:
             counters.count(c, "checkpoint_restore_fallbacks_total",
                           r.restore_fallbacks - job.restore_fallbacks)
             job.restore_fallbacks = r.restore_fallbacks
+
+
+def book_overhead(job: Job, since: float | None, now: float, progress: float) -> None:
+    """An executor's job: wall hours on its nodes that made no progress (restoring, writing
+    checkpoints, warming up) are its checkpoint and restore overhead, billed on the checkpoint
+    line: ``overhead = max(booked, sum(wall - progress))``, the running sum so that a report
+    that lags one tick and catches up the next books nothing twice."""
+    if since is None or now <= since:
+        return
+    slack = job.bill.get("executor_slack_hours", 0.0)
+    step = (now - since) / HOUR - progress
+    booked = job.bill.get("checkpoint_hours", 0.0)
+    bills.add(job, {"executor_slack_hours": step,
+                    "checkpoint_hours": max(0.0, slack + step - booked)})
 
 
 class ForgetFinished:

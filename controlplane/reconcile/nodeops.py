@@ -99,17 +99,20 @@ class NodeOps:
             return  # its launch intent is still pending; the launch step cancels it
         self._terminate_instances([node.instance_id], [node.id], now)
 
-    def end_idle(self, node: Node, now: float) -> None:
+    def end_idle(self, node: Node, now: float) -> float:
         """An idle stretch ends (reuse or termination): its cost, apart from job costs, is
-        ``idle_cost_dollars`` (and ``spare_idle_cost_dollars`` for a hot spare's)."""
+        ``idle_cost_dollars`` (and ``spare_idle_cost_dollars`` for a hot spare's); returns a hot
+        spare's idle cost (0 for any other node)."""
         if node.idle_since is None:
-            return
+            return 0.0
         w = self.state.work
         cost = node.price_per_hour * max(0.0, now - node.idle_since) / HOUR
         w.count("idle_cost_dollars", cost)
         if node.id in self.state.spares:
             w.count("spare_idle_cost_dollars", cost)
             self.state.spares.discard(node.id)
+            return cost
+        return 0.0
 
     def _terminate_instances(self, instance_ids: list[str], node_ids: list[str],
                              now: float) -> None:
@@ -152,6 +155,7 @@ class NodeOps:
         was = job.state
         where = counters.job_where(job, self.state.nodes)
         hours = workload.roll_back(job)
+        self.rec.billing.lose(job, hours)
         if self.executor is not None and job.spec.entrypoint is not None:
             self.executor.stop(job, cause)
         self.release(job, now, cause, keep=False)

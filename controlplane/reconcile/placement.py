@@ -18,6 +18,7 @@ from clusters.fleet import Offer
 from controlplane.core import counters
 from controlplane.core.models import Job, JobKind, JobState, Market, NodeState
 from controlplane.core.units import HOUR
+from controlplane.reconcile.budgets import SpendGuard
 from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
 from controlplane.reconcile.nodeops import NodeOps, PreemptionReason
 from controlplane.reconcile.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
@@ -50,9 +51,11 @@ class Place:
     """Queued jobs onto pools: a plan per job, then its launches, reuses and evictions."""
 
     def __init__(self, scheduler: FrameworkScheduler, quota: QuotaSource, settings: ControllerSettings,
-                 state: LoopState, rec: Recorder, ops: NodeOps) -> None:
+                 state: LoopState, rec: Recorder, ops: NodeOps,
+                 budgets: SpendGuard | None = None) -> None:
         self.scheduler, self.quota, self.settings = scheduler, quota, settings
         self.state, self.rec, self.ops = state, rec, ops
+        self.budgets = budgets
         self._crowded = False
         self._waiting: dict[str, str] = {}  # job id -> why its replacement replicas wait
 
@@ -177,6 +180,10 @@ class Place:
             self._wait(job, f"tenant limit: {tenant.max_gpus} GPUs", now)
             return "tenant"
         best = offers[0]
+        why_not = self.budgets.why_wait(job, best, market, now) if self.budgets else None
+        if why_not is not None:
+            self._wait(job, why_not, now)
+            return "tenant"
         pool = pools.setdefault(best.accelerator, Pool(best.accelerator,
                                                        self._capacity_of(best.accelerator)))
         full = (self._crowded and job.kind is JobKind.SPOT
@@ -190,6 +197,8 @@ class Place:
                           if pool.spot_quota_nodes is not None else ")"), now)
             return "room"
         self._apply_plan(job, p, best, market, pool, now)
+        if self.budgets is not None:
+            self.budgets.placed(job, best, market)
         tenant_gpus[job.tenant_id] = tenant_gpus.get(job.tenant_id, 0) + job.gpus
         return "placed"
 
@@ -239,7 +248,7 @@ class Place:
             ops.terminate(s.nodes[node_id], now, f"replaced for job {job.id}")
         reused = [s.nodes[i] for i in p.reuse]
         for n in reused:
-            ops.end_idle(n, now)
+            rec.billing.charge(job, "spares", ops.end_idle(n, now), now)
             n.job_id, n.tenant_id, n.idle_since = job.id, job.tenant_id, None
         new = ops.launch(job, offer, market, p.launch, now) if p.launch else []
         pool.nodes.extend(new)

@@ -69,6 +69,14 @@ class AskPolicies:
                     self.ops.quarantine_job(job, now,
                                             f"applying its policy action raised {exc!r}")
 
+    def _bill_probes(self, job: Job, zones: list[str], now: float) -> None:
+        """The job pays for the probes its policy asked for: ``probe_minutes`` of each zone's
+        cheapest spot node (what ``SyncFleet`` buys next tick)."""
+        minutes = self.settings.probe_minutes
+        for zone in zones:
+            price = min((o.spot_price for o in self.state.offers if o.zone == zone), default=0.0)
+            self.rec.billing.charge(job, "probes", price * minutes / 60.0, now)
+
     def _request(self, job: Job, now: float) -> PolicyRequest | None:
         """The deadline policy's input for one job (None: no offer fits it)."""
         s = self.state
@@ -100,7 +108,9 @@ class AskPolicies:
     def _apply(self, job: Job, act: Action, req: PolicyRequest, now: float) -> None:
         w = self.state.work
         kind = act.kind.value
-        self.state.fleet.probes.update(z for z in act.probes if z in self.state.fleet.availability)
+        asked = [z for z in act.probes if z in self.state.fleet.availability]
+        self.state.fleet.probes.update(asked)
+        self._bill_probes(job, asked, now)
         if (kind, act.zone) != (job.policy_action, job.policy_zone):
             o = req.obs
             self.rec.decide(job, req.policy, kind, f"elapsed {o.elapsed_hours:.2f} h, progress "

@@ -23,7 +23,7 @@ from policies.zones import ZoneEvidence
 PROGRESS_FIELDS = frozenset({
     "accounted_at", "billed_at", "cost", "gpu_hours", "on_demand_cost", "progress_hours",
     "checkpointed_hours", "checkpoint_left_hours", "next_checkpoint_hours",
-    "changeover_left_hours", "checkpoints"})
+    "changeover_left_hours", "checkpoints", "bill"})
 UP_STATES = frozenset({NodeState.READY, NodeState.NOTICED})
 WITH_NODES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CHECKPOINTING})
 
@@ -122,6 +122,8 @@ class LoopState:
     spares: set[str] = field(default_factory=set)  # idle nodes kept as hot spares
     ticks: int = 0
     work: TickWork = field(default_factory=TickWork)
+    spend: dict[str, float] | None = None  # tenant id -> dollars spent in spend_month (None: unread)
+    spend_month: str = ""
 
     def offers_for(self, job: Job) -> list[Offer]:
         """The offers whose accelerator and GPUs per node fit the job (cached by shape)."""

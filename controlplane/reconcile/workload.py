@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from controlplane.core import bills
 from controlplane.core.models import Job, JobState
 from controlplane.core.units import HOUR
 
@@ -74,11 +75,13 @@ def advance(job: Job, t0: float, t1: float, move: Move, interval: Interval) -> N
         if job.changeover_left_hours > EPS:
             use = min(left, job.changeover_left_hours)
             job.changeover_left_hours -= use
+            bills.add(job, {"changeover_hours": use})
             t += use * HOUR
             continue
         if job.state is JobState.CHECKPOINTING:
             use = min(left, job.checkpoint_left_hours)
             job.checkpoint_left_hours -= use
+            bills.add(job, {"checkpoint_hours": use})
             t += use * HOUR
             if job.checkpoint_left_hours <= EPS:
                 job.checkpoint_left_hours = 0.0

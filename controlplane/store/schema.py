@@ -235,6 +235,14 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
   key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, at DOUBLE PRECISION NOT NULL,
   ok INTEGER NOT NULL);
 """),
+    Migration(5, "tenants' spend limits (an hourly cap and a monthly budget), one row each",
+              """
+CREATE TABLE IF NOT EXISTS tenant_budgets (
+  tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL, updated_at REAL NOT NULL);
+""", postgres="""
+CREATE TABLE IF NOT EXISTS tenant_budgets (
+  tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
+"""),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version if MIGRATIONS else BASELINE
 

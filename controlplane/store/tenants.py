@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from controlplane.core.counters import counter_key, parse_key
 from controlplane.core.errors import Conflict, NotFound
-from controlplane.core.models import Tenant, TenantSpec, new_id
+from controlplane.core.models import NODE_GONE, Node, Tenant, TenantBudget, TenantSpec, new_id
 from controlplane.core.tokens import hash_token, new_token
 from controlplane.core.units import HOUR
 from controlplane.store.base import StoreBase
@@ -98,3 +99,47 @@ class TenantRows(StoreBase):
                             "AND hour < ?", (tenant_id, last - hours, last)))
         return [float(rows.get(h, 0.0)) for h in range(last - hours, last)]
 
+
+    # -- budgets -------------------------------------------------------------------------------
+    def set_budget(self, tenant_id: str, budget: TenantBudget, *, now: float | None = None) -> None:
+        """Store the tenant's spend limits (replacing any earlier ones)."""
+        self.get_tenant(tenant_id)
+        at = self.control_time() if now is None else now
+        with self._tx() as db:
+            db.execute("INSERT INTO tenant_budgets (tenant_id, body, updated_at) VALUES (?, ?, ?) "
+                       "ON CONFLICT (tenant_id) DO UPDATE SET body = excluded.body, "
+                       "updated_at = excluded.updated_at",
+                       (tenant_id, budget.model_dump_json(), at))
+
+    def budgets(self) -> dict[str, TenantBudget]:
+        """Every tenant's spend limits (a tenant without a row has none)."""
+        return {str(t): TenantBudget.model_validate_json(b)
+                for t, b in self._q("SELECT tenant_id, body FROM tenant_budgets")}
+
+    def budget(self, tenant_id: str) -> TenantBudget:
+        """The tenant's spend limits (all null when none were set)."""
+        rows = self._q("SELECT body FROM tenant_budgets WHERE tenant_id = ?", (tenant_id,))
+        return TenantBudget.model_validate_json(rows[0][0]) if rows else TenantBudget()
+
+    def month_spend(self, month: str) -> dict[str, float]:
+        """Dollars each tenant spent in ``month`` (YYYY-MM), from the loop's spend counter."""
+        prefix = counter_key("tenant_month_spend_dollars_total").split("{")[0] + "{"
+        out: dict[str, float] = {}
+        for key, value in self._q("SELECT name, value FROM counters WHERE name LIKE ?",
+                                  (prefix + "%",)):
+            _, labels = parse_key(str(key))
+            if labels.get("month") == month:
+                out[labels["tenant"]] = out.get(labels["tenant"], 0.0) + float(value)
+        return out
+
+    def spend_rates(self) -> dict[str, float]:
+        """Each tenant's spend rate: the $/h of the live nodes its jobs hold."""
+        out: dict[str, float] = {}
+        gone = tuple(s.value for s in NODE_GONE)
+        rows = self._q(f"SELECT body FROM nodes WHERE job_id IS NOT NULL AND state NOT IN "
+                       f"({', '.join('?' for _ in gone)})", gone)
+        for (body,) in rows:
+            n = Node.model_validate_json(body)
+            if n.tenant_id is not None:
+                out[n.tenant_id] = out.get(n.tenant_id, 0.0) + n.price_per_hour
+        return out

@@ -16,6 +16,7 @@ from serve.paging import (
 from serve.routes.common import ERRORS, caller, paged, service
 from serve.schemas import (
     TenantCreated,
+    TenantMe,
 )
 
 router = APIRouter()
@@ -33,7 +34,7 @@ def list_tenants(creds: Auth = None, after: After = None, limit: Limit = 1000) -
     tenants = service().list_tenants(caller(creds), after=after, limit=limit + 1)
     return paged(tenants, [t.id for t in tenants], limit)
 
-@router.get(f"{API}/tenants/me", tags=["tenants"], response_model=Tenant, responses=ERRORS)
-def me(creds: Auth = None) -> Tenant:
-    """The calling tenant (403 for the admin token, which is no tenant)."""
-    return service().me(caller(creds))
+@router.get(f"{API}/tenants/me", tags=["tenants"], response_model=TenantMe, responses=ERRORS)
+def me(creds: Auth = None) -> TenantMe:
+    """The calling tenant with its spend and headroom (403 for the admin token, no tenant)."""
+    return service().me_with_spend(caller(creds))

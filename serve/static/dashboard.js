@@ -117,9 +117,10 @@ async function route() {
   }
   const [, page, arg] = (location.hash || "#/overview").split("/");
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.getAttribute("href") === "#/" + page);
-  const pages = { overview: overviewPage, jobs: jobsPage, job: jobPage, capacity: capacityPage, fleet: fleetPage };
+  const pages = { overview: overviewPage, jobs: jobsPage, job: jobPage, capacity: capacityPage, fleet: fleetPage, ...(window.SPOTPLANE_PAGES || {}) };
   view().replaceChildren(h("p", { id: "page-error", class: "error", role: "alert" }));
   try { await (pages[page] || overviewPage)(decodeURIComponent(arg || "")); } catch (e) { showError(e); }
+  if (window.SPOTPLANE_BANNER) window.SPOTPLANE_BANNER().catch(showError);
 }
 
 // -- charts (inline SVG) ------------------------------------------------------------------------

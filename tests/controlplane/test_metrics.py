@@ -119,7 +119,8 @@ def test_every_family_parses_and_the_controller_ones_have_samples(run: Run) -> N
         got = fams[f"spotplane_{name.removesuffix('_total')}"]
         assert got.type == fam.kind, name
         if name not in ("checkpoint_bytes_total", "checkpoint_restore_fallbacks_total",
-                        "zone_probes_total", "zone_probe_cost_dollars_total"):  # evidence mode
+                        "zone_probes_total", "zone_probe_cost_dollars_total",  # evidence mode
+                        "budget_events_total"):  # no tenant here has a budget
             assert any(s.value > 0 for s in got.samples), name
     for name in ("jobs", "nodes", "tenant_spend_dollars", "control_time_seconds",
                  "tenant_on_demand_counterfactual_dollars", "queue_depth",
@@ -207,7 +208,7 @@ def test_histograms_are_cumulative_and_count_every_tick(run: Run) -> None:
     counts = _values(tick, "phase", suffix="_count")
     # each tick's timings are committed with the next tick's work (two controllers: two lost)
     assert set(counts.values()) == {float(run.ticks - 2)}
-    assert {p for (p,) in counts} == {"ingest", "sync_fleet", "advance_jobs", "policies",
+    assert {p for (p,) in counts} == {"ingest", "sync_fleet", "advance_jobs", "budgets", "policies",
                                       "place", "reap_idle", "persist_intents", "act",
                                       "persist", "total"}
     for fam in (tick, fams["spotplane_store_transaction_seconds"]):

@@ -207,7 +207,7 @@ def test_recorder_bills_each_node_for_the_time_it_served_the_job(world: World) -
     assert job.billed_at == 2400.0
     assert job.on_demand_cost == 0.0  # no progress yet
     # billing moves only progress fields: the job is saved on its progress schedule
-    assert job.assigned == {"cost", "gpu_hours", "billed_at", "on_demand_cost"} <= PROGRESS_FIELDS
+    assert job.assigned == {"cost", "gpu_hours", "billed_at", "on_demand_cost", "bill"} <= PROGRESS_FIELDS
 
 
 def test_recorder_plans_each_checkpoint_cost_with_its_own_planner(world: World) -> None:
