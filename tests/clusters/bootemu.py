@@ -345,6 +345,28 @@ def ec2_gone(ec2: Any) -> Gone:
     return gone
 
 
+def gce_scripts(fake: Any) -> ScriptOf:
+    """Each live VM of the Compute fake with its ``startup-script`` metadata item."""
+    def scripts() -> Iterator[tuple[str, str, str]]:
+        with fake.lock:
+            live = [dict(v) for v in fake.instances.values()
+                    if v["status"] in ("PROVISIONING", "STAGING", "RUNNING")]
+        for inst in live:
+            items = {i["key"]: i["value"] for i in inst.get("metadata", {}).get("items", [])}
+            if "startup-script" in items:
+                yield inst["name"], inst["machineType"].rsplit("/", 1)[-1], items["startup-script"]
+    return scripts
+
+
+def gce_gone(fake: Any) -> Gone:
+    """Whether the Compute fake shows the VM deleted, stopping or stopped."""
+    def gone(name: str) -> bool:
+        with fake.lock:
+            found = [v for (_, n), v in fake.instances.items() if n == name]
+        return not found or found[0]["status"] in ("STOPPING", "TERMINATED", "SUSPENDING", "SUSPENDED")
+    return gone
+
+
 def booted_ok(booted: Booted, timeout_s: float = 240.0) -> None:
     """The bootstrap ended well (its output in the failure otherwise)."""
     rc = booted.finished(timeout_s)
@@ -360,4 +382,4 @@ def free_port() -> int:
 
 
 __all__ = ["BootEmulator", "Booted", "Bridge", "WorkloadHead", "booted_ok", "ec2_gone", "ec2_scripts",
-           "free_port", "require_netns", "run"]
+           "free_port", "gce_gone", "gce_scripts", "require_netns", "run"]

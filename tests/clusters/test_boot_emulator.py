@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,6 +114,8 @@ class World:
     api: ApiServer
     tenant_id: str
     token_file: Path
+    finish_boot: Callable[[], None]  # the cloud finishes booting what is pending
+    accelerator: str = "A10G"
 
     def step(self, ticks: int = 1) -> list[Booted]:
         """Ticks of the controller; EC2 boots what is pending; the emulator follows EC2."""
@@ -121,14 +123,14 @@ class World:
         for _ in range(ticks):
             self.clock.advance(60.0)
             self.ctl.tick()
-            ctl_world.boot_pending()
+            self.finish_boot()
             self.emu.reap()
             started += self.emu.boot_new()
         return started
 
     def submit(self) -> str:
         job = self.store.submit_job(self.tenant_id, JobSpec(
-            name="train", kind=JobKind.SPOT, compute_hours=4, workers=1, accelerator="A10G"),
+            name="train", kind=JobKind.SPOT, compute_hours=4, workers=1, accelerator=self.accelerator),
             now=self.clock.now())
         return job.id
 
@@ -159,11 +161,20 @@ def world(cluster: Cluster, proxy: tuple[Any, str], aws_env: None, tmp_path: Pat
         emu = BootEmulator(cluster.bridge, tmp_path, ec2_scripts(ec2), ec2_gone(ec2),
                            extra_env={"RAY_gcs_server_port_wait_time_s": "5"})
         try:
-            yield World(clock, store, ctl, emu, api, built.tenant_id, token_file)
+            yield World(clock, store, ctl, emu, api, built.tenant_id, token_file, ctl_world.boot_pending)
         finally:
             emu.close()
             api.stop()
             store.close()
+
+
+def wait_for_report(world: World, instance_id: str, timeout_s: float = 60.0) -> None:
+    """Until the node's watcher has reported its notice through the API."""
+    deadline = time.monotonic() + timeout_s
+    while world.store.get_meta(f"node_report:notice:{instance_id}") is None:
+        booted = world.emu.booted[instance_id]
+        assert time.monotonic() < deadline, booted.file("nodewatch.log")
+        time.sleep(0.5)
 
 
 def boot_job(world: World) -> tuple[str, Node, Booted]:
@@ -250,10 +261,7 @@ def test_the_watcher_reports_the_notice_and_only_for_its_own_node(world: World) 
 
     when = datetime.fromtimestamp(time.time() + 120, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     booted_a.notice(json.dumps({"action": "terminate", "time": when}))
-    deadline = time.monotonic() + 60
-    while world.store.get_meta(f"node_report:notice:{node_a.instance_id}") is None:
-        assert time.monotonic() < deadline, booted_a.file("nodewatch.log")
-        time.sleep(0.5)
+    wait_for_report(world, node_a.instance_id)
     world.step()
     states = {n.id: n.state for n in world.store.list_nodes()}
     assert states[node_a.id] is NodeState.NOTICED and states[node_b.id] is NodeState.READY
