@@ -144,6 +144,34 @@ def test_aws_launch_sends_the_rendered_bootstrap_as_user_data(proxy: Any, aws_en
                       cluster_joins={"eu-west-1": EAST}, api_url=API, node_report_secret=SECRET)
 
 
+@pytest.mark.slow
+def test_gcp_launch_sends_the_rendered_bootstrap_as_startup_script(tmp_path: Path) -> None:
+    from clusters.fleet import LaunchRequest
+    from clusters.providers import make_provider
+    from tests.clusters import test_gcp_controller as gcp
+
+    central = ClusterJoin("central", "10.1.0.5:6379", "gcpsecret:projects/p/secrets/ray-token")
+    fake = gcp.gce_fake.GceFake(project="spotplane-test", zones=("us-central1-a",))
+    with gcp.gce_fake.GceServer(fake) as server:
+        fleet = make_provider("gcp", project="spotplane-test", zones=["us-central1-a"],
+                              credentials="anonymous", api_endpoint=server.endpoint,
+                              machine_types=["g2-standard-4"], cluster_joins={"us-central1": central},
+                              api_url=API, node_report_secret=SECRET)
+        [inst] = fleet.launch(LaunchRequest("launch-7", "us-central1-a", "g2-standard-4",
+                                            Market.SPOT, 1, {}))
+        [vm] = [v for (_, name), v in fake.instances.items() if name == inst.instance_id]
+    items = {i["key"]: i["value"] for i in vm["metadata"]["items"]}
+    script = items["startup-script"]
+    bash_n(script, tmp_path)
+    assert "\nCLOUD=gcp\n" in script and "\nCLUSTER_NAME=central\n" in script
+    assert "\nACCELERATOR=L4\n" in script and "\nGPU_COUNT=1\n" in script
+    assert f"\nNODE_CREDENTIAL={node_credential(SECRET, 'launch-7')}\n" in script
+    with pytest.raises(InvalidInput, match="startup_script"):
+        make_provider("gcp", project="p", zones=["us-central1-a"], credentials="anonymous",
+                      api_endpoint=server.endpoint, cluster_joins={"us-central1": central},
+                      api_url=API, node_report_secret=SECRET, startup_script="#!/bin/sh")
+
+
 # -- the watcher the bootstrap carries ----------------------------------------------------------------
 class Fakes:
     """A metadata server (AWS or GCP paths) and an API that records what nodes POST."""
