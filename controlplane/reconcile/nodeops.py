@@ -102,7 +102,7 @@ class NodeOps:
     def fail_boot(self, node: Node, now: float, cause: str) -> None:
         """A node whose bootstrap failed: FAILED with ``cause``, its instance terminated; its
         job, having lost it, is placed elsewhere by the next ``AdvanceJobs``."""
-        if node.gone:
+        if node.gone or node.state is NodeState.TERMINATING:
             return
         if node.job_id is None:
             self.end_idle(node, now)
