@@ -65,8 +65,8 @@ trap 'report_failure $?' EXIT
 # -- 2. who am I -----------------------------------------------------------------------------
 IMDS_TOKEN=$(curl -fsS -m 5 -X PUT "$METADATA/latest/api/token" \
     -H 'X-aws-ec2-metadata-token-ttl-seconds: 21600')
-INSTANCE_ID=$(curl -fsS -m 5 -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" \
-    "$METADATA/latest/meta-data/instance-id")
+imds() { curl -fsS -m 5 -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" "$METADATA/latest/meta-data/$1"; }
+INSTANCE_ID=$(imds instance-id)
 echo "spotplane: $INSTANCE_ID ($INSTANCE_TYPE, $GPU_COUNT x ${ACCELERATOR:-no GPU}, $MARKET) joins $CLUSTER_NAME"
 NODE_DIR="$STATE_ROOT/$INSTANCE_ID"
 mkdir -p "$NODE_DIR" && chmod 700 "$NODE_DIR"
@@ -91,8 +91,8 @@ fi
 read_token() {
     case "$TOKEN_REF" in
         file:*) cat "${TOKEN_REF#file:}" ;;
-        ssm:*) aws ssm get-parameter --with-decryption --name "${TOKEN_REF#ssm:}" \
-                   --query Parameter.Value --output text ;;
+        ssm:*) aws ssm get-parameter --region "$(imds placement/region)" --with-decryption \
+                   --name "${TOKEN_REF#ssm:}" --query Parameter.Value --output text ;;
         gcpsecret:*) gcloud secrets versions access latest --secret="${TOKEN_REF#gcpsecret:}" ;;
         *) echo "unknown token_ref scheme: $TOKEN_REF" >&2; return 1 ;;
     esac

@@ -66,12 +66,15 @@ def test_each_cloud_renders_a_clean_script_with_the_launch(cloud: str, tmp_path:
     assert 'spotplane_node:$INSTANCE_ID' in script and '\\"$MARKET\\": 1' in script
     assert 'ray.scripts.scripts start --address="$GCS_ADDRESS"' in script
     assert "RAY_AUTH_MODE=token" in script and 'RAY_AUTH_TOKEN_PATH="$NODE_DIR/ray_token"' in script
-    assert "aws ssm get-parameter --with-decryption" in script
+    assert "aws ssm get-parameter" in script and "--with-decryption" in script
     assert "gcloud secrets versions access latest" in script
     assert "nodewatch.py\" watch" in script and "trap 'report_failure $?' EXIT" in script
     assert nodewatch.__doc__ is not None and Path(nodewatch.__file__).read_text().rstrip() in script
-    metadata = "latest/meta-data/instance-id" if cloud == "aws" else "computeMetadata/v1/instance/name"
-    assert metadata in script
+    if cloud == "aws":  # IMDSv2: the instance id, and the region the SSM parameter is read in
+        assert "INSTANCE_ID=$(imds instance-id)" in script and "latest/api/token" in script
+        assert '--region "$(imds placement/region)"' in script
+    else:
+        assert "computeMetadata/v1/instance/name" in script and "Metadata-Flavor: Google" in script
 
 
 def test_never_the_admin_token_and_values_are_quoted(tmp_path: Path) -> None:
