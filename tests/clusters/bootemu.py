@@ -128,15 +128,23 @@ class Bridge:
 class WorkloadHead:
     """The workload cluster's head on the bridge address, with its own Ray token."""
 
-    def __init__(self, bridge: Bridge, workdir: Path, port: int, timeout_s: float = 180.0) -> None:
+    def __init__(self, bridge: Bridge, workdir: Path, port: int, timeout_s: float = 180.0,
+                 dashboard: bool = False) -> None:
         self.token_file = workdir / "ray_token"
         self.token_file.write_text(os.urandom(32).hex())
         self.token_file.chmod(0o600)
         self.address = f"{bridge.host}:{port}"
         self.log = workdir / "head.log"
+        self.dashboard_url = ""
+        ui = ["--include-dashboard=false"]
+        if dashboard:  # Ray's job API on the bridge; its agent on a free port (not 52365)
+            dash = free_port()
+            self.dashboard_url = f"http://{bridge.host}:{dash}"
+            ui = ["--include-dashboard=true", f"--dashboard-host={bridge.host}",
+                  f"--dashboard-port={dash}", f"--dashboard-agent-listen-port={free_port()}"]
         self.proc = subprocess.Popen(
             [str(VENV_BIN / "ray"), "start", "--head", "--block", f"--node-ip-address={bridge.host}",
-             f"--port={port}", "--num-cpus=1", "--include-dashboard=false", "--disable-usage-stats",
+             f"--port={port}", "--num-cpus=1", *ui, "--disable-usage-stats",
              "--object-store-memory=80000000"],
             env=self.env(), stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
             start_new_session=True, cwd=workdir)
@@ -167,6 +175,11 @@ class WorkloadHead:
             return self.driver("print(json.dumps({'resources': ray.cluster_resources()}))", 60)
         except (RuntimeError, subprocess.TimeoutExpired):
             return ""
+
+    def node_ip_of(self, node_id: str) -> str:
+        """The address of the Ray node ``node_id``."""
+        out = self.driver("print(json.dumps({n['NodeID']: n['NodeManagerAddress'] for n in ray.nodes()}))")
+        return str(json.loads(out.strip().splitlines()[-1]).get(node_id, ""))
 
     def resources(self) -> dict[str, float]:
         """The alive nodes' resources, summed."""

@@ -6,6 +6,7 @@ and the store are the real ones; EC2 terminating an instance kills its namespace
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -25,7 +26,7 @@ from controlplane.core.clock import SimClock
 from controlplane.core.models import JobKind, JobSpec, JobState, Node, NodeState
 from controlplane.core.nodecreds import report_secret
 from controlplane.core.tokens import hash_token
-from controlplane.reconcile.contracts import ControllerSettings
+from controlplane.reconcile.contracts import ControllerSettings, JobExecutor
 from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 from tests.clusters import test_aws_controller as ctl_world
@@ -64,7 +65,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("workload")
     bridge = Bridge()
     try:
-        head = WorkloadHead(bridge, workdir, free_port())
+        head = WorkloadHead(bridge, workdir, free_port(), dashboard=True)
         try:
             yield Cluster(bridge, head, workdir)
         finally:
@@ -128,10 +129,10 @@ class World:
             started += self.emu.boot_new()
         return started
 
-    def submit(self) -> str:
+    def submit(self, entrypoint: str | None = None) -> str:
         job = self.store.submit_job(self.tenant_id, JobSpec(
-            name="train", kind=JobKind.SPOT, compute_hours=4, workers=1, accelerator=self.accelerator),
-            now=self.clock.now())
+            name="train", kind=JobKind.SPOT, compute_hours=4, workers=1, accelerator=self.accelerator,
+            entrypoint=entrypoint), now=self.clock.now())
         return job.id
 
     def node_of(self, job_id: str) -> Node:
@@ -139,11 +140,12 @@ class World:
         return node
 
 
-@pytest.fixture
-def world(cluster: Cluster, proxy: tuple[Any, str], aws_env: None, tmp_path: Path) -> Iterator[World]:
+@contextlib.contextmanager
+def aws_world(cluster: Cluster, url: str, tmp_path: Path,
+              executor: JobExecutor | None = None) -> Iterator[World]:
+    """moto's EC2 behind AwsFleet with the bootstrap, the API on the bridge, the controller."""
     import boto3
 
-    _, url = proxy
     token_file = tmp_path / "east-ray-token"  # where the operator put the cluster's token
     token_file.write_text(cluster.head.token_file.read_text())
     with bare_api(tmp_path) as built:
@@ -156,7 +158,7 @@ def world(cluster: Cluster, proxy: tuple[Any, str], aws_env: None, tmp_path: Pat
             api_url=api.url, node_report_secret=report_secret(hash_token(ADMIN_TOKEN)))
         store = Store(tmp_path / "spotplane.db")
         ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"A10G": 4}),
-                         epoch=store.take_controller_lease())
+                         epoch=store.take_controller_lease(), executor=executor)
         ec2 = boto3.client("ec2", endpoint_url=url, region_name="us-east-1")
         emu = BootEmulator(cluster.bridge, tmp_path, ec2_scripts(ec2), ec2_gone(ec2),
                            extra_env={"RAY_gcs_server_port_wait_time_s": "5"})
@@ -168,6 +170,12 @@ def world(cluster: Cluster, proxy: tuple[Any, str], aws_env: None, tmp_path: Pat
             store.close()
 
 
+@pytest.fixture
+def world(cluster: Cluster, proxy: tuple[Any, str], aws_env: None, tmp_path: Path) -> Iterator[World]:
+    with aws_world(cluster, proxy[1], tmp_path) as made:
+        yield made
+
+
 def wait_for_report(world: World, instance_id: str, timeout_s: float = 60.0) -> None:
     """Until the node's watcher has reported its notice through the API."""
     deadline = time.monotonic() + timeout_s
@@ -177,9 +185,9 @@ def wait_for_report(world: World, instance_id: str, timeout_s: float = 60.0) -> 
         time.sleep(0.5)
 
 
-def boot_job(world: World) -> tuple[str, Node, Booted]:
+def boot_job(world: World, entrypoint: str | None = None) -> tuple[str, Node, Booted]:
     """A job placed on a launched node whose bootstrap joined the workload cluster."""
-    job_id = world.submit()
+    job_id = world.submit(entrypoint)
     started: list[Booted] = []
     for _ in range(6):
         started += world.step()
@@ -266,3 +274,57 @@ def test_the_watcher_reports_the_notice_and_only_for_its_own_node(world: World) 
     states = {n.id: n.state for n in world.store.list_nodes()}
     assert states[node_a.id] is NodeState.NOTICED and states[node_b.id] is NodeState.READY
     assert any("preemption notice" in e.cause for e in world.store.job_events(job_a))
+
+
+def _driver_ip(cluster: Cluster, job_id: str, timeout_s: float = 180.0) -> str:
+    """Where the job's running Ray job has its driver: the address of that Ray node."""
+    from ray.job_submission import JobStatus
+
+    from clusters.rayjobs import submission_client
+
+    client = submission_client(cluster.head.dashboard_url, str(cluster.head.token_file))
+    deadline = time.monotonic() + timeout_s
+    seen: list[Any] = []
+    while time.monotonic() < deadline:
+        seen = [j for j in client.list_jobs() if (j.metadata or {}).get("spotplane_job_id") == job_id
+                and j.status == JobStatus.RUNNING and j.driver_node_id]
+        if seen:
+            return cluster.head.node_ip_of(str(seen[-1].driver_node_id))
+        time.sleep(1)
+    raise AssertionError(f"no running Ray job of {job_id}: {client.list_jobs()}")
+
+
+def test_the_executor_runs_the_job_on_its_booted_node_and_again_after_its_preemption(
+        cluster: Cluster, proxy: tuple[Any, str], aws_env: None, tmp_path: Path) -> None:
+    """The real Ray job executor: the job's Ray job is pinned to spotplane_node:<instance id>,
+    so its driver runs in that instance's namespace; preempted, it runs on the next one."""
+    from actors.execution import ExecutorConfig, RayJobExecutor
+
+    executor = RayJobExecutor(ExecutorConfig(
+        workload_address=cluster.head.dashboard_url, workload_gcs=cluster.head.address,
+        workload_token_path=str(cluster.head.token_file), artifact_uri=str(tmp_path / "artifacts"),
+        namespace="spotplane-boot", stop_timeout_s=20, gpus="never"))
+    try:
+        with aws_world(cluster, proxy[1], tmp_path, executor) as world:
+            job_id, node, booted = boot_job(world, "python -c 'import time; time.sleep(900)'")
+            assert _driver_ip(cluster, job_id) == booted.ip
+
+            raw = aws.moto_backend().get_instance(node.instance_id)
+            raw.terminate()
+            raw.state_reason.code = "Server.SpotInstanceTermination"
+            started: list[Booted] = []
+            for _ in range(8):
+                started += world.step()
+                if started:
+                    break
+            [again] = started
+            booted_ok(again)
+            for _ in range(3):
+                world.step()
+                if world.store.get_job(job_id).state is JobState.RUNNING:
+                    break
+            assert world.store.get_job(job_id).preemptions == 1
+            assert world.node_of(job_id).instance_id == again.instance_id
+            assert _driver_ip(cluster, job_id) == again.ip
+    finally:
+        executor.close()
