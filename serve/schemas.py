@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from controlplane.core.inputs import unprintable
 from controlplane.core.models import Bag, BagSpec, Job, JobSpec, Tenant, TenantSpec
@@ -369,3 +369,27 @@ class TenantMe(Tenant):
     """The calling tenant with its spend and headroom."""
 
     spend: SpendView
+class NodeNotice(BaseModel):
+    """A node's preemption notice, as its watcher read it from the metadata server."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: str = Field(min_length=1, max_length=64)
+    seconds_left: float = Field(ge=0.0, le=86_400.0)
+    raw: str = Field(default="", max_length=4096)
+
+
+class BootFailure(BaseModel):
+    """A node's failed bootstrap: why, and the last lines of its log."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=256)
+    log_tail: str = Field(default="", max_length=16_384)
+
+
+class NodeReportAck(BaseModel):
+    """A node's report, kept for the controller's next tick."""
+
+    instance_id: str
+    kind: str

@@ -50,6 +50,7 @@ from controlplane.core.models import (
     TenantBudget,
     TenantSpec,
 )
+from controlplane.core.nodecreds import credential_matches, report_secret
 from controlplane.core.readmodels import CapacityPoint, CostSummary, ForecastRow, Quota, ZoneInfo
 from controlplane.core.tokens import hash_token
 from controlplane.core.units import DB_FILE, HOUR
@@ -642,3 +643,20 @@ class ControlPlaneService:
         """One of the caller's jobs' bill (404 for another tenant's)."""
         job = self.get_job(principal, job_id)
         return job_bill(job, month_of(job.submitted_at))
+    # -- a launched node's own reports -----------------------------------------------------------
+    def node_report(self, instance_id: str, credential: str | None, kind: str,
+                    body: dict[str, Any]) -> None:
+        """Keep a node's report (a notice, a failed boot) for the controller, once its
+        credential proves it is of the launch that made ``instance_id``
+        (``controlplane.core.nodecreds``); any other node's is refused (403)."""
+        if not credential:
+            raise Unauthorized("missing node credential",
+                               fix="send `Authorization: Bearer <the node's report credential>`")
+        node = next((n for n in self.store.list_nodes(live_only=True)
+                     if n.instance_id == instance_id), None)
+        secret = report_secret(self._admin_hash)
+        if node is None or not credential_matches(secret, node.intent_id, credential):
+            raise Forbidden(f"this credential may not report for {instance_id}",
+                            fix="a node reports for its own instance, with its own credential")
+        self.store.put_node_report(instance_id, kind, body)
+

@@ -194,7 +194,7 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         nid = node.id if isinstance(node, Node) else node
         node_ids = [nid, *(g.id for g in gang)]
         attempt = self.submissions.next_attempt(spec.job_id, spec.replica_id)
-        resource = self.pinning.resource_for(nid)
+        resource = self.pinning.resource_for(nid, node.instance_id if isinstance(node, Node) else None)
         name = actor_name(spec.job_id, spec.replica_id)
         self.actors.kill(name)  # a previous attempt's actor (same replica, dead node)
         sid = submission_id(spec.job_id, spec.replica_id, attempt)

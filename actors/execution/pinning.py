@@ -81,14 +81,16 @@ class Pinning:
         self.gpus = gpus
         self.slots: SlotMap | None = None
 
-    def resource_for(self, node_id: str) -> str | None:
-        """The node's pin: its own resource, else its slot (bound now if free), else None."""
+    def resource_for(self, node_id: str, instance_id: str | None = None) -> str | None:
+        """The node's pin: its own resource (by node id, else by the instance id its bootstrap
+        declares), else its slot (bound now if free), else None."""
         if self.pin == "never":
             return None
         have = self.actors.resources()
-        exact = f"{NODE_PREFIX}{node_id}"
-        if exact in have:
-            return exact
+        for own in (node_id, instance_id):
+            exact = f"{NODE_PREFIX}{own}"
+            if own and exact in have:
+                return exact
         slots = [k for k in have if is_slot(k)]
         if self.slots is None:
             self.slots = SlotMap(sorted(slots, key=slot_index))

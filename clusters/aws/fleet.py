@@ -32,6 +32,7 @@ from typing import Any
 
 from clusters.aws.catalog import ON_DEMAND_USD_PER_HOUR, list_prices
 from clusters.aws.notices import NOTICE_SECONDS, AwsSpotNoticeWatcher
+from clusters.bootstrap import BootConfig, ClusterJoin, NodeLaunch, boot_config
 from clusters.cloudcalls import Backoff
 from clusters.fleet import (
     EventKind,
@@ -137,6 +138,15 @@ class AwsOptions:
     iam_instance_profile: str | None = None
     user_data: str | None = None
     spot_max_price: str | None = None
+    cluster_joins: Mapping[str, ClusterJoin] | None = None  # region -> its workload cluster
+    api_url: str | None = None  # where the nodes' watcher reports
+    node_report_secret: str | None = None  # controlplane.core.nodecreds.report_secret
+    boot_hook: str | None = None  # the operator's shell lines (mounts, drivers) in the bootstrap
+
+    def boot(self) -> BootConfig | None:
+        """The bootstrap settings when ``cluster_joins`` is given (None: no bootstrap)."""
+        return boot_config(self.cluster_joins, self.api_url, self.node_report_secret,
+                           self.boot_hook, ("user_data", self.user_data))
 
     def template(self, default_image: str | None) -> AwsLaunchTemplate:
         """The launch template: the fields given, the settings' image, the template's defaults."""
@@ -167,6 +177,7 @@ class AwsFleet(FleetProvider):
         on_demand_prices: dict[str, float] | None = None,
         backoff: Backoff | None = None,
         catalog_ttl_s: float = 300.0,
+        boot: BootConfig | None = None,
     ) -> None:
         if not zones:
             raise InvalidInput("zones", "no availability zone given", fix="pass zones=['us-east-1a', ...]")
@@ -186,6 +197,9 @@ class AwsFleet(FleetProvider):
         self.on_demand_prices = {**ON_DEMAND_USD_PER_HOUR, **(on_demand_prices or {})}
         self.backoff = backoff or Backoff(self.clock)
         self.catalog_ttl_s = catalog_ttl_s  # offerings and spot prices are re-read this often
+        self.boot = boot  # every launch's user_data is its rendered bootstrap
+        if boot is not None:
+            boot.join_for(region)
         self.page_size = 1000  # describe_instances page (5..1000)
         self._catalog: dict[str, tuple[float, Any]] = {}
         self._gpu: dict[str, tuple[str, int]] = {}
@@ -230,6 +244,7 @@ class AwsFleet(FleetProvider):
             capacity_probe=opts.capacity_probe,
             on_demand_prices=dict(opts.on_demand_prices) if opts.on_demand_prices is not None else None,
             backoff=Backoff(opts.clock or WallClock(), rng=random.Random(opts.seed)),
+            boot=opts.boot(),
         )
 
     # ---------------------------------------------------------------- calls
@@ -387,7 +402,11 @@ class AwsFleet(FleetProvider):
             params["SecurityGroupIds"] = list(self.template.security_group_ids)
         if self.template.iam_instance_profile:
             params["IamInstanceProfile"] = {"Name": self.template.iam_instance_profile}
-        if self.template.user_data:
+        if self.boot is not None:
+            gpu, count = self._gpu_of(request.instance_type)
+            params["UserData"] = self.boot.render(NodeLaunch(
+                CLOUD, request.intent_id, request.instance_type, gpu, count, request.market), self.region)
+        elif self.template.user_data:
             params["UserData"] = self.template.user_data
         return params
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from clusters.bootstrap import BootConfig, ClusterJoin, NodeLaunch, boot_config
 from clusters.cloudcalls import Backoff
 from clusters.fleet import (
     EventKind,
@@ -148,6 +149,15 @@ class GcpOptions:
     service_account: str | None = None
     startup_script: str | None = None
     termination_action: str | None = None
+    cluster_joins: Mapping[str, ClusterJoin] | None = None  # region -> its workload cluster
+    api_url: str | None = None  # where the nodes' watcher reports
+    node_report_secret: str | None = None  # controlplane.core.nodecreds.report_secret
+    boot_hook: str | None = None  # the operator's shell lines (mounts, drivers) in the bootstrap
+
+    def boot(self) -> BootConfig | None:
+        """The bootstrap settings when ``cluster_joins`` is given (None: no bootstrap)."""
+        return boot_config(self.cluster_joins, self.api_url, self.node_report_secret,
+                           self.boot_hook, ("startup_script", self.startup_script))
 
     def template(self) -> GcpLaunchTemplate:
         """The launch template: the fields given, the template's defaults for the rest."""
@@ -179,6 +189,7 @@ class GcpFleet(FleetProvider):
         prices: dict[str, tuple[float, float]] | None = None,
         backoff: Backoff | None = None,
         wait_rounds: int = 30,
+        boot: BootConfig | None = None,
     ) -> None:
         if not zones:
             raise InvalidInput("zones", "no zone given", fix="pass zones=['us-central1-a', ...]")
@@ -197,6 +208,10 @@ class GcpFleet(FleetProvider):
         self.prices = {**PRICES, **(prices or {})}
         self.backoff = backoff or Backoff(self.clock)
         self.wait_rounds = wait_rounds
+        self.boot = boot  # every launch's startup-script is its rendered bootstrap
+        if boot is not None:
+            for zone in self.zones:
+                boot.join_for(zone_region(zone))
         self.page_size = 500  # instances.list page (max 500)
         self._gpu: dict[tuple[str, str], tuple[str, int] | None] = {}
         self._launched_at: dict[str, float] = {}
@@ -255,6 +270,7 @@ class GcpFleet(FleetProvider):
             capacity_probe=opts.capacity_probe,
             prices=dict(opts.prices) if opts.prices is not None else None,
             backoff=Backoff(clock, rng=random.Random(opts.seed)),
+            boot=opts.boot(),
         )
 
     # ---------------------------------------------------------------- calls
@@ -316,7 +332,7 @@ class GcpFleet(FleetProvider):
                 if acc is None:
                     continue
                 spot, standard = self.prices.get(mt, (float("nan"), float("nan")))
-                out.append(Offer(CLOUD, zone, mt, acc[0], acc[1], spot, standard, zone.rsplit("-", 1)[0]))
+                out.append(Offer(CLOUD, zone, mt, acc[0], acc[1], spot, standard, zone_region(zone)))
         return out
 
     def spot_available(self, zone: str, instance_type: str) -> bool:
@@ -392,6 +408,14 @@ class GcpFleet(FleetProvider):
             raise CapacityUnavailable(zone, machine_type, capacity)
         raise CloudError(f"gcp: insert in {zone} failed: " + "; ".join(f"{e.code}: {e.message}" for e in errors))
 
+    def _startup_script(self, request: LaunchRequest) -> str:
+        """The rendered bootstrap when the fleet has one, else the template's own script."""
+        if self.boot is None:
+            return self.template.startup_script
+        gpu, count = self._accelerator(request.zone, request.instance_type) or ("", 0)
+        return self.boot.render(NodeLaunch(CLOUD, request.intent_id, request.instance_type, gpu,
+                                           count, request.market), zone_region(request.zone))
+
     def _body(self, request: LaunchRequest, name: str) -> Any:
         from google.cloud import compute_v1
 
@@ -408,8 +432,9 @@ class GcpFleet(FleetProvider):
             scheduling.provisioning_model = "STANDARD"
         items = [compute_v1.Items(key="spotplane-intent", value=request.intent_id)]
         items += [compute_v1.Items(key=f"spotplane-{k}", value=str(v)) for k, v in request.tags.items()]
-        if t.startup_script:
-            items.append(compute_v1.Items(key="startup-script", value=t.startup_script))
+        script = self._startup_script(request)
+        if script:
+            items.append(compute_v1.Items(key="startup-script", value=script))
         body = compute_v1.Instance(
             name=name, machine_type=f"zones/{zone}/machineTypes/{request.instance_type}",
             labels=labels, scheduling=scheduling, metadata=compute_v1.Metadata(items=items),
@@ -565,3 +590,8 @@ class GcpFleet(FleetProvider):
     def _transition(self, name: str, zone: str, state: InstanceState, status: str, now: float) -> list[FleetEvent]:
         detail = PREEMPTED_OP if state == InstanceState.PREEMPTED else status
         return self._states.events(name, zone, state, now, detail=detail)
+
+
+def zone_region(zone: str) -> str:
+    """``us-central1-a`` -> ``us-central1``."""
+    return zone.rsplit("-", 1)[0]

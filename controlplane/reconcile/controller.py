@@ -87,7 +87,7 @@ class Controller:
         rec = Recorder(state, fleet, executor)
         ops = NodeOps(state, rec, fleet, settings, executor)
         self.ingest = Ingest(store, state, rec, ops, settings)
-        self.sync_fleet = SyncFleet(fleet, store, settings, state, rec)
+        self.sync_fleet = SyncFleet(fleet, store, settings, state, rec, ops)
         self.advance_jobs = AdvanceJobs(state, rec, ops, executor, clock)
         self.policies = AskPolicies(self.policy_host, settings, state, rec, ops)
         self.spend_guard = SpendGuard(store, state, rec, ops)

@@ -1,7 +1,8 @@
 """Step 2 of the reconcile loop: fold the fleet's state and events into nodes.
 
 One ``describe()`` and one ``poll_events()`` per tick; node agents' notices
-(:meth:`SyncFleet.external_notice`) are folded in first.
+(:meth:`SyncFleet.external_notice`) and the nodes' own reports through the API (a notice, a
+failed boot: ``Store.take_node_reports``) are folded in first.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from controlplane.core.errors import CloudError, InvalidInput
 from controlplane.core.models import Market, Node, NodeState
 from controlplane.core.readmodels import ZoneInfo
 from controlplane.reconcile.contracts import ZONE_OBSERVATIONS, ControllerSettings
+from controlplane.reconcile.nodeops import NodeOps
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import UP_STATES, LoopState
 from controlplane.store import Store
@@ -29,19 +31,30 @@ _NODE_OF_INSTANCE = {
 
 log = logging.getLogger(__name__)
 
+NOTICE_REPORT = "notice"  # a node's watcher saw the metadata server's preemption notice
+BOOT_FAILED_REPORT = "boot_failed"  # a node's bootstrap failed (it sends its log's last lines)
+TAIL_LINES = 12
+
+
+def boot_failure_cause(instance_id: str, body: dict[str, object]) -> str:
+    """The failed node's event: the reason and the last lines of its bootstrap's log."""
+    lines = str(body.get("log_tail", "")).strip().splitlines()[-TAIL_LINES:]
+    tail = "\n".join(line[:300] for line in lines)
+    return f"{body.get('reason', 'bootstrap failed')} on {instance_id}" + (f":\n{tail}" if tail else "")
+
 
 class SyncFleet:
     """Ready, noticed, preempted and terminated instances become node states."""
 
     def __init__(self, fleet: FleetProvider, store: Store, settings: ControllerSettings,
-                 state: LoopState, rec: Recorder) -> None:
+                 state: LoopState, rec: Recorder, ops: NodeOps | None = None) -> None:
         if settings.zone_observation not in ZONE_OBSERVATIONS:
             raise InvalidInput("zone_observation", f"unknown mode {settings.zone_observation!r}",
                                fix=f"use one of {', '.join(ZONE_OBSERVATIONS)}")
         if settings.probe_minutes < 0:
             raise InvalidInput("probe_minutes", f"must be >= 0, got {settings.probe_minutes}")
         self.fleet, self.store, self.settings = fleet, store, settings
-        self.state, self.rec = state, rec
+        self.state, self.rec, self.ops = state, rec, ops
         self.evidence_only = settings.zone_observation == "evidence"
 
     def external_notice(self, instance_id: str, seconds_left: float) -> None:
@@ -51,6 +64,7 @@ class SyncFleet:
 
     def run(self, now: float) -> None:
         s = self.state
+        self._take_node_reports(now)
         self._fold_external(now)
         insts = self.fleet.describe()
         events = self.fleet.poll_events()
@@ -110,6 +124,16 @@ class SyncFleet:
                            offer.spot_price * self.settings.probe_minutes / 60.0,
                            provider=self.fleet.name)
 
+    def _take_node_reports(self, now: float) -> None:
+        """Notices become agents' notices; a failed boot fails its node (``NodeOps.fail_boot``)."""
+        for kind, iid, body in self.store.take_node_reports():
+            if kind == NOTICE_REPORT:
+                self.external_notice(iid, float(body.get("seconds_left", 0.0)))
+            elif kind == BOOT_FAILED_REPORT and self.ops is not None:
+                node = self.state.nodes.get(self.state.by_instance.get(iid, ""))
+                if node is not None:
+                    self.ops.fail_boot(node, now, boot_failure_cause(iid, body))
+
     def _fold_external(self, now: float) -> None:
         s = self.state
         external, s.fleet.external = s.fleet.external, {}
@@ -127,7 +151,7 @@ class SyncFleet:
         w = self.state.work
         new = _NODE_OF_INSTANCE[inst.state]
         old = node.state
-        if new is old or (old is NodeState.TERMINATING and new not in (
+        if new is old or old is NodeState.FAILED or (old is NodeState.TERMINATING and new not in (
                 NodeState.TERMINATED, NodeState.PREEMPTED)):
             return
         if old is NodeState.NOTICED and new is NodeState.READY:

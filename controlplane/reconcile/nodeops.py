@@ -99,6 +99,19 @@ class NodeOps:
             return  # its launch intent is still pending; the launch step cancels it
         self._terminate_instances([node.instance_id], [node.id], now)
 
+    def fail_boot(self, node: Node, now: float, cause: str) -> None:
+        """A node whose bootstrap failed: FAILED with ``cause``, its instance terminated; its
+        job, having lost it, is placed elsewhere by the next ``AdvanceJobs``."""
+        if node.gone or node.state is NodeState.TERMINATING:
+            return
+        if node.job_id is None:
+            self.end_idle(node, now)
+        node.state, node.ended_at = NodeState.FAILED, now
+        self.rec.node_event(node, cause, now)
+        self.state.work.count("nodes_boot_failed_total")
+        if node.instance_id is not None:
+            self._terminate_instances([node.instance_id], [node.id], now)
+
     def end_idle(self, node: Node, now: float) -> float:
         """An idle stretch ends (reuse or termination): its cost, apart from job costs, is
         ``idle_cost_dollars`` (and ``spare_idle_cost_dollars`` for a hot spare's); returns a hot

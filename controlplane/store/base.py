@@ -3,6 +3,7 @@ transaction and query plumbing, meta keys, the control-plane clock and the contr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from controlplane.store.rows import (
     replace_sql,
 )
 from controlplane.store.schema import ensure_schema
+
+NODE_REPORT_PREFIX = "node_report:"  # meta keys: node_report:<kind>:<instance id>
 
 
 class StoreBase:
@@ -94,6 +97,25 @@ class StoreBase:
     def set_meta(self, key: str, value: str) -> None:
         with self._tx() as db:
             db.execute(replace_sql("meta"), (key, value))
+
+    # -- nodes' own reports (a notice, a failed boot), kept until the controller takes them -----
+    def put_node_report(self, instance_id: str, kind: str, body: dict[str, Any]) -> None:
+        """Keep a node's report for the controller (one per instance and kind; a newer replaces)."""
+        self.set_meta(f"{NODE_REPORT_PREFIX}{kind}:{instance_id}", json.dumps(body, sort_keys=True))
+
+    def take_node_reports(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every kept report as (kind, instance id, body), removed as it is taken (a report
+        replaced meanwhile stays for the next take)."""
+        rows = self._q("SELECT key, value FROM meta WHERE key LIKE ?", (f"{NODE_REPORT_PREFIX}%",))
+        if not rows:
+            return []
+        with self._tx() as db:
+            db.executemany("DELETE FROM meta WHERE key = ? AND value = ?", [tuple(r) for r in rows])
+        out = []
+        for key, value in rows:
+            kind, _, instance_id = str(key).removeprefix(NODE_REPORT_PREFIX).partition(":")
+            out.append((kind, instance_id, json.loads(value)))
+        return out
 
     def take_controller_lease(self) -> int:
         """Become THE controller: a new fencing epoch; commits of older epochs are refused."""

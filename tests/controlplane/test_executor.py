@@ -416,3 +416,22 @@ def test_a_poll_reports_the_furthest_replica_and_no_news_as_no_change() -> None:
     assert (report.progress_hours, report.checkpointed_hours, report.checkpoint_bytes,
             report.restore_fallbacks) == (1.5, 1.0, 10, 1)
     assert Told.of(job, [{"state": "STARTING"}]) == Told(0.0, 0.25, 0, 0)
+
+
+def test_a_booted_node_is_pinned_by_the_instance_id_its_bootstrap_declares() -> None:
+    """A node launched with the bootstrap declares ``spotplane_node:<instance id>``: its
+    replica is pinned there (its node id's own resource first, when a Ray declares that)."""
+    from actors.execution.pinning import Pinning
+
+    class Have:
+        def __init__(self, *names: str) -> None:
+            self.names = names
+
+        def resources(self) -> dict[str, float]:
+            return dict.fromkeys(self.names, 1.0)
+
+    booted = Pinning(Have("spotplane_node:i-0abc", "spot"), "auto", "auto")  # type: ignore[arg-type]
+    assert booted.resource_for("node-7", "i-0abc") == "spotplane_node:i-0abc"
+    both = Pinning(Have("spotplane_node:i-0abc", "spotplane_node:node-7"), "auto", "auto")  # type: ignore[arg-type]
+    assert both.resource_for("node-7", "i-0abc") == "spotplane_node:node-7"
+    assert Pinning(Have("spot"), "auto", "auto").resource_for("node-7", "i-0abc") is None  # type: ignore[arg-type]

@@ -323,6 +323,30 @@ def test_sync_fleet_takes_a_node_agents_notice_first(world: World) -> None:
     assert world.state.fleet.external == {}
 
 
+def test_sync_fleet_takes_the_nodes_reports_from_the_store(world: World) -> None:
+    """A node's notice through the API is an agent's notice; a failed boot fails the node with
+    the log's last lines and asks for its instance's termination, once."""
+    job = world.job("a")
+    noticed, broken = world.node(None, NodeState.READY), world.node(job, NodeState.READY)
+    world.store.put_node_report(noticed.instance_id or "", "notice", {"seconds_left": 80.0})
+    world.store.put_node_report(broken.instance_id or "", "boot_failed", {
+        "reason": "bootstrap failed", "log_tail": "\n".join(f"line {i}" for i in range(40))})
+    world.store.put_node_report("i-unknown", "boot_failed", {"reason": "bootstrap failed"})
+    sync = SyncFleet(world.fleet, world.store, world.settings, world.state, world.rec, world.ops)
+    sync.run(300.0)
+    assert (noticed.state, noticed.notice_at) == (NodeState.NOTICED, 300.0)
+    assert (broken.state, broken.ended_at) == (NodeState.FAILED, 300.0)
+    [event] = [e for e in world.state.work.events if e.node_id == broken.id]
+    assert event.cause.startswith(f"bootstrap failed on {broken.instance_id}:\nline 28\n")
+    assert event.cause.endswith("line 39") and event.dst == "FAILED"
+    assert [ids for _, ids in world.state.work.terminations] == [[broken.instance_id]]
+    assert world.state.work.counters["nodes_boot_failed_total"] == 1.0
+    assert world.store.take_node_reports() == []
+    world.fleet.become(broken.instance_id or "", InstanceState.TERMINATED, EventKind.TERMINATED, 310.0)
+    sync.run(320.0)  # the cloud's own word comes later: the node stays FAILED
+    assert broken.state is NodeState.FAILED and len(world.state.work.terminations) == 1
+
+
 def test_evidence_mode_knows_a_zone_from_its_nodes_and_the_probes_a_policy_asked_for(
         world: World) -> None:
     """zone_observation: evidence. A zone never seen is believed up; a spot node running or

@@ -1,0 +1,152 @@
+"""Nodes that boot into their workload cluster: the bootstrap every launched instance runs.
+
+One template per cloud, readable in the repository (``clusters/aws/bootstrap.sh`` for EC2
+``user_data``, ``clusters/gcp/startup.sh`` for the GCE ``startup-script``), rendered per launch
+by :func:`render` with the instance type, accelerator, GPU count, market, the region's
+:class:`ClusterJoin`, the launch's report credential and the API's URL. Every value is
+shell-quoted into one assignment at the top of the script; the operator's hook is the one raw
+part (a function body the script calls before Ray starts). The script carries
+:mod:`clusters.nodewatch` verbatim, the preemption watcher that reports to the API.
+"""
+
+from __future__ import annotations
+
+import shlex
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from controlplane.core.errors import InvalidInput
+from controlplane.core.models import Market
+from controlplane.core.nodecreds import node_credential
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = {"aws": HERE / "aws" / "bootstrap.sh", "gcp": HERE / "gcp" / "startup.sh"}
+WATCHER = HERE / "nodewatch.py"
+TOKEN_SCHEMES = ("file:", "ssm:", "gcpsecret:")
+EMPTY_HOOK = "    :  # no operator hook"
+
+
+class BootTemplate(string.Template):
+    """``@@{name}`` placeholders: no clash with the shell's own ``$name``."""
+
+    delimiter = "@@"
+
+
+@dataclass(frozen=True)
+class ClusterJoin:
+    """The workload cluster a region's nodes join: its name, its GCS ``host:port`` and where a
+    node reads its Ray token (``file:/path``, ``ssm:/parameter/name`` or
+    ``gcpsecret:projects/P/secrets/S``)."""
+
+    name: str
+    gcs_address: str
+    token_ref: str
+
+    def __post_init__(self) -> None:
+        if not self.token_ref.startswith(TOKEN_SCHEMES):
+            raise InvalidInput("token_ref", f"{self.token_ref!r} has no known scheme",
+                               fix=f"start it with one of {', '.join(TOKEN_SCHEMES)}")
+        host, _, port = self.gcs_address.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidInput("gcs_address", f"{self.gcs_address!r} is not host:port",
+                               fix="e.g. 10.0.0.5:6379")
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """What one launch's bootstrap is rendered from."""
+
+    cloud: str
+    intent_id: str
+    instance_type: str
+    accelerator: str
+    gpu_count: int
+    market: Market
+
+
+@dataclass(frozen=True)
+class BootConfig:
+    """A provider's bootstrap settings: the workload cluster of each region, the API URL the
+    nodes report to, the control plane's report secret and the operator's hook."""
+
+    joins: Mapping[str, ClusterJoin]
+    api_url: str
+    report_secret: str
+    hook: str = ""
+    ray_version: str = field(default_factory=lambda: pinned_ray())
+
+    def __post_init__(self) -> None:
+        if not self.api_url.startswith(("http://", "https://")):
+            raise InvalidInput("api_url", f"{self.api_url!r} is not an http(s) URL",
+                               fix="the URL the nodes reach the spotplane API at")
+        if not self.report_secret:
+            raise InvalidInput("node_report_secret", "empty",
+                               fix="controlplane.core.nodecreds.report_secret(admin token hash)")
+
+    def join_for(self, region: str) -> ClusterJoin:
+        """The region's workload cluster; a region without one is refused."""
+        found = self.joins.get(region)
+        if found is None:
+            raise InvalidInput("cluster_joins", f"no workload cluster for region {region}",
+                               fix=f"add {region!r} to cluster_joins (one of {sorted(self.joins)})")
+        return found
+
+    def render(self, launch: NodeLaunch, region: str) -> str:
+        """The bootstrap of one launch into ``region``'s workload cluster."""
+        return render(launch, self.join_for(region), self.api_url,
+                      node_credential(self.report_secret, launch.intent_id), self.hook,
+                      self.ray_version)
+
+
+def boot_config(joins: Mapping[str, ClusterJoin] | None, api_url: str | None,
+                secret: str | None, hook: str | None,
+                script: tuple[str, str | None]) -> BootConfig | None:
+    """A fleet's bootstrap settings from its options (None without ``cluster_joins``); a
+    hand-written ``script`` (its option's name and value) beside them is refused: the
+    operator's additions go in ``boot_hook``."""
+    if joins is None:
+        return None
+    name, given = script
+    if given:
+        raise InvalidInput(name, "given with cluster_joins: the bootstrap is the node's script",
+                           fix="put your additions (mounts, drivers) in boot_hook")
+    if not api_url or not secret:
+        raise InvalidInput("api_url" if not api_url else "node_report_secret",
+                           "needed with cluster_joins", fix="pass the API's URL and the report secret")
+    return BootConfig(dict(joins), api_url, secret, hook or "")
+
+
+def pinned_ray() -> str:
+    """The Ray version nodes run: the one this control plane's package runs (its metadata)."""
+    return metadata.version("ray")
+
+
+def hook_body(hook: str) -> str:
+    """The operator's hook as a function body (``:`` when empty)."""
+    lines = [line for line in hook.strip("\n").splitlines()]
+    if not any(line.strip() for line in lines):
+        return EMPTY_HOOK
+    return "\n".join(f"    {line}" if line.strip() else "" for line in lines)
+
+
+def render(launch: NodeLaunch, join: ClusterJoin, api_url: str, credential: str,
+           hook: str = "", ray_version: str | None = None) -> str:
+    """The cloud's template with this launch's values, each shell-quoted."""
+    template = TEMPLATES.get(launch.cloud)
+    if template is None:
+        raise InvalidInput("cloud", f"no bootstrap template for {launch.cloud!r}",
+                           fix=f"use one of {', '.join(sorted(TEMPLATES))}")
+    values = {
+        "cluster_name": join.name, "gcs_address": join.gcs_address, "token_ref": join.token_ref,
+        "api_url": api_url.rstrip("/"), "node_credential": credential,
+        "instance_type": launch.instance_type, "accelerator": launch.accelerator,
+        "gpu_count": str(int(launch.gpu_count)), "market": launch.market.value,
+        "ray_version": ray_version or pinned_ray(),
+    }
+    quoted = {k: shlex.quote(v) for k, v in values.items()}
+    watcher = WATCHER.read_text()
+    return BootTemplate(template.read_text()).substitute(
+        quoted, nodewatch=watcher.rstrip("\n"), boot_hook=hook_body(hook))
