@@ -25,6 +25,8 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "hp_react": ("off", "queued"),
     "eta_max": ("4", "1"),
     "spot_score": ("packing", "fragmentation"),
+    "hp_score": ("packing", "hp_colocate"),
+    "spot_guard": ("off", "oldest"),
 })
 
 
@@ -41,6 +43,8 @@ class GfsOptions:
     hp_react: str = "off"
     eta_max: str = "4"
     spot_score: str = "packing"
+    hp_score: str = "packing"
+    spot_guard: str = "off"
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -64,6 +68,11 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_sum_of_quantiles": replace(AS_RELEASED, queue="fcfs", aggregation="sum_of_quantiles"),
     "fcfs_eta_max_1": replace(AS_RELEASED, queue="fcfs", eta_max="1"),
     "fcfs_eta_max_1_spot_fgd": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_score="fragmentation"),
+    "fcfs_eta_max_1_hp_colocate": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate"),
+    "fcfs_eta_max_1_spot_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest"),
+    "fcfs_eta_max_1_colocate_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
+                                             spot_guard="oldest"),
+    "fcfs_colocate_guard": replace(AS_RELEASED, queue="fcfs", hp_score="hp_colocate", spot_guard="oldest"),
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
 #: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run").

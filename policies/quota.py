@@ -155,6 +155,16 @@ def aggregate_mean_demand(hp_forecast: UpperBound, horizon_hours: int) -> float:
     return float(np.sum(np.maximum(np.max(mean[:, :horizon_hours], axis=1), 0.0)))
 
 
+def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spot_held: float, idle: float,
+                     limit_s: float) -> float:
+    """Eq. 10's quota, raised once the oldest waiting spot task has waited ``limit_s``:
+    max(Q_H, min(Sa + g, S0 + Sa)), so that it fits under the quota as soon as S0 holds its g GPUs
+    (the quota still never exceeds Eq. 10's S0 + Sa)."""
+    if oldest_gpus <= 0 or oldest_wait_s < limit_s:
+        return quota
+    return max(quota, min(spot_held + oldest_gpus, idle + spot_held))
+
+
 @dataclass
 class SpotQuotaAllocator:
     """Spot quota of one GPU pool: inventory (Eq. 9), quota (Eq. 10), eta feedback (Eq. 11)."""

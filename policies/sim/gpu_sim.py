@@ -58,7 +58,7 @@ from policies.placement import (
     RunningTask,
     TaskRequest,
 )
-from policies.quota import QuotaParams, SpotQuotaAllocator
+from policies.quota import QuotaParams, SpotQuotaAllocator, starvation_guard
 from policies.sim.workloads import SimTask, Workload
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,7 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "eta_rate": ("paper", "release"),  # Eq. 11's e: evictions / starts over H / F / (F + S) over eta_window_h
     "pools": ("per_model", "cluster"),  # one quota per GPU model, or one for the whole cluster
     "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
+    "spot_guard": ("off", "oldest"),  # the quota admits the oldest spot task once it waited theta
 }
 
 
@@ -121,13 +122,14 @@ class SimConfig:
     measure_from_s: float = 0.0
     lease_release_s: float | None = None
     lease_restart_s: float = 120.0
+    spot_guard: str = LIVE_DEFAULT.spot_guard
 
     @classmethod
     def for_options(cls, options: GfsOptions, **knobs: Any) -> SimConfig:
         """The config that runs GFS's named ``options`` (and any other ``knobs``)."""
         return cls(quota=QuotaParams.for_options(options), hp_demand=options.hp_demand,
                    hourly=options.hourly, eta_rate=options.eta_rate, pools=options.pools,
-                   hp_react=options.hp_react, **knobs)
+                   hp_react=options.hp_react, spot_guard=options.spot_guard, **knobs)
 
     def __post_init__(self) -> None:
         if self.tick_s <= 0 or self.checkpoint_s <= 0:
@@ -769,6 +771,8 @@ class GpuSimulator:
                 ql.close_hour()
             idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
             q = ql.update(self._eviction_rate(i), longest, idle, float(self.spot_pool[i]))
+            if q is not None and self.cfg.spot_guard == "oldest":
+                q = ql.quota = self._guarded(i, q, idle)
             if self.cfg.hp_react == "queued":
                 q = ql.quota = self._hp_react_cap(i, q)
             if q is not None and self.now >= self.cfg.measure_from_s:
@@ -776,6 +780,21 @@ class GpuSimulator:
                 st.pool_ticks += 1
                 st.eta_at_max += ql.allocator.eta >= ql.allocator.params.eta_max - EPS
                 st.forecast_binds += q < idle + float(self.spot_pool[i]) - EPS
+
+    def _guarded(self, pool: int, quota: float, idle: float) -> float:
+        """``spot_guard='oldest'``: :func:`policies.quota.starvation_guard` for the oldest spot task
+        queued for this pool, after Eq. 11's queueing threshold theta."""
+        oldest: TaskRecord | None = None
+        name = self.pool_names[pool]
+        for (_, _, _, models), d in self.queues["spot"].items():
+            if d and (models is None or len(self.pool_names) == 1 or name in models):
+                head = self.records[d[0]]
+                if oldest is None or head.queued_since < oldest.queued_since:
+                    oldest = head
+        if oldest is None:
+            return quota
+        return starvation_guard(quota, oldest.task.request.total_gpus, self.now - oldest.queued_since,
+                                float(self.spot_pool[pool]), idle, self.cfg.quota.theta_seconds)
 
     def _hp_react_cap(self, pool: int, quota: float | None) -> float:
         """``hp_react='queued'``: the pool's quota is at most C - (GPUs of running HP + GPUs

@@ -150,3 +150,20 @@ def test_gfs_queue_fcfs_takes_the_submission_order_and_backfills() -> None:
     tasks = [task("a", "hp", 4, 0, 1), task("big", "hp", 8, 0.1, 1), task("small", "hp", 1, 0.2, 1)]
     r = simulate(wl(tasks, ("A100",)), make_scheduler("gfs", gfs_queue="fcfs"))
     assert r.records["small"].jqt_s == 0.0 and r.records["big"].jqt_s == pytest.approx(1.1 * H)
+
+
+def test_spot_guard_lets_a_spot_task_wider_than_the_quota_start_after_theta() -> None:
+    from policies.gfs_options import GFS_VARIANTS
+
+    # HP "a" holds 6 of 8 GPUs for 24.5 h; GFS-e forecasts the last week's peak (6), so with eta
+    # clamped at 1 the quota is 8 - 6 = 2 for a week after "a" ends. The 4-GPU spot task that
+    # arrives at 25 h waits for that week without the guard; with it, the quota admits it at the
+    # first tick after theta (1 h)
+    tasks = [task("a", "hp", 6, 0, 24.5), task("s", "spot", 4, 25, 1)]
+    nodes = ("A100",)
+    runs = {v: simulate(wl(tasks, nodes), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+            for v in ("fcfs_eta_max_1", "fcfs_eta_max_1_spot_guard")}
+    assert runs["fcfs_eta_max_1"].records["s"].jqt_s > 100 * H
+    assert runs["fcfs_eta_max_1_spot_guard"].records["s"].jqt_s == pytest.approx(H)
+    with pytest.raises(InvalidInput, match="spot_guard"):
+        SimConfig(spot_guard="always")

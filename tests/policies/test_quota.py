@@ -180,3 +180,15 @@ def test_a_state_without_an_update_count_starts_counting_at_zero() -> None:
     sqa = SpotQuotaAllocator()
     sqa.load_state_dict({"params": QuotaParams().__dict__, "eta": 9.0})
     assert (sqa.eta, sqa.updates) == (4.0, 0)  # eta clamped to eta_max on load
+
+
+def test_starvation_guard_admits_the_oldest_spot_task_after_theta_within_idle_gpus() -> None:
+    from policies.quota import starvation_guard
+
+    # before theta, or with nothing waiting, Eq. 10's quota stands
+    assert starvation_guard(2.0, 4.0, 3599.0, 1.0, 8.0, 3600.0) == 2.0
+    assert starvation_guard(2.0, 0.0, 9999.0, 1.0, 8.0, 3600.0) == 2.0
+    # after theta: room for its 4 GPUs beside the 1 spot GPU held, but never above S0 + Sa
+    assert starvation_guard(2.0, 4.0, 3600.0, 1.0, 8.0, 3600.0) == 5.0
+    assert starvation_guard(2.0, 4.0, 7200.0, 1.0, 2.0, 3600.0) == 3.0
+    assert starvation_guard(6.0, 4.0, 7200.0, 1.0, 8.0, 3600.0) == 6.0  # never lowers the quota
