@@ -26,7 +26,8 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "eta_max": ("4", "1"),
     "spot_score": ("packing", "fragmentation"),
     "hp_score": ("packing", "hp_colocate"),
-    "spot_guard": ("off", "oldest"),
+    "spot_guard": ("off", "oldest", "oldest_calm"),
+    "hp_reserve": ("off", "head"),
 })
 
 
@@ -45,6 +46,7 @@ class GfsOptions:
     spot_score: str = "packing"
     hp_score: str = "packing"
     spot_guard: str = "off"
+    hp_reserve: str = "off"
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -73,6 +75,11 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_eta_max_1_colocate_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
                                              spot_guard="oldest"),
     "fcfs_colocate_guard": replace(AS_RELEASED, queue="fcfs", hp_score="hp_colocate", spot_guard="oldest"),
+    "fcfs_eta_max_1_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm"),
+    "fcfs_calm_guard": replace(AS_RELEASED, queue="fcfs", spot_guard="oldest_calm"),
+    "fcfs_eta_max_1_hp_reserve": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head"),
+    "fcfs_eta_max_1_reserve_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head",
+                                                 spot_guard="oldest_calm"),
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
 #: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run").

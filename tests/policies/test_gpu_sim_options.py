@@ -167,3 +167,19 @@ def test_spot_guard_lets_a_spot_task_wider_than_the_quota_start_after_theta() ->
     assert runs["fcfs_eta_max_1_spot_guard"].records["s"].jqt_s == pytest.approx(H)
     with pytest.raises(InvalidInput, match="spot_guard"):
         SimConfig(spot_guard="always")
+
+
+def test_hp_reserve_holds_the_node_of_least_hp_for_a_waiting_gang() -> None:
+    # n0: HP "a" (2 GPUs, 10 h); n1: HP "b" (1 GPU, 1 h) and spot "s" (4 GPUs). The 8-GPU HP "big"
+    # waits for a node without HP. The 1-GPU HP "c" (0.5 h) goes by packing to the fuller n1, so
+    # "big" waits for "a" (10 h); with hp_reserve n1 (least HP) is held for "big" from the first
+    # tick after it waited a tick, "c" goes to n0, and "big" starts when "b" ends, evicting "s"
+    tasks = [task("a", "hp", 2, 0, 10, models=("A",)), task("b", "hp", 1, 0, 1, models=("B",)),
+             task("s", "spot", 4, 0, 20, models=("B",)), task("big", "hp", 8, 0.1, 1), task("c", "hp", 1, 0.5, 10)]
+    off = simulate(wl(tasks, ("A", "B")), make_scheduler("gfs"), SimConfig(hp_reserve="off"))
+    on = simulate(wl(tasks, ("A", "B")), make_scheduler("gfs"), SimConfig(hp_reserve="head"))
+    assert off.records["big"].jqt_s == pytest.approx(9.9 * H)
+    assert on.records["big"].jqt_s == pytest.approx(0.9 * H)
+    assert on.records["s"].evictions == 1 and on.records["c"].jqt_s == 0.0
+    with pytest.raises(InvalidInput, match="hp_reserve"):
+        SimConfig(hp_reserve="all")
