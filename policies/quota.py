@@ -165,6 +165,20 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
     return max(quota, min(spot_held + oldest_gpus, idle + spot_held))
 
 
+#: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm.
+SPOT_GUARDS = ("off", "oldest", "oldest_calm")
+
+
+def spot_guard_acts(mode: str, eviction_rate: float | None, tolerated_rate: float) -> bool:
+    """Whether :func:`starvation_guard` applies: ``oldest`` always, ``oldest_calm`` while the pool's
+    eviction rate is under Eq. 11's growth threshold 0.5 (1 - p), ``off`` never."""
+    if mode not in SPOT_GUARDS:
+        raise InvalidInput("spot_guard", f"unknown spot guard {mode!r}", fix=f"use one of {', '.join(SPOT_GUARDS)}")
+    if mode == "oldest_calm":
+        return (eviction_rate or 0.0) < 0.5 * tolerated_rate
+    return mode == "oldest"
+
+
 @dataclass
 class SpotQuotaAllocator:
     """Spot quota of one GPU pool: inventory (Eq. 9), quota (Eq. 10), eta feedback (Eq. 11)."""

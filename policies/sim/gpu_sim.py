@@ -58,7 +58,7 @@ from policies.placement import (
     RunningTask,
     TaskRequest,
 )
-from policies.quota import QuotaParams, SpotQuotaAllocator, starvation_guard
+from policies.quota import QuotaParams, SpotQuotaAllocator, spot_guard_acts, starvation_guard
 from policies.sim.workloads import SimTask, Workload
 
 log = logging.getLogger(__name__)
@@ -819,11 +819,8 @@ class GpuSimulator:
                 st.forecast_binds += q < idle + float(self.spot_pool[i]) - EPS
 
     def _guard_on(self, eviction_rate: float | None) -> bool:
-        """Whether ``spot_guard`` acts this tick: always (``oldest``), or while the pool's eviction
-        rate is under Eq. 11's growth threshold 0.5 (1 - p) (``oldest_calm``)."""
-        if self.cfg.spot_guard == "oldest_calm":
-            return (eviction_rate or 0.0) < 0.5 * self.cfg.quota.tolerated_eviction_rate
-        return self.cfg.spot_guard == "oldest"
+        """Whether ``spot_guard`` acts this tick (:func:`policies.quota.spot_guard_acts`)."""
+        return spot_guard_acts(self.cfg.spot_guard, eviction_rate, self.cfg.quota.tolerated_eviction_rate)
 
     def _guarded(self, pool: int, quota: float, idle: float) -> float:
         """``spot_guard='oldest'``: :func:`policies.quota.starvation_guard` for the oldest spot task
