@@ -77,6 +77,8 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_colocate_guard": replace(AS_RELEASED, queue="fcfs", hp_score="hp_colocate", spot_guard="oldest"),
     "fcfs_eta_max_1_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm"),
     "fcfs_calm_guard": replace(AS_RELEASED, queue="fcfs", spot_guard="oldest_calm"),
+    "fcfs_eta_max_1_colocate_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
+                                                  spot_guard="oldest_calm"),
     "fcfs_eta_max_1_hp_reserve": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head"),
     "fcfs_eta_max_1_reserve_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head",
                                                  spot_guard="oldest_calm"),
