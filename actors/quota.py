@@ -26,6 +26,7 @@ from policies.quota import (
     aggregate_mean_demand,
     aggregate_upper_demand,
     spot_guard_acts,
+    spot_guard_wait_s,
     starvation_guard,
 )
 
@@ -80,7 +81,8 @@ class QuotaAllocatorActor:
             q = alloc.quota(cap, fc, max(cap - used, 0.0), spot)
             if spot_guard_acts(LIVE_DEFAULT.spot_guard, self._last_rate, alloc.params.tolerated_eviction_rate):
                 gpus, waited = waiting.get(acc, (0.0, 0.0))
-                q = starvation_guard(q, gpus, waited, spot, max(cap - used, 0.0), alloc.params.theta_seconds)
+                q = starvation_guard(q, gpus, waited, spot, max(cap - used, 0.0),
+                                     spot_guard_wait_s(LIVE_DEFAULT.spot_guard, alloc.params.theta_seconds))
             quotas.append(Quota(pool="default", accelerator=acc, capacity_gpus=int(cap),
                                 spot_quota_gpus=int(q), updated_at=now))
             h = alloc.params.horizon_hours

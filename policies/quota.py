@@ -165,8 +165,9 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
     return max(quota, min(spot_held + oldest_gpus, idle + spot_held))
 
 
-#: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm.
-SPOT_GUARDS = ("off", "oldest", "oldest_calm")
+#: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm
+#: (after theta, or after 4 theta).
+SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h")
 
 
 def spot_guard_acts(mode: str, eviction_rate: float | None, tolerated_rate: float) -> bool:
@@ -174,9 +175,15 @@ def spot_guard_acts(mode: str, eviction_rate: float | None, tolerated_rate: floa
     eviction rate is under Eq. 11's growth threshold 0.5 (1 - p), ``off`` never."""
     if mode not in SPOT_GUARDS:
         raise InvalidInput("spot_guard", f"unknown spot guard {mode!r}", fix=f"use one of {', '.join(SPOT_GUARDS)}")
-    if mode == "oldest_calm":
+    if mode.startswith("oldest_calm"):
         return (eviction_rate or 0.0) < 0.5 * tolerated_rate
     return mode == "oldest"
+
+
+def spot_guard_wait_s(mode: str, theta_s: float) -> float:
+    """How long the oldest spot task waits before :func:`starvation_guard` admits it: Eq. 11's
+    theta, or 4 theta (``oldest_calm_4h``, with theta = 1 h)."""
+    return 4.0 * theta_s if mode == "oldest_calm_4h" else theta_s
 
 
 @dataclass

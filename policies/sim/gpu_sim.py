@@ -58,7 +58,13 @@ from policies.placement import (
     RunningTask,
     TaskRequest,
 )
-from policies.quota import QuotaParams, SpotQuotaAllocator, spot_guard_acts, starvation_guard
+from policies.quota import (
+    QuotaParams,
+    SpotQuotaAllocator,
+    spot_guard_acts,
+    spot_guard_wait_s,
+    starvation_guard,
+)
 from policies.sim.workloads import SimTask, Workload
 
 log = logging.getLogger(__name__)
@@ -85,7 +91,7 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
     # the quota admits the oldest spot task once it waited theta (oldest_calm: only while the pool's
     # eviction rate is below Eq. 11's growth threshold 0.5 (1 - p))
-    "spot_guard": ("off", "oldest", "oldest_calm"),
+    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h"),
     # the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods
     "hp_reserve": ("off", "head"),
 }
@@ -835,7 +841,8 @@ class GpuSimulator:
         if oldest is None:
             return quota
         return starvation_guard(quota, oldest.task.request.total_gpus, self.now - oldest.queued_since,
-                                float(self.spot_pool[pool]), idle, self.cfg.quota.theta_seconds)
+                                float(self.spot_pool[pool]), idle,
+                                spot_guard_wait_s(self.cfg.spot_guard, self.cfg.quota.theta_seconds))
 
     def _hp_react_cap(self, pool: int, quota: float | None) -> float:
         """``hp_react='queued'``: the pool's quota is at most C - (GPUs of running HP + GPUs
