@@ -344,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hp-score", choices=CHOICES["hp_score"], help="GFS's first node key for HP tasks")
     ap.add_argument("--spot-guard", choices=CHOICES["spot_guard"],
                     help="the quota admits the oldest waiting spot task after theta (Eq. 11)")
+    ap.add_argument("--hp-reserve", choices=CHOICES["hp_reserve"],
+                    help="the oldest waiting HP task of whole GPUs holds the nodes of least HP")
     ap.add_argument("--gfs-queue", choices=GFS_QUEUES,
                     help="GFS's queue order: size (ascending GPUs per pod), size_release (the authors' release) "
                          "or fcfs (submission order, backfilled)")
@@ -386,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         "aggregation": pick(a.aggregation, "aggregation"), "eta_rate": pick(a.eta_rate, "eta_rate"),
         "pools": pick(a.pools, "pools"), "hp_react": pick(a.hp_react, "hp_react"),
         "eta_max": pick(a.eta_max, "eta_max"), "spot_guard": pick(a.spot_guard, "spot_guard"),
+        "hp_reserve": pick(a.hp_reserve, "hp_reserve"),
         "measure_from_s": a.warmup_h * 3600.0}
     sim_config(options)  # bad values fail before any run
     # the scheduler's: _run_one passes them to make_scheduler
