@@ -11,6 +11,7 @@ Its eta state is saved in the store, so it survives restarts.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import ray
@@ -26,6 +27,7 @@ from policies.quota import (
     aggregate_mean_demand,
     aggregate_upper_demand,
     spot_guard_acts,
+    spot_guard_gap_s,
     spot_guard_wait_s,
     starvation_guard,
 )
@@ -47,6 +49,7 @@ class QuotaAllocatorActor:
                     self.allocators[acc].load_state_dict(state)
         self._last_counts: dict[str, float] = {}
         self._last_rate: float | None = None  # Eq. 11's e at the last update (the guard reads it)
+        self._guard_at: dict[str, float] = {}  # when the spot guard last raised each pool's quota
 
     def capacity_gpus(self, acc: str) -> float:
         return float(self.pools[acc] * self.per_node.get(acc, 1))
@@ -80,9 +83,7 @@ class QuotaAllocatorActor:
             used, spot = usage.get(acc, (0.0, 0.0))
             q = alloc.quota(cap, fc, max(cap - used, 0.0), spot)
             if spot_guard_acts(LIVE_DEFAULT.spot_guard, self._last_rate, alloc.params.tolerated_eviction_rate):
-                gpus, waited = waiting.get(acc, (0.0, 0.0))
-                q = starvation_guard(q, gpus, waited, spot, max(cap - used, 0.0),
-                                     spot_guard_wait_s(LIVE_DEFAULT.spot_guard, alloc.params.theta_seconds))
+                q = self._guarded(acc, alloc, q, waiting.get(acc, (0.0, 0.0)), max(cap - used, 0.0), spot, now)
             quotas.append(Quota(pool="default", accelerator=acc, capacity_gpus=int(cap),
                                 spot_quota_gpus=int(q), updated_at=now))
             h = alloc.params.horizon_hours
@@ -97,6 +98,18 @@ class QuotaAllocatorActor:
         self.store.set_meta(STATE_KEY, json.dumps({a: al.state_dict()
                                                    for a, al in self.allocators.items()}))
         return quotas
+
+    def _guarded(self, acc: str, alloc: SpotQuotaAllocator, quota: float, oldest: tuple[float, float],
+                 idle: float, spot: float, now: float) -> float:
+        """The pool's quota after the live preset's spot guard (``policies.quota.starvation_guard``)."""
+        mode = LIVE_DEFAULT.spot_guard
+        if now - self._guard_at.get(acc, -math.inf) < spot_guard_gap_s(mode, alloc.params.horizon_hours):
+            return quota
+        raised = starvation_guard(quota, oldest[0], oldest[1], spot, idle,
+                                  spot_guard_wait_s(mode, alloc.params.theta_seconds))
+        if raised > quota:
+            self._guard_at[acc] = now
+        return raised
 
     def oldest_waiting_spot(self, now: float) -> dict[str, tuple[float, float]]:
         """Per pool: (GPUs, seconds since submission) of the oldest spot job still waiting to be

@@ -26,7 +26,7 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "eta_max": ("4", "1"),
     "spot_score": ("packing", "fragmentation"),
     "hp_score": ("packing", "hp_colocate"),
-    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h"),
+    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph"),
     "hp_reserve": ("off", "head"),
 })
 
@@ -80,6 +80,8 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_eta_max_1_colocate_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
                                                   spot_guard="oldest_calm"),
     "fcfs_eta_max_1_calm_guard_4h": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h"),
+    "fcfs_eta_max_1_calm_guard_4h_1ph": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                spot_guard="oldest_calm_4h_1ph"),
     "fcfs_eta_max_1_hp_reserve": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head"),
     "fcfs_eta_max_1_reserve_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head",
                                                  spot_guard="oldest_calm"),

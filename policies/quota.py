@@ -166,8 +166,8 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
 
 
 #: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm
-#: (after theta, or after 4 theta).
-SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h")
+#: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
+SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph")
 
 
 def spot_guard_acts(mode: str, eviction_rate: float | None, tolerated_rate: float) -> bool:
@@ -182,8 +182,13 @@ def spot_guard_acts(mode: str, eviction_rate: float | None, tolerated_rate: floa
 
 def spot_guard_wait_s(mode: str, theta_s: float) -> float:
     """How long the oldest spot task waits before :func:`starvation_guard` admits it: Eq. 11's
-    theta, or 4 theta (``oldest_calm_4h``, with theta = 1 h)."""
-    return 4.0 * theta_s if mode == "oldest_calm_4h" else theta_s
+    theta, or 4 theta (``oldest_calm_4h*``, with theta = 1 h)."""
+    return 4.0 * theta_s if mode.startswith("oldest_calm_4h") else theta_s
+
+
+def spot_guard_gap_s(mode: str, horizon_hours: float) -> float:
+    """The least time between two quota steps the guard raises: H (``*_1ph``), else none."""
+    return horizon_hours * 3600.0 if mode.endswith("_1ph") else 0.0
 
 
 @dataclass

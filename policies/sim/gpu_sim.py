@@ -62,6 +62,7 @@ from policies.quota import (
     QuotaParams,
     SpotQuotaAllocator,
     spot_guard_acts,
+    spot_guard_gap_s,
     spot_guard_wait_s,
     starvation_guard,
 )
@@ -91,7 +92,7 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
     # the quota admits the oldest spot task once it waited theta (oldest_calm: only while the pool's
     # eviction rate is below Eq. 11's growth threshold 0.5 (1 - p))
-    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h"),
+    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph"),
     # the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods
     "hp_reserve": ("off", "head"),
 }
@@ -401,6 +402,7 @@ class GpuSimulator:
         self._lease_s = self.cfg.lease_release_s or getattr(scheduler, "lease_release_s", None)
         self._ticks = 0
         self._reserve: tuple[str, np.ndarray] | None = None
+        self._guard_at = np.full(n_pools, -np.inf)  # when spot_guard last raised each pool's quota
         self.preemption = PreemptionStats()
         self.quota_stats = QuotaStats()
         self.unschedulable: list[str] = []
@@ -838,11 +840,15 @@ class GpuSimulator:
                 head = self.records[d[0]]
                 if oldest is None or head.queued_since < oldest.queued_since:
                     oldest = head
-        if oldest is None:
+        gap = spot_guard_gap_s(self.cfg.spot_guard, self.cfg.quota.horizon_hours)
+        if oldest is None or self.now - self._guard_at[pool] < gap - EPS:
             return quota
-        return starvation_guard(quota, oldest.task.request.total_gpus, self.now - oldest.queued_since,
-                                float(self.spot_pool[pool]), idle,
-                                spot_guard_wait_s(self.cfg.spot_guard, self.cfg.quota.theta_seconds))
+        raised = starvation_guard(quota, oldest.task.request.total_gpus, self.now - oldest.queued_since,
+                                  float(self.spot_pool[pool]), idle,
+                                  spot_guard_wait_s(self.cfg.spot_guard, self.cfg.quota.theta_seconds))
+        if raised > quota:
+            self._guard_at[pool] = self.now
+        return raised
 
     def _hp_react_cap(self, pool: int, quota: float | None) -> float:
         """``hp_react='queued'``: the pool's quota is at most C - (GPUs of running HP + GPUs

@@ -183,3 +183,18 @@ def test_hp_reserve_holds_the_node_of_least_hp_for_a_waiting_gang() -> None:
     assert on.records["s"].evictions == 1 and on.records["c"].jqt_s == 0.0
     with pytest.raises(InvalidInput, match="hp_reserve"):
         SimConfig(hp_reserve="all")
+
+
+def test_spot_guard_4h_admits_after_four_hours_and_1ph_once_an_hour() -> None:
+    from policies.gfs_options import GFS_VARIANTS
+
+    # as above (quota 2 of 8 for a week), with two spot tasks wider than the quota: the 4-h
+    # guard admits the oldest at 29 h and the next one a tick later; with _1ph the next raise
+    # waits an hour (H)
+    tasks = [task("a", "hp", 6, 0, 24.5), task("s1", "spot", 4, 25, 10), task("s2", "spot", 3, 25.05, 10)]
+    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+            for v in ("fcfs_eta_max_1_calm_guard_4h", "fcfs_eta_max_1_calm_guard_4h_1ph")}
+    for r in runs.values():
+        assert r.records["s1"].jqt_s == pytest.approx(4 * H)
+    assert runs["fcfs_eta_max_1_calm_guard_4h"].records["s2"].jqt_s == pytest.approx((29 + 5 / 60 - 25.05) * H)
+    assert runs["fcfs_eta_max_1_calm_guard_4h_1ph"].records["s2"].jqt_s == pytest.approx((30 - 25.05) * H)
