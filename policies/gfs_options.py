@@ -87,6 +87,7 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
                                                  spot_guard="oldest_calm"),
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
-#: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run").
-LIVE_DEFAULT_NAME = "fcfs_eta_max_1"
+#: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run"): fcfs_eta_max_1
+#: with the spot guard that admits the oldest starving spot task once per H.
+LIVE_DEFAULT_NAME = "fcfs_eta_max_1_calm_guard_4h_1ph"
 LIVE_DEFAULT: GfsOptions = GFS_VARIANTS[LIVE_DEFAULT_NAME]
