@@ -90,8 +90,8 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "eta_rate": ("paper", "release"),  # Eq. 11's e: evictions / starts over H / F / (F + S) over eta_window_h
     "pools": ("per_model", "cluster"),  # one quota per GPU model, or one for the whole cluster
     "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
-    # the quota admits the oldest spot task once it waited theta (oldest_calm: only while the pool's
-    # eviction rate is below Eq. 11's growth threshold 0.5 (1 - p))
+    # the quota admits the oldest spot task once it waited theta (_4h: 4 theta; oldest_calm*: only while
+    # the pool's eviction rate is below Eq. 11's growth threshold 0.5 (1 - p); _1ph: once per H at most)
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph"),
     # the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods
     "hp_reserve": ("off", "head"),
@@ -831,8 +831,8 @@ class GpuSimulator:
         return spot_guard_acts(self.cfg.spot_guard, eviction_rate, self.cfg.quota.tolerated_eviction_rate)
 
     def _guarded(self, pool: int, quota: float, idle: float) -> float:
-        """``spot_guard='oldest'``: :func:`policies.quota.starvation_guard` for the oldest spot task
-        queued for this pool, after Eq. 11's queueing threshold theta."""
+        """``spot_guard``: :func:`policies.quota.starvation_guard` for the oldest spot task queued for
+        this pool, after theta or 4 theta, at most once per H for the ``_1ph`` choice."""
         oldest: TaskRecord | None = None
         name = self.pool_names[pool]
         for (_, _, _, models), d in self.queues["spot"].items():
