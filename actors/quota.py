@@ -11,11 +11,12 @@ Its eta state is saved in the store, so it survives restarts.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import ray
 
-from controlplane.core.models import JobKind
+from controlplane.core.models import JobKind, JobState
 from controlplane.core.readmodels import CapacityPoint, Quota
 from controlplane.store import Store
 from policies.forecast import Forecast
@@ -25,6 +26,10 @@ from policies.quota import (
     SpotQuotaAllocator,
     aggregate_mean_demand,
     aggregate_upper_demand,
+    spot_guard_acts,
+    spot_guard_gap_s,
+    spot_guard_wait_s,
+    starvation_guard,
 )
 
 STATE_KEY = "quota_allocators"
@@ -43,6 +48,8 @@ class QuotaAllocatorActor:
                 if acc in self.allocators:
                     self.allocators[acc].load_state_dict(state)
         self._last_counts: dict[str, float] = {}
+        self._last_rate: float | None = None  # Eq. 11's e at the last update (the guard reads it)
+        self._guard_at: dict[str, float] = {}  # when the spot guard last raised each pool's quota
 
     def capacity_gpus(self, acc: str) -> float:
         return float(self.pools[acc] * self.per_node.get(acc, 1))
@@ -67,6 +74,7 @@ class QuotaAllocatorActor:
 
         usage = self.usage()
         self._adapt_eta(now)
+        waiting = self.oldest_waiting_spot(now)
         quotas, points = [], []
         for acc, alloc in self.allocators.items():
             mean, sigma = forecasts.get(acc, ([[0.0]], [[0.0]]))
@@ -74,6 +82,8 @@ class QuotaAllocatorActor:
             cap = self.capacity_gpus(acc)
             used, spot = usage.get(acc, (0.0, 0.0))
             q = alloc.quota(cap, fc, max(cap - used, 0.0), spot)
+            if spot_guard_acts(LIVE_DEFAULT.spot_guard, self._last_rate, alloc.params.tolerated_eviction_rate):
+                q = self._guarded(acc, alloc, q, waiting.get(acc, (0.0, 0.0)), max(cap - used, 0.0), spot, now)
             quotas.append(Quota(pool="default", accelerator=acc, capacity_gpus=int(cap),
                                 spot_quota_gpus=int(q), updated_at=now))
             h = alloc.params.horizon_hours
@@ -89,6 +99,30 @@ class QuotaAllocatorActor:
                                                    for a, al in self.allocators.items()}))
         return quotas
 
+    def _guarded(self, acc: str, alloc: SpotQuotaAllocator, quota: float, oldest: tuple[float, float],
+                 idle: float, spot: float, now: float) -> float:
+        """The pool's quota after the live preset's spot guard (``policies.quota.starvation_guard``)."""
+        mode = LIVE_DEFAULT.spot_guard
+        if now - self._guard_at.get(acc, -math.inf) < spot_guard_gap_s(mode, alloc.params.horizon_hours):
+            return quota
+        raised = starvation_guard(quota, oldest[0], oldest[1], spot, idle,
+                                  spot_guard_wait_s(mode, alloc.params.theta_seconds))
+        if raised > quota:
+            self._guard_at[acc] = now
+        return raised
+
+    def oldest_waiting_spot(self, now: float) -> dict[str, tuple[float, float]]:
+        """Per pool: (GPUs, seconds since submission) of the oldest spot job still waiting to be
+        placed (PENDING or QUEUED) that may use the pool (its accelerator, or any)."""
+        out: dict[str, tuple[float, float, float]] = {}
+        for job in self.store.active_jobs():
+            if job.kind is not JobKind.SPOT or job.state not in (JobState.PENDING, JobState.QUEUED):
+                continue
+            for acc in self.pools if job.spec.accelerator is None else (job.spec.accelerator,):
+                if acc in self.pools and (acc not in out or job.submitted_at < out[acc][2]):
+                    out[acc] = (float(job.gpus), max(now - job.submitted_at, 0.0), job.submitted_at)
+        return {acc: (g, w) for acc, (g, w, _) in out.items()}
+
     def _adapt_eta(self, now: float) -> None:
         """Eq. 11 from the controller's counters since the last update (HP evictions / spot runs)
         and the longest spot queueing time over the last H hours, both measured by the store."""
@@ -98,6 +132,7 @@ class QuotaAllocatorActor:
             ev = counts["hp_evictions_total"] - self._last_counts["hp_evictions_total"]
             runs = counts["spot_placements_total"] - self._last_counts["spot_placements_total"]
             rate = min(1.0, ev / runs) if runs > 0 else 0.0
+            self._last_rate = rate
             waits: dict[float, float] = {}  # one query per distinct H
             for alloc in self.allocators.values():
                 window = alloc.params.horizon_hours * 3600.0

@@ -158,7 +158,8 @@ def run_cell(cell: Cell) -> tuple[Cell, dict[str, float], float]:
         cfg = SimConfig.for_options(cell.options, measure_from_s=cell.warmup_h * 3600.0)
     t0 = time.perf_counter()
     if cell.label.startswith("gfs:"):
-        sched = make_scheduler("gfs", seed=cell.seed, gfs_queue=cell.options.queue, spot_score=cell.options.spot_score)
+        sched = make_scheduler("gfs", seed=cell.seed, gfs_queue=cell.options.queue, spot_score=cell.options.spot_score,
+                               hp_score=cell.options.hp_score)
     else:
         sched = scheduler_for(cell.label, cell.seed)
     r = simulate(w, sched, cfg)

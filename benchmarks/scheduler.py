@@ -109,6 +109,7 @@ def sim_config(options: dict[str, Any]) -> SimConfig:
     opts = dict(options)
     opts.pop("gfs_queue", None)  # the scheduler's options (make_scheduler), not the simulator's
     opts.pop("spot_score", None)
+    opts.pop("hp_score", None)
     agg = opts.pop("aggregation", None)
     eta_max = opts.pop("eta_max", None)
     base = QuotaParams.for_options(LIVE_DEFAULT)
@@ -121,8 +122,9 @@ def _run_one(run: Run) -> tuple[Run, dict[str, float], float]:
     opts = dict(run.options)
     queue = opts.pop("gfs_queue", LIVE_DEFAULT.queue)
     spot_score = opts.pop("spot_score", LIVE_DEFAULT.spot_score)
+    hp_score = opts.pop("hp_score", LIVE_DEFAULT.hp_score)
     t0 = time.perf_counter()
-    r = simulate(w, scheduler_for(run.label, run.seed, queue, spot_score), sim_config(opts))
+    r = simulate(w, scheduler_for(run.label, run.seed, queue, spot_score, hp_score), sim_config(opts))
     check_did_work(run.workload, run.label, w, r)
     return run, {**r.summary(), **why_fields(r)}, time.perf_counter() - t0
 
@@ -339,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eta-max", choices=CHOICES["eta_max"], help="eta's upper clamp (Eq. 11)")
     ap.add_argument("--hp-react", choices=CHOICES["hp_react"], help="queued HP GPUs cap the pool's quota at once")
     ap.add_argument("--spot-score", choices=CHOICES["spot_score"], help="GFS's first node key for spot tasks")
+    ap.add_argument("--hp-score", choices=CHOICES["hp_score"], help="GFS's first node key for HP tasks")
+    ap.add_argument("--spot-guard", choices=CHOICES["spot_guard"],
+                    help="the quota admits the oldest waiting spot task after theta (Eq. 11)")
+    ap.add_argument("--hp-reserve", choices=CHOICES["hp_reserve"],
+                    help="the oldest waiting HP task of whole GPUs holds the nodes of least HP")
     ap.add_argument("--gfs-queue", choices=GFS_QUEUES,
                     help="GFS's queue order: size (ascending GPUs per pod), size_release (the authors' release) "
                          "or fcfs (submission order, backfilled)")
@@ -380,11 +387,14 @@ def main(argv: list[str] | None = None) -> int:
         "hp_demand": pick(a.hp_demand, "hp_demand"), "hourly": pick(a.hourly, "hourly"),
         "aggregation": pick(a.aggregation, "aggregation"), "eta_rate": pick(a.eta_rate, "eta_rate"),
         "pools": pick(a.pools, "pools"), "hp_react": pick(a.hp_react, "hp_react"),
-        "eta_max": pick(a.eta_max, "eta_max"), "measure_from_s": a.warmup_h * 3600.0}
+        "eta_max": pick(a.eta_max, "eta_max"), "spot_guard": pick(a.spot_guard, "spot_guard"),
+        "hp_reserve": pick(a.hp_reserve, "hp_reserve"),
+        "measure_from_s": a.warmup_h * 3600.0}
     sim_config(options)  # bad values fail before any run
     # the scheduler's: _run_one passes them to make_scheduler
     options["gfs_queue"] = pick(a.gfs_queue, "queue")
     options["spot_score"] = pick(a.spot_score, "spot_score")
+    options["hp_score"] = pick(a.hp_score, "hp_score")
     workload = "openb" if a.pods else a.workload
     free = names if "quota-free" in tables else [n for n in names if n == "gfs"]
     rel = release_labels(names) if "release" in tables else []

@@ -25,6 +25,9 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "hp_react": ("off", "queued"),
     "eta_max": ("4", "1"),
     "spot_score": ("packing", "fragmentation"),
+    "hp_score": ("packing", "hp_colocate"),
+    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph"),
+    "hp_reserve": ("off", "head"),
 })
 
 
@@ -41,6 +44,9 @@ class GfsOptions:
     hp_react: str = "off"
     eta_max: str = "4"
     spot_score: str = "packing"
+    hp_score: str = "packing"
+    spot_guard: str = "off"
+    hp_reserve: str = "off"
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -64,8 +70,24 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_sum_of_quantiles": replace(AS_RELEASED, queue="fcfs", aggregation="sum_of_quantiles"),
     "fcfs_eta_max_1": replace(AS_RELEASED, queue="fcfs", eta_max="1"),
     "fcfs_eta_max_1_spot_fgd": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_score="fragmentation"),
+    "fcfs_eta_max_1_hp_colocate": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate"),
+    "fcfs_eta_max_1_spot_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest"),
+    "fcfs_eta_max_1_colocate_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
+                                             spot_guard="oldest"),
+    "fcfs_colocate_guard": replace(AS_RELEASED, queue="fcfs", hp_score="hp_colocate", spot_guard="oldest"),
+    "fcfs_eta_max_1_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm"),
+    "fcfs_calm_guard": replace(AS_RELEASED, queue="fcfs", spot_guard="oldest_calm"),
+    "fcfs_eta_max_1_colocate_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
+                                                  spot_guard="oldest_calm"),
+    "fcfs_eta_max_1_calm_guard_4h": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h"),
+    "fcfs_eta_max_1_calm_guard_4h_1ph": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                spot_guard="oldest_calm_4h_1ph"),
+    "fcfs_eta_max_1_hp_reserve": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head"),
+    "fcfs_eta_max_1_reserve_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head",
+                                                 spot_guard="oldest_calm"),
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
-#: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run").
-LIVE_DEFAULT_NAME = "fcfs_eta_max_1"
+#: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run"): fcfs_eta_max_1
+#: with the spot guard that admits the oldest starving spot task once per H.
+LIVE_DEFAULT_NAME = "fcfs_eta_max_1_calm_guard_4h_1ph"
 LIVE_DEFAULT: GfsOptions = GFS_VARIANTS[LIVE_DEFAULT_NAME]

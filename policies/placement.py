@@ -183,6 +183,8 @@ class ClusterSnapshot:
     ``spot_succeeded`` / ``spot_evicted`` are G and F of Eq. 18-19. ``spot_quota`` is Eq. 10's
     Q_H (None = no quota) and ``spot_allocated`` the GPUs spot tasks hold now; ``spot_nodes``
     (None = all) masks the nodes whose GPU pool's quota has room for the spot task asked about.
+    ``reserved_nodes`` (None = none) are held for the HP task ``reserved_for``: no other task is
+    placed there.
     """
 
     now_s: float
@@ -206,6 +208,8 @@ class ClusterSnapshot:
     spot_nodes: np.ndarray | None = None
     ages: NodeAges | None = None  # VM ages, for plugins that weigh a node's age (None: unknown)
     _memo: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    reserved_nodes: np.ndarray | None = None
+    reserved_for: str | None = None
 
     def __post_init__(self) -> None:
         if _all_read_only(self):
@@ -753,6 +757,8 @@ class FrameworkScheduler:
                 mask &= m
         if not task.is_hp and snap.spot_nodes is not None:
             mask &= snap.spot_nodes
+        if snap.reserved_nodes is not None and task.id != snap.reserved_for:
+            mask &= ~snap.reserved_nodes
         return mask
 
     def non_preemptive(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:

@@ -155,6 +155,42 @@ def aggregate_mean_demand(hp_forecast: UpperBound, horizon_hours: int) -> float:
     return float(np.sum(np.maximum(np.max(mean[:, :horizon_hours], axis=1), 0.0)))
 
 
+def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spot_held: float, idle: float,
+                     limit_s: float) -> float:
+    """Eq. 10's quota, raised once the oldest waiting spot task has waited ``limit_s``:
+    max(Q_H, min(Sa + g, S0 + Sa)), so that it fits under the quota as soon as S0 holds its g GPUs
+    (the quota still never exceeds Eq. 10's S0 + Sa)."""
+    if oldest_gpus <= 0 or oldest_wait_s < limit_s:
+        return quota
+    return max(quota, min(spot_held + oldest_gpus, idle + spot_held))
+
+
+#: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm
+#: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
+SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph")
+
+
+def spot_guard_acts(mode: str, eviction_rate: float | None, tolerated_rate: float) -> bool:
+    """Whether :func:`starvation_guard` applies: ``oldest`` always, ``oldest_calm`` while the pool's
+    eviction rate is under Eq. 11's growth threshold 0.5 (1 - p), ``off`` never."""
+    if mode not in SPOT_GUARDS:
+        raise InvalidInput("spot_guard", f"unknown spot guard {mode!r}", fix=f"use one of {', '.join(SPOT_GUARDS)}")
+    if mode.startswith("oldest_calm"):
+        return (eviction_rate or 0.0) < 0.5 * tolerated_rate
+    return mode == "oldest"
+
+
+def spot_guard_wait_s(mode: str, theta_s: float) -> float:
+    """How long the oldest spot task waits before :func:`starvation_guard` admits it: Eq. 11's
+    theta, or 4 theta (``oldest_calm_4h*``, with theta = 1 h)."""
+    return 4.0 * theta_s if mode.startswith("oldest_calm_4h") else theta_s
+
+
+def spot_guard_gap_s(mode: str, horizon_hours: float) -> float:
+    """The least time between two quota steps the guard raises: H (``*_1ph``), else none."""
+    return horizon_hours * 3600.0 if mode.endswith("_1ph") else 0.0
+
+
 @dataclass
 class SpotQuotaAllocator:
     """Spot quota of one GPU pool: inventory (Eq. 9), quota (Eq. 10), eta feedback (Eq. 11)."""

@@ -116,6 +116,17 @@ class SpotOnlyScore:
         return np.zeros(snap.n_nodes) if task.is_hp else np.asarray(self.inner.score(snap, task, work))
 
 
+@dataclass(frozen=True)
+class HpOnlyScore:
+    """A score plugin that ranks HP tasks' nodes only (spot tasks see a tie everywhere)."""
+
+    inner: ScorePlugin
+    name: str = "hp_only"
+
+    def score(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> np.ndarray:
+        return np.asarray(self.inner.score(snap, task, work)) if task.is_hp else np.zeros(snap.n_nodes)
+
+
 def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = None,
                 score: ScorePlugin | None = None) -> FrameworkScheduler:
     """A copy of the scheduler with one more filter and/or score plugin (the score as the last,
@@ -125,12 +136,14 @@ def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = 
 
 
 def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: str = LIVE_DEFAULT.queue,
-                   spot_score: str = LIVE_DEFAULT.spot_score) -> FrameworkScheduler:
+                   spot_score: str = LIVE_DEFAULT.spot_score, hp_score: str = LIVE_DEFAULT.hp_score) -> FrameworkScheduler:
     """One of :data:`SCHEDULERS` by name (see the module table); ``quota=True`` puts a baseline
     behind GFS's spot quota (OrgLinear, adaptive eta), as the authors' release runs them;
     ``gfs_queue`` (one of :data:`GFS_QUEUES`) is the queue order of GFS and its ablations;
     ``spot_score='fragmentation'`` ranks GFS's nodes for spot tasks by FGD's fragmentation score
-    before Eq. 13-16 (HP placement unchanged)."""
+    before Eq. 13-16 (HP placement unchanged); ``hp_score='hp_colocate'`` ranks GFS's nodes for HP
+    tasks by Eq. 14 (GPUs HP already holds) before Eq. 13, so that small HP pods gather on the nodes
+    HP already uses and leave nodes that hold only spot (preemptible) whole for HP gangs."""
     if gfs_queue not in GFS_QUEUES:
         raise InvalidInput("gfs_queue", f"unknown queue order {gfs_queue!r}", fix=f"use one of {', '.join(GFS_QUEUES)}")
     s = _make(name, seed)
@@ -142,6 +155,10 @@ def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: 
             s.scores = (SpotOnlyScore(FragmentationScore()), *s.scores)
         elif spot_score != "packing":
             raise InvalidInput("spot_score", f"unknown spot score {spot_score!r}", fix="use packing or fragmentation")
+        if hp_score == "hp_colocate":
+            s.scores = (HpOnlyScore(CoLocationScore()), *s.scores)
+        elif hp_score != "packing":
+            raise InvalidInput("hp_score", f"unknown HP score {hp_score!r}", fix="use packing or hp_colocate")
     return s
 
 

@@ -58,7 +58,14 @@ from policies.placement import (
     RunningTask,
     TaskRequest,
 )
-from policies.quota import QuotaParams, SpotQuotaAllocator
+from policies.quota import (
+    QuotaParams,
+    SpotQuotaAllocator,
+    spot_guard_acts,
+    spot_guard_gap_s,
+    spot_guard_wait_s,
+    starvation_guard,
+)
 from policies.sim.workloads import SimTask, Workload
 
 log = logging.getLogger(__name__)
@@ -83,6 +90,11 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "eta_rate": ("paper", "release"),  # Eq. 11's e: evictions / starts over H / F / (F + S) over eta_window_h
     "pools": ("per_model", "cluster"),  # one quota per GPU model, or one for the whole cluster
     "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
+    # the quota admits the oldest spot task once it waited theta (_4h: 4 theta; oldest_calm*: only while
+    # the pool's eviction rate is below Eq. 11's growth threshold 0.5 (1 - p); _1ph: once per H at most)
+    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph"),
+    # the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods
+    "hp_reserve": ("off", "head"),
 }
 
 
@@ -121,13 +133,15 @@ class SimConfig:
     measure_from_s: float = 0.0
     lease_release_s: float | None = None
     lease_restart_s: float = 120.0
+    spot_guard: str = LIVE_DEFAULT.spot_guard
+    hp_reserve: str = LIVE_DEFAULT.hp_reserve
 
     @classmethod
     def for_options(cls, options: GfsOptions, **knobs: Any) -> SimConfig:
         """The config that runs GFS's named ``options`` (and any other ``knobs``)."""
         return cls(quota=QuotaParams.for_options(options), hp_demand=options.hp_demand,
                    hourly=options.hourly, eta_rate=options.eta_rate, pools=options.pools,
-                   hp_react=options.hp_react, **knobs)
+                   hp_react=options.hp_react, spot_guard=options.spot_guard, hp_reserve=options.hp_reserve, **knobs)
 
     def __post_init__(self) -> None:
         if self.tick_s <= 0 or self.checkpoint_s <= 0:
@@ -387,6 +401,8 @@ class GpuSimulator:
                                           self.cfg, workload.start_hour) for c in self.pool_cap]
         self._lease_s = self.cfg.lease_release_s or getattr(scheduler, "lease_release_s", None)
         self._ticks = 0
+        self._reserve: tuple[str, np.ndarray] | None = None
+        self._guard_at = np.full(n_pools, -np.inf)  # when spot_guard last raised each pool's quota
         self.preemption = PreemptionStats()
         self.quota_stats = QuotaStats()
         self.unschedulable: list[str] = []
@@ -578,10 +594,12 @@ class GpuSimulator:
                 nodes = _ro(np.isin(self.pool_of, ok)) if len(self.pool_names) > 1 else None
                 if not np.isfinite(quota):
                     quota = None
+        held, held_for = (self._reserve[1], self._reserve[0]) if self._reserve else (None, None)
         return ClusterSnapshot(
             self.now, r["names"], r["models"], r["gpus"], r["card_free"], r["hp"], r["spot"], r["ev_short"],
             r["ev_long"], self._running_view, self._node_tasks_view, self.G, self.F,
-            quota, self.spot_alloc, r["idle"], r["free"], spot_nodes=nodes)
+            quota, self.spot_alloc, r["idle"], r["free"], spot_nodes=nodes, reserved_nodes=held,
+            reserved_for=held_for)
 
     def _attempt(self, shape: Shape, q: dict[Shape, deque[str]]) -> bool:
         tid = q[shape][0]
@@ -598,6 +616,8 @@ class GpuSimulator:
     # ---- state changes -------------------------------------------------------------------
     def _start(self, rec: TaskRecord, p: Placement) -> None:
         req = rec.task.request
+        if self._reserve is not None and self._reserve[0] == req.id:
+            self._reserve = None
         if p.victims and self.now >= self.cfg.measure_from_s:
             self._count_preemption(p.victims)
         for vid in p.victims:
@@ -745,8 +765,34 @@ class GpuSimulator:
         self._guarantee_hours()
         if self.quota_loops:
             self._quota_tick()
+        if self.cfg.hp_reserve == "head":
+            self._reserve = self._reservation()
         if self._lease_s and self._at_multiple(self._lease_s):
             self._release_leases()
+
+    def _reservation(self) -> tuple[str, np.ndarray] | None:
+        """``hp_reserve='head'``: the oldest queued HP task of whole GPUs that has waited a tick,
+        and the eligible nodes of least HP-held GPUs (most free next), one per pod: HP GPUs
+        cannot be preempted, so those nodes are the first to drain for it."""
+        head: TaskRecord | None = None
+        for (_, g, _, _), d in self.queues["hp"].items():
+            if d and g >= 1 - EPS:
+                rec = self.records[d[0]]
+                if head is None or rec.queued_since < head.queued_since:
+                    head = rec
+        if head is None or self.now - head.queued_since < self.cfg.tick_s - EPS:
+            return None
+        req = head.task.request
+        ok = self.gpus >= round(req.gpus)
+        if req.gpu_model:
+            ok &= np.isin(np.asarray(self.w.nodes.gpu_model), req.gpu_model)
+        cand = np.flatnonzero(ok)
+        if len(cand) < req.pods:
+            return None
+        order = cand[np.lexsort((-self.free[cand], self.hp[cand]))][: req.pods]
+        mask = np.zeros(self.n, dtype=bool)
+        mask[order] = True
+        return req.id, _ro(mask)
 
     def _at_multiple(self, period: float) -> bool:
         r = self.now % period
@@ -768,7 +814,10 @@ class GpuSimulator:
             if self._ticks % per_hour == 0:
                 ql.close_hour()
             idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
-            q = ql.update(self._eviction_rate(i), longest, idle, float(self.spot_pool[i]))
+            rate = self._eviction_rate(i)
+            q = ql.update(rate, longest, idle, float(self.spot_pool[i]))
+            if q is not None and self._guard_on(rate):
+                q = ql.quota = self._guarded(i, q, idle)
             if self.cfg.hp_react == "queued":
                 q = ql.quota = self._hp_react_cap(i, q)
             if q is not None and self.now >= self.cfg.measure_from_s:
@@ -776,6 +825,30 @@ class GpuSimulator:
                 st.pool_ticks += 1
                 st.eta_at_max += ql.allocator.eta >= ql.allocator.params.eta_max - EPS
                 st.forecast_binds += q < idle + float(self.spot_pool[i]) - EPS
+
+    def _guard_on(self, eviction_rate: float | None) -> bool:
+        """Whether ``spot_guard`` acts this tick (:func:`policies.quota.spot_guard_acts`)."""
+        return spot_guard_acts(self.cfg.spot_guard, eviction_rate, self.cfg.quota.tolerated_eviction_rate)
+
+    def _guarded(self, pool: int, quota: float, idle: float) -> float:
+        """``spot_guard``: :func:`policies.quota.starvation_guard` for the oldest spot task queued for
+        this pool, after theta or 4 theta, at most once per H for the ``_1ph`` choice."""
+        oldest: TaskRecord | None = None
+        name = self.pool_names[pool]
+        for (_, _, _, models), d in self.queues["spot"].items():
+            if d and (models is None or len(self.pool_names) == 1 or name in models):
+                head = self.records[d[0]]
+                if oldest is None or head.queued_since < oldest.queued_since:
+                    oldest = head
+        gap = spot_guard_gap_s(self.cfg.spot_guard, self.cfg.quota.horizon_hours)
+        if oldest is None or self.now - self._guard_at[pool] < gap - EPS:
+            return quota
+        raised = starvation_guard(quota, oldest.task.request.total_gpus, self.now - oldest.queued_since,
+                                  float(self.spot_pool[pool]), idle,
+                                  spot_guard_wait_s(self.cfg.spot_guard, self.cfg.quota.theta_seconds))
+        if raised > quota:
+            self._guard_at[pool] = self.now
+        return raised
 
     def _hp_react_cap(self, pool: int, quota: float | None) -> float:
         """``hp_react='queued'``: the pool's quota is at most C - (GPUs of running HP + GPUs

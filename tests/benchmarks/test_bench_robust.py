@@ -117,6 +117,9 @@ def test_the_live_defaults_are_the_ones_the_robust_run_picked() -> None:
     actor = QuotaAllocatorActor.__new__(QuotaAllocatorActor)  # the params it builds, without a store
     assert "QuotaParams.for_options(LIVE_DEFAULT)" in inspect.getsource(actor.__init__)
     assert make_scheduler("gfs").queue.order == LIVE_DEFAULT.queue
+    assert (cfg.spot_guard, cfg.hp_reserve) == (LIVE_DEFAULT.spot_guard, LIVE_DEFAULT.hp_reserve)
+    assert "spot_guard_acts(LIVE_DEFAULT.spot_guard" in inspect.getsource(actor.update)
+    assert make_scheduler("gfs").scores == make_scheduler("gfs", hp_score=LIVE_DEFAULT.hp_score).scores
     # what the live plane does by construction, not by a default: it counts running HP as demand
     # (reconcile.placement.account_demand), keeps one allocator per accelerator (actors.quota),
     # measures eta's e as evictions / spot placements, and has no hp_react cap

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import scheduler as bench
 from controlplane.core.errors import InvalidInput
+from policies.gfs_options import LIVE_DEFAULT_NAME
 from policies.placement import TaskRequest
 from policies.schedulers import make_scheduler
 from policies.sim.gpu_sim import simulate
@@ -152,3 +153,13 @@ def test_why_mode_runs_the_release_setup_and_the_strict_fcfs_control(capsys: pyt
         assert 0 <= m["young_victims"] <= 1
     control = bench.scheduler_for(bench.STRICT_CONTROL, 2)
     assert control.queue.order == "fcfs" and control.queue.strict and control.name == "gfs"
+
+
+def test_the_spot_guard_ends_the_replay_the_eta_cap_starves(capsys: pytest.CaptureFixture[str]) -> None:
+    # the 16-node half-day replay above with the live preset (eta cap and spot guard): it ends (4 s
+    # here; without the guard it had not ended after 150 s)
+    rc = bench.main(["--workload", "gfs-a100-high", "--days", "0.5", "--nodes", "16", "--preset",
+                     LIVE_DEFAULT_NAME, "--schedulers", "gfs", "--tables", "quota-free", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["options"]["spot_guard"] != "off" and out["options"]["eta_max"] == "1"

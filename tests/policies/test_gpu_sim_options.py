@@ -150,3 +150,51 @@ def test_gfs_queue_fcfs_takes_the_submission_order_and_backfills() -> None:
     tasks = [task("a", "hp", 4, 0, 1), task("big", "hp", 8, 0.1, 1), task("small", "hp", 1, 0.2, 1)]
     r = simulate(wl(tasks, ("A100",)), make_scheduler("gfs", gfs_queue="fcfs"))
     assert r.records["small"].jqt_s == 0.0 and r.records["big"].jqt_s == pytest.approx(1.1 * H)
+
+
+def test_spot_guard_lets_a_spot_task_wider_than_the_quota_start_after_theta() -> None:
+    from policies.gfs_options import GFS_VARIANTS
+
+    # HP "a" holds 6 of 8 GPUs for 24.5 h; GFS-e forecasts the last week's peak (6), so with eta
+    # clamped at 1 the quota is 8 - 6 = 2 for a week after "a" ends. The 4-GPU spot task that
+    # arrives at 25 h waits for that week without the guard; with it, the quota admits it at the
+    # first tick after theta (1 h)
+    tasks = [task("a", "hp", 6, 0, 24.5), task("s", "spot", 4, 25, 1)]
+    nodes = ("A100",)
+    runs = {v: simulate(wl(tasks, nodes), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+            for v in ("fcfs_eta_max_1", "fcfs_eta_max_1_spot_guard")}
+    assert runs["fcfs_eta_max_1"].records["s"].jqt_s > 100 * H
+    assert runs["fcfs_eta_max_1_spot_guard"].records["s"].jqt_s == pytest.approx(H)
+    with pytest.raises(InvalidInput, match="spot_guard"):
+        SimConfig(spot_guard="always")
+
+
+def test_hp_reserve_holds_the_node_of_least_hp_for_a_waiting_gang() -> None:
+    # n0: HP "a" (2 GPUs, 10 h); n1: HP "b" (1 GPU, 1 h) and spot "s" (4 GPUs). The 8-GPU HP "big"
+    # waits for a node without HP. The 1-GPU HP "c" (0.5 h) goes by packing to the fuller n1, so
+    # "big" waits for "a" (10 h); with hp_reserve n1 (least HP) is held for "big" from the first
+    # tick after it waited a tick, "c" goes to n0, and "big" starts when "b" ends, evicting "s"
+    tasks = [task("a", "hp", 2, 0, 10, models=("A",)), task("b", "hp", 1, 0, 1, models=("B",)),
+             task("s", "spot", 4, 0, 20, models=("B",)), task("big", "hp", 8, 0.1, 1), task("c", "hp", 1, 0.5, 10)]
+    off = simulate(wl(tasks, ("A", "B")), make_scheduler("gfs"), SimConfig(hp_reserve="off"))
+    on = simulate(wl(tasks, ("A", "B")), make_scheduler("gfs"), SimConfig(hp_reserve="head"))
+    assert off.records["big"].jqt_s == pytest.approx(9.9 * H)
+    assert on.records["big"].jqt_s == pytest.approx(0.9 * H)
+    assert on.records["s"].evictions == 1 and on.records["c"].jqt_s == 0.0
+    with pytest.raises(InvalidInput, match="hp_reserve"):
+        SimConfig(hp_reserve="all")
+
+
+def test_spot_guard_4h_admits_after_four_hours_and_1ph_once_an_hour() -> None:
+    from policies.gfs_options import GFS_VARIANTS
+
+    # as above (quota 2 of 8 for a week), with two spot tasks wider than the quota: the 4-h
+    # guard admits the oldest at 29 h and the next one a tick later; with _1ph the next raise
+    # waits an hour (H)
+    tasks = [task("a", "hp", 6, 0, 24.5), task("s1", "spot", 4, 25, 10), task("s2", "spot", 3, 25.05, 10)]
+    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+            for v in ("fcfs_eta_max_1_calm_guard_4h", "fcfs_eta_max_1_calm_guard_4h_1ph")}
+    for r in runs.values():
+        assert r.records["s1"].jqt_s == pytest.approx(4 * H)
+    assert runs["fcfs_eta_max_1_calm_guard_4h"].records["s2"].jqt_s == pytest.approx((29 + 5 / 60 - 25.05) * H)
+    assert runs["fcfs_eta_max_1_calm_guard_4h_1ph"].records["s2"].jqt_s == pytest.approx((30 - 25.05) * H)

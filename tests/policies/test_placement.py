@@ -297,3 +297,16 @@ def test_every_scheduler_has_its_preemption_and_queue_rules(name: str, node_choi
     assert s.preemptor is not None
     assert s.preemptor.node_choice == node_choice and s.preemptor.random_victims is random_victims
     assert s.queue.order == order and s.queue.strict is strict
+
+
+def test_hp_colocate_gathers_hp_pods_on_nodes_hp_already_uses() -> None:
+    # n0: 2 cards to HP; n1: 6 cards to spot. Packing sends a 1-GPU HP pod to the fuller n1
+    # (freeing n0 for nothing); hp_colocate keeps it beside the HP on n0, so n1 (spot only) stays
+    # whole for an HP gang that may preempt there. Spot placement is unchanged.
+    s = snapshot([8, 8], [rt("a", "hp", 0, [0, 1]), rt("b", "spot", 1, [0, 1, 2, 3, 4, 5])])
+    assert make_scheduler("gfs").schedule(s, TaskRequest("h", "hp", 1)).nodes == ("n1",)
+    assert make_scheduler("gfs", hp_score="hp_colocate").schedule(s, TaskRequest("h", "hp", 1)).nodes == ("n0",)
+    assert make_scheduler("gfs", hp_score="hp_colocate").schedule(s, TaskRequest("s", "spot", 1)).nodes == \
+        make_scheduler("gfs").schedule(s, TaskRequest("s", "spot", 1)).nodes
+    with pytest.raises(InvalidInput, match="hp_score"):
+        make_scheduler("gfs", hp_score="spread")

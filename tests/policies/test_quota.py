@@ -180,3 +180,29 @@ def test_a_state_without_an_update_count_starts_counting_at_zero() -> None:
     sqa = SpotQuotaAllocator()
     sqa.load_state_dict({"params": QuotaParams().__dict__, "eta": 9.0})
     assert (sqa.eta, sqa.updates) == (4.0, 0)  # eta clamped to eta_max on load
+
+
+def test_starvation_guard_admits_the_oldest_spot_task_after_theta_within_idle_gpus() -> None:
+    from policies.quota import starvation_guard
+
+    # before theta, or with nothing waiting, Eq. 10's quota stands
+    assert starvation_guard(2.0, 4.0, 3599.0, 1.0, 8.0, 3600.0) == 2.0
+    assert starvation_guard(2.0, 0.0, 9999.0, 1.0, 8.0, 3600.0) == 2.0
+    # after theta: room for its 4 GPUs beside the 1 spot GPU held, but never above S0 + Sa
+    assert starvation_guard(2.0, 4.0, 3600.0, 1.0, 8.0, 3600.0) == 5.0
+    assert starvation_guard(2.0, 4.0, 7200.0, 1.0, 2.0, 3600.0) == 3.0
+    assert starvation_guard(6.0, 4.0, 7200.0, 1.0, 8.0, 3600.0) == 6.0  # never lowers the quota
+
+
+def test_spot_guard_modes_act_by_eviction_rate_and_wait_theta_or_four() -> None:
+    from policies.quota import spot_guard_acts, spot_guard_wait_s
+
+    eps = 0.1
+    assert not spot_guard_acts("off", 0.0, eps) and spot_guard_acts("oldest", 1.0, eps)
+    for calm in ("oldest_calm", "oldest_calm_4h"):
+        assert spot_guard_acts(calm, None, eps) and spot_guard_acts(calm, 0.049, eps)
+        assert not spot_guard_acts(calm, 0.05, eps)  # Eq. 11's growth threshold 0.5 eps
+    assert spot_guard_wait_s("oldest_calm", 3600.0) == 3600.0
+    assert spot_guard_wait_s("oldest_calm_4h", 3600.0) == 4 * 3600.0
+    with pytest.raises(InvalidInput, match="spot_guard"):
+        spot_guard_acts("sometimes", 0.0, eps)
