@@ -42,6 +42,9 @@ META_FIELDS: dict[str, type] = {
     "spotplane.workers": int,
     "spotplane.checkpoint_hours": float,
     "spotplane.name": str,
+    "spotplane.max_restarts_on_error": int,
+    "spotplane.restart_on_exit_codes": list,
+    "spotplane.max_duration_hours": float,
 }
 
 RAY_STATUS: dict[JobState, str] = {
@@ -76,9 +79,11 @@ class RaySubmitRequest(BaseModel):
 
 def _number(key: str, raw: str, kind: type) -> Any:
     try:
+        if kind is list:  # a comma-separated list of integers: "1,3"
+            return [int(part) for part in raw.split(",") if part.strip()]
         return kind(raw)
     except ValueError:
-        word = "an integer" if kind is int else "a number"
+        word = {int: "an integer", list: "integers separated by commas"}.get(kind, "a number")
         raise InvalidInput(f"metadata.{key}", f"{raw!r} is not {word}",
                            fix=f"pass --metadata-json '{{\"{key}\": \"<{word}>\"}}'") from None
 

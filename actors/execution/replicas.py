@@ -52,6 +52,7 @@ class Replica:
     group_nodes: list[str] = field(default_factory=list)  # the gang's other nodes
     ray_message: str = ""  # what Ray said of the job's end (e.g. its node died)
     released: bool = False  # its group and slots given back (once: a node may serve a new job)
+    exit_code: int | None = None  # its entrypoint's exit code, once Ray reports one
 
 
 

@@ -245,6 +245,17 @@ class JobSpec(BaseModel):
     metadata: dict[Annotated[str, Field(min_length=1, max_length=256)],
                    Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=dict, max_length=MAX_METADATA, description="Free-form labels (Ray job metadata).")
+    max_restarts_on_error: StrictInt = Field(
+        default=0, ge=0, le=100,
+        description="Restarts from the last checkpoint after an exit code in "
+                    "restart_on_exit_codes; the next such exit fails the job.")
+    restart_on_exit_codes: list[Annotated[StrictInt, Field(ge=-255, le=255)]] = Field(
+        default_factory=list, max_length=32,
+        description="Exit codes that restart the job (up to max_restarts_on_error times); any "
+                    "other code fails it.")
+    max_duration_hours: StrictFloat | None = Field(
+        default=None, gt=0, le=100_000,
+        description="Wall time from the first start after which the job is stopped (FAILED).")
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -321,6 +332,8 @@ class Job(Row):
     policy_action: str | None = None  # deadline jobs: the policy's last action (idle/spot/on_demand)
     policy_zone: str | None = None
     message: str = ""
+    error_restarts: int = 0  # restarts after a listed exit code (apart from preemptions)
+    exit_code: int | None = None  # the last attempt's exit code, when it ended on its own
 
     @property
     def gpus(self) -> int:

@@ -81,6 +81,7 @@ class ExecutorReport:
     failed: str | None = None
     checkpoint_bytes: int = 0  # the job's checkpoints so far, in bytes (cumulative)
     restore_fallbacks: int = 0  # the job's restores that skipped a bad checkpoint (cumulative)
+    exit_code: int | None = None  # a failed attempt's exit code, when the executor learnt it
 
 
 class JobExecutor(Protocol):
