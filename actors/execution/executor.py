@@ -169,6 +169,8 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         totals = self.artifacts.totals(job.id, job.tenant_id, changed)
         if finished or failed:
             self._cleanup(job.id)
+            for r in reps:  # a restarted job's next attempt is polled alone
+                r.ended_told = True
         return told.report(job, finished=finished, failed=failed, totals=totals,
                            exit_code=reps[-1].exit_code if failed else None)
 
