@@ -460,3 +460,29 @@ class Decision(BaseModel):
     reason: str = ""
     observation: dict[str, Any] = Field(default_factory=dict)
 
+
+
+# --------------------------------------------------------------------------------------------
+# Fair share between tenants
+# --------------------------------------------------------------------------------------------
+class TenantShareSpec(BaseModel):
+    """What an admin sets of a tenant's fair share: its weight and nominal GPUs per pool."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    weight: StrictFloat | StrictInt = Field(
+        default=1.0, gt=0, le=1000,
+        description="Weight of the tenant's share of each pool's GPUs beside other tenants'.")
+    nominal_gpus: dict[Annotated[str, Field(min_length=1, max_length=32,
+                                            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
+                       Annotated[StrictInt, Field(ge=0, le=100_000)]] = Field(
+        default_factory=dict, max_length=64,
+        description="GPUs of a pool (by accelerator) the tenant is owed whenever it asks; "
+                    "an idle tenant's nominal GPUs are lent to busy ones. A pool not named: "
+                    "the weight's part of the pool.")
+
+
+class TenantShare(TenantShareSpec):
+    """A tenant's stored fair share."""
+
+    tenant_id: str

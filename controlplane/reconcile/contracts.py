@@ -62,6 +62,9 @@ class ControllerSettings:
     # tick): accounting restarts from the stored accounted_at/billed_at, so nothing is lost.
     persist_progress_every: int = 10
     seed: int = 0
+    # Fair share between tenants (policies.fairshare): weights and nominal GPUs per pool, idle
+    # share lent to busy tenants and reclaimed from them, least lost work first; False: GFS alone
+    fair_share: bool = True
 
     def zone_rule(self) -> ZoneRule:
         """How spot zones are ranked (:func:`policies.zones.rank_spot`)."""

@@ -38,6 +38,7 @@ from controlplane.reconcile.contracts import (
     JobExecutor,
     QuotaSource,
 )
+from controlplane.reconcile.fairshare import FairShare, StoreShares
 from controlplane.reconcile.fleet import SyncFleet
 from controlplane.reconcile.ingest import Ingest
 from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
@@ -89,7 +90,9 @@ class Controller:
         self.sync_fleet = SyncFleet(fleet, store, settings, state, rec)
         self.advance_jobs = AdvanceJobs(state, rec, ops, executor, clock)
         self.policies = AskPolicies(self.policy_host, settings, state, rec, ops)
-        self.place = Place(scheduler, self.quota, settings, state, rec, ops)
+        fair = (FairShare(StoreShares(store, state), state, store, settings.zones_every_ticks)
+                if settings.fair_share else None)
+        self.place = Place(scheduler, self.quota, settings, state, rec, ops, fair)
         self.reap_idle = ReapIdle(settings, state, ops, HotSpares(settings, state, reuse))
         self.persist = Persist(store, settings, state, epoch)
         self.act = Act(fleet, store, state, rec, ops)

@@ -235,6 +235,9 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
   key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, at DOUBLE PRECISION NOT NULL,
   ok INTEGER NOT NULL);
 """),
+    Migration(6, "each tenant's fair-share weight and nominal GPUs per pool, apart from its row",
+              "CREATE TABLE IF NOT EXISTS tenant_shares (tenant_id TEXT PRIMARY KEY, "
+              "body TEXT NOT NULL)"),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version if MIGRATIONS else BASELINE
 
