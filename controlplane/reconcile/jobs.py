@@ -214,8 +214,13 @@ class AdvanceJobs:
         verdict = retries.on_exit(r.exit_code, job.spec.restart_on_exit_codes,
                                   job.spec.max_restarts_on_error, job.error_restarts)
         if not verdict.restart:
+            said = r.failed or ""
+            if job.spec.restart_on_exit_codes:
+                said = f"{verdict.reason}: {said}"
+            elif r.exit_code is not None and f"exit code {r.exit_code}" not in said:
+                said = f"exit code {r.exit_code}: {said}"
             self.ops.release(job, now, "job failed", keep=False)
-            self.rec.move(job, JobState.FAILED, f"executor: {verdict.reason}: {r.failed}", now)
+            self.rec.move(job, JobState.FAILED, f"executor: {said}", now)
             return
         hours = workload.roll_back(job)
         job.error_restarts += 1
