@@ -17,7 +17,15 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from controlplane.core.inputs import unprintable
-from controlplane.core.models import Bag, BagSpec, Job, JobSpec, Tenant, TenantSpec
+from controlplane.core.models import (
+    Bag,
+    BagSpec,
+    Job,
+    JobSpec,
+    Tenant,
+    TenantShareSpec,
+    TenantSpec,
+)
 from controlplane.core.readmodels import CostSummary, ZoneInfo
 from controlplane.core.runtime_env import PACKAGE_NAME
 from controlplane.core.units import HOUR
@@ -346,3 +354,23 @@ class PackageView(BaseModel):
     @classmethod
     def of(cls, name: str, size: int, *, created: bool) -> PackageView:
         return cls(name=name, uri=f"gcs://{name}", bytes=size, created=created)
+
+
+class FairShareSet(TenantShareSpec):
+    """Admin: set a tenant's fair-share weight and nominal GPUs per pool."""
+
+    tenant: str = Field(min_length=1, max_length=64, description="The tenant's id or name.")
+
+
+class FairShareLine(BaseModel):
+    """A tenant's standing in one pool, as the controller last published it (GPUs)."""
+
+    pool: str
+    tenant_id: str
+    tenant: str
+    weight: float
+    nominal_gpus: float
+    entitled_gpus: float
+    held_gpus: float
+    borrowed_gpus: float
+    lent_gpus: float

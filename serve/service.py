@@ -45,11 +45,15 @@ from controlplane.core.models import (
     JobState,
     Node,
     Tenant,
+    TenantShare,
+    TenantShareSpec,
     TenantSpec,
 )
 from controlplane.core.readmodels import CapacityPoint, CostSummary, ForecastRow, Quota, ZoneInfo
 from controlplane.core.tokens import hash_token
 from controlplane.core.units import DB_FILE
+from controlplane.reconcile.fairshare import META_KEY as FAIR_SHARE_KEY
+from controlplane.reconcile.fairshare import read_lines
 from controlplane.reconcile.policyhost import live_policies
 from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer, is_postgres
 from serve.metrics import ApiMetrics, build_registry, exposition
@@ -529,3 +533,24 @@ class ControlPlaneService:
     def health(self) -> dict[str, Any]:
         """Cheap liveness: the store answers and the controller's clock is known."""
         return {"status": "ok", "control_time": self.store.control_time()}
+
+    # -- fair share ----------------------------------------------------------------------------
+    def set_fair_share(self, principal: Principal, tenant: str,
+                       spec: TenantShareSpec) -> TenantShare:
+        """Admin: a tenant's fair-share weight and nominal GPUs per pool (read by the
+        controller within ten ticks)."""
+        self.require_admin(principal, "setting a tenant's fair share")
+        return self.store.set_tenant_share(tenant, spec)
+
+    def fair_share(self, principal: Principal) -> list[dict[str, Any]]:
+        """Every tenant's share line per pool (the admin) or the caller's own, as last
+        published by the controller."""
+        names = {t.id: t.name for t in self.store.list_tenants()}
+        rows = []
+        for pool, lines in sorted(read_lines(self.store.get_meta(FAIR_SHARE_KEY)).items()):
+            for tenant_id, line in sorted(lines.items()):
+                if principal.scope is not None and tenant_id != principal.scope:
+                    continue
+                rows.append({"pool": pool, "tenant_id": tenant_id,
+                             "tenant": names.get(tenant_id, tenant_id), **line})
+        return rows
