@@ -17,6 +17,7 @@ Equations (per pool of capacity ``K`` GPUs, tenants ``i`` of weight ``w_i``):
 * entitled ``e_i = g_i + x_i``, ``x`` the water-filling of ``K - sum g`` by ``w`` capped at
   ``d_i - g_i``                                                                       (FS-3)
 * borrowed ``b_i = max(0, held_i - n_i)``; lent ``l_i = max(0, n_i - held_i)`` while others borrow
+* reclaim only while the claimant stays within ``e`` and each victim's tenant above it
 * victim key ``lost_i / (1 + over_i)``, ``lost`` = GPUs x hours since the last checkpoint,
   ``over = max(0, held - e) / max(e, 1)``; smallest first                             (FS-4)
 """
@@ -154,21 +155,26 @@ def victim_key(c: Candidate, line: ShareLine | None, rule: VictimRule = "work") 
 
 
 def reclaim(lines: Mapping[str, ShareLine], claimant: str, need: float,
-            candidates: Sequence[Candidate], rule: VictimRule = "work") -> tuple[str, ...]:
-    """Victims that free ``need`` GPUs for ``claimant``, taken only from tenants above their
-    entitlement and never once a tenant is back at it, least ``victim_key`` first; () when
-    they cannot free enough."""
-    room = {t: -line.room for t, line in lines.items() if t != claimant and line.room < -EPS}
-    eligible = [c for c in candidates if c.tenant in room]
+            candidates: Sequence[Candidate], rule: VictimRule = "work",
+            asking: float | None = None) -> tuple[str, ...]:
+    """Victims that free ``need`` GPUs for a job of ``claimant`` asking ``asking`` GPUs in all
+    (default ``need``), least ``victim_key`` first; () when they cannot free enough. No
+    tenant crosses its entitlement: the claimant stays at or under it, each victim's tenant at
+    or above it (so reclaims never ping-pong between tenants)."""
+    mine = lines.get(claimant)
+    if mine is None or mine.held + (need if asking is None else asking) > mine.entitled + EPS:
+        return ()
+    over = {t: -line.room for t, line in lines.items() if t != claimant and line.room < -EPS}
+    eligible = [c for c in candidates if c.tenant in over]
     order = sorted(eligible, key=lambda c: (victim_key(c, lines.get(c.tenant), rule), c.job_id))
     chosen: list[str] = []
     freed = 0.0
     for c in order:
         if freed >= need - EPS:
             break
-        if room[c.tenant] <= EPS:
+        if c.gpus > over[c.tenant] + EPS:
             continue
         chosen.append(c.job_id)
         freed += c.gpus
-        room[c.tenant] -= c.gpus
+        over[c.tenant] -= c.gpus
     return tuple(chosen) if freed >= need - EPS else ()

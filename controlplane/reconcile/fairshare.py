@@ -146,7 +146,8 @@ class FairShare:
                  for j in self.state.jobs.values()
                  if j.kind is JobKind.SPOT and j.state in WITH_NODES and j.node_ids
                  and (j.spec.accelerator or "").lower() == acc.lower()]
-        return reclaim(lines, job.tenant_id, need_nodes * per_node, cands)
+        return reclaim(lines, job.tenant_id, need_nodes * per_node, cands,
+                       asking=job.nodes_needed * per_node)
 
 
 def _line_json(line: ShareLine) -> dict[str, float]:
