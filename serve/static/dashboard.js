@@ -117,7 +117,7 @@ async function route() {
   }
   const [, page, arg] = (location.hash || "#/overview").split("/");
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.getAttribute("href") === "#/" + page);
-  const pages = { overview: overviewPage, jobs: jobsPage, job: jobPage, capacity: capacityPage, fleet: fleetPage };
+  const pages = { overview: overviewPage, jobs: jobsPage, job: jobPage, capacity: capacityPage, fleet: fleetPage, ...(window.spotplanePages || {}) };
   view().replaceChildren(h("p", { id: "page-error", class: "error", role: "alert" }));
   try { await (pages[page] || overviewPage)(decodeURIComponent(arg || "")); } catch (e) { showError(e); }
 }
