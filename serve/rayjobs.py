@@ -158,7 +158,8 @@ def job_details(job: Job) -> dict[str, Any]:
         "STOPPED": "stopped",
     }[status]
     metadata = {**job.spec.metadata, "spotplane.kind": job.kind.value,
-                "spotplane.state": job.state.value, "spotplane.preemptions": str(job.preemptions)}
+                "spotplane.state": job.state.value, "spotplane.preemptions": str(job.preemptions),
+                "spotplane.error_restarts": str(job.error_restarts)}
     renv = job.spec.runtime_env.model_dump(exclude_none=True) if job.spec.runtime_env else {}
     start = job.started_at if job.started_at is not None else job.submitted_at
     return {
@@ -167,7 +168,7 @@ def job_details(job: Job) -> dict[str, Any]:
         "error_type": None, "start_time": int(start * 1000),
         "end_time": int(job.finished_at * 1000) if job.finished_at is not None else None,
         "metadata": metadata, "runtime_env": renv, "driver_agent_http_address": None,
-        "driver_node_id": None, "driver_exit_code": None,
+        "driver_node_id": None, "driver_exit_code": job.exit_code,
     }
 
 

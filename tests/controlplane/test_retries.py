@@ -121,3 +121,17 @@ def test_ray_submit_metadata_carries_retries_and_bounds() -> None:
     with pytest.raises(InvalidInput, match="restart_on_exit_codes"):
         spec_from_ray(RaySubmitRequest(entrypoint="x", metadata={
             "spotplane.restart_on_exit_codes": "one"}))
+
+
+def test_ray_job_details_carry_the_exit_code_and_error_restarts() -> None:
+    from ray.dashboard.modules.job.pydantic_models import JobDetails
+
+    from controlplane.core.models import Job, JobKind
+    from serve.rayjobs import job_details
+
+    spec = spec_from_ray(RaySubmitRequest(entrypoint="python train.py"))
+    job = Job(id="job-1", tenant_id="t", name="n", kind=JobKind.SPOT, spec=spec, submitted_at=0.0,
+              state=JobState.FAILED, exit_code=3, error_restarts=1)
+    d = job_details(job)
+    assert d["driver_exit_code"] == 3 and d["metadata"]["spotplane.error_restarts"] == "1"
+    JobDetails(**d)  # Ray's own client parses it
