@@ -14,7 +14,7 @@ import secrets
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, Strict, model_validator
 
 from controlplane.core.errors import Conflict
 from controlplane.core.inputs import (
@@ -249,7 +249,7 @@ class JobSpec(BaseModel):
         default=0, ge=0, le=100,
         description="Restarts from the last checkpoint after an exit code in "
                     "restart_on_exit_codes; the next such exit fails the job.")
-    restart_on_exit_codes: list[Annotated[StrictInt, Field(ge=-255, le=255)]] = Field(
+    restart_on_exit_codes: list[Annotated[int, Strict(), Field(ge=-255, le=255)]] = Field(
         default_factory=list, max_length=32,
         description="Exit codes that restart the job (up to max_restarts_on_error times); any "
                     "other code fails it.")
@@ -470,12 +470,12 @@ class TenantShareSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    weight: StrictFloat | StrictInt = Field(
+    weight: StrictFloat = Field(
         default=1.0, gt=0, le=1000,
         description="Weight of the tenant's share of each pool's GPUs beside other tenants'.")
     nominal_gpus: dict[Annotated[str, Field(min_length=1, max_length=32,
                                             pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
-                       Annotated[StrictInt, Field(ge=0, le=100_000)]] = Field(
+                       Annotated[int, Strict(), Field(ge=0, le=100_000)]] = Field(
         default_factory=dict, max_length=64,
         description="GPUs of a pool (by accelerator) the tenant is owed whenever it asks; "
                     "an idle tenant's nominal GPUs are lent to busy ones. A pool not named: "
