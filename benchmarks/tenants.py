@@ -10,7 +10,9 @@ with the least so far), weighted 1:1:2. One pool holds the cluster's GPUs (no no
 Every tick (``--tick`` seconds): jobs progress and checkpoint, HP tasks start first-come
 first-served and evict spot tasks when the pool is full, then spot tasks start under fair share
 (``policies.fairshare``: a tenant does not borrow past its entitlement while another waits under
-its own; one under its entitlement reclaims from tenants above theirs).
+its own; one under its entitlement reclaims from tenants above theirs: each victim writes a
+checkpoint and gives its GPUs back the next tick, as ``controlplane.reconcile.fairshare.Reclaimer``
+does, so a reclaim loses the work of that tick).
 
 Each spot task checkpoints every ``I`` hours of its own work, ``I`` drawn log-uniform in
 [10 min, 4 h] per task (what the checkpoint actors report). The two victim rules, for both HP
@@ -164,6 +166,7 @@ class Month:
         self.hp_queue: deque[SimTask] = deque()
         self.spot_queue: dict[str, deque[SimTask]] = {t: deque() for t, _ in TENANTS}
         self.free = capacity
+        self.draining: dict[str, str] = {}  # reclaim victims checkpointing -> claimant tenant
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def _held(self) -> dict[str, float]:
@@ -191,6 +194,7 @@ class Month:
             self.out.hp_waits.append(now - task.submit_s)
 
     def _evict(self, job_id: str, by_reclaim: bool) -> None:
+        self.draining.pop(job_id, None)
         run = self.running.pop(job_id)
         lost = run.gpus * (run.progress_s - run.checkpointed_s) / 3600.0
         self.out.lost_gpu_hours += lost
@@ -212,6 +216,9 @@ class Month:
                 del self.running[job_id]
                 self.free += run.gpus
                 self.out.finished += 1
+                self.draining.pop(job_id, None)
+        for job_id in list(self.draining):  # checkpointed last tick: their GPUs go back now
+            self._evict(job_id, by_reclaim=True)
         self._place_hp(now)
         self._place_spot(now)
         self._measure()
@@ -272,14 +279,16 @@ class Month:
                     o.room > EPS and self.spot_queue[t] for t, o in lines.items() if t != tenant):
                 continue  # would borrow what another waiting tenant is owed
             if gpus > self.free + EPS:
-                if not under:
-                    continue
-                cands = [r.candidate(now) for r in self.running.values() if not r.hp]
+                if not under or tenant in self.draining.values():
+                    continue  # its earlier victims give their GPUs back next tick
+                cands = [r.candidate(now) for r in self.running.values()
+                         if not r.hp and r.task.id not in self.draining]
                 victims = reclaim(lines, tenant, gpus - self.free, cands, self.rule, gpus)
-                if not victims:
-                    continue
-                for v in victims:
-                    self._evict(v, by_reclaim=True)
+                for v in victims:  # each writes a checkpoint now, and stops next tick
+                    run = self.running[v]
+                    run.checkpointed_s = run.progress_s
+                    self.draining[v] = tenant
+                continue
             self._start(self.spot_queue[tenant].popleft(), now)
             return True
         return False

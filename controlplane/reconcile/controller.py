@@ -92,7 +92,7 @@ class Controller:
         self.policies = AskPolicies(self.policy_host, settings, state, rec, ops)
         fair = (FairShare(StoreShares(store, state), state, store, settings.zones_every_ticks)
                 if settings.fair_share else None)
-        self.place = Place(scheduler, self.quota, settings, state, rec, ops, fair)
+        self.place = Place(scheduler, self.quota, settings, state, rec, ops, fair, executor)
         self.reap_idle = ReapIdle(settings, state, ops, HotSpares(settings, state, reuse))
         self.persist = Persist(store, settings, state, epoch)
         self.act = Act(fleet, store, state, rec, ops)

@@ -12,11 +12,17 @@ The lines are written for ``/metrics`` and the dashboard every ``zones_every_tic
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
 
+from controlplane.core import counters
 from controlplane.core.models import Job, JobKind, JobState, TenantShare
+from controlplane.core.units import HOUR
+from controlplane.reconcile import workload
+from controlplane.reconcile.contracts import JobExecutor
+from controlplane.reconcile.nodeops import NodeOps, PreemptionReason
 from controlplane.reconcile.pool import Pool
+from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from controlplane.store import Store
 from policies.fairshare import Candidate, ShareLine, TenantDemand, entitlements, reclaim
@@ -133,9 +139,10 @@ class FairShare:
         return (f"fair share: the tenant holds {line.held:g} of its {line.entitled:.1f} "
                 f"{acc} GPUs while {len(owed)} other tenant(s) wait under theirs")
 
-    def victims(self, job: Job, acc: str, need_nodes: int) -> tuple[str, ...]:
+    def victims(self, job: Job, acc: str, need_nodes: int,
+                busy: Collection[str] = ()) -> tuple[str, ...]:
         """Spot jobs of tenants over their share whose eviction frees ``need_nodes`` nodes for
-        ``job``, whose tenant is under its entitlement (FS-4); () otherwise."""
+        ``job``, whose tenant is under its entitlement (FS-4), none of ``busy``; () otherwise."""
         lines = self.lines.get(acc)
         line = lines.get(job.tenant_id) if lines else None
         per_node = self.per_node.get(acc, 1)
@@ -145,9 +152,107 @@ class FairShare:
                            max(0.0, j.progress_hours - j.checkpointed_hours))
                  for j in self.state.jobs.values()
                  if j.kind is JobKind.SPOT and j.state in WITH_NODES and j.node_ids
-                 and (j.spec.accelerator or "").lower() == acc.lower()]
+                 and j.id not in busy and (j.spec.accelerator or "").lower() == acc.lower()]
         return reclaim(lines, job.tenant_id, need_nodes * per_node, cands,
                        asking=job.nodes_needed * per_node)
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A reclaim's victim writing its checkpoint before it gives its nodes back."""
+
+    claimant: str  # the tenant the nodes go to
+    pool: str
+    until: float  # give them back by then, checkpoint written or not
+    cause: str
+
+
+class Reclaimer:
+    """Issues fair share's reclaims. A victim checkpoints first where it can (a simulated job
+    writes one; a real job's checkpoint actor is told, as at a preemption notice) and gives its
+    ready nodes back once written, within its checkpoint time plus a tick; the claimant reuses
+    them in that tick. A victim that cannot checkpoint gives them back at once."""
+
+    def __init__(self, fair: FairShare, state: LoopState, rec: Recorder, ops: NodeOps,
+                 executor: JobExecutor | None, tick_seconds: float) -> None:
+        self.fair, self.state, self.rec, self.ops = fair, state, rec, ops
+        self.executor, self.tick_seconds = executor, tick_seconds
+        self.draining: dict[str, Drain] = {}
+
+    def finish(self, pools: Mapping[str, Pool], now: float) -> None:
+        """Victims whose checkpoint is written (or whose time is up) give their nodes back."""
+        for job_id, d in list(self.draining.items()):
+            victim = self.state.jobs.get(job_id)
+            if victim is None or victim.state not in WITH_NODES:
+                del self.draining[job_id]
+                continue
+            writing = victim.state is JobState.CHECKPOINTING or victim.spec.entrypoint is not None
+            if writing and now < d.until:
+                continue
+            del self.draining[job_id]
+            self._evict(victim, d.pool, d.cause, now)
+            if d.pool in pools:
+                pools[d.pool].add([])  # its snapshot is rebuilt with the victim's nodes idle
+
+    def start(self, job: Job, pool: Pool, now: float) -> bool:
+        """Reclaim GPUs for ``job``: True when nodes were freed now (plan again); its tenant's
+        earlier victims still checkpointing make it wait for them."""
+        acc = pool.accelerator
+        if any(d.claimant == job.tenant_id and d.pool == acc for d in self.draining.values()):
+            return False
+        freed = False
+        for victim_id in self.fair.victims(job, acc, job.nodes_needed, busy=self.draining):
+            victim = self.state.jobs.get(victim_id)
+            if victim is None or victim.state not in WITH_NODES:
+                continue
+            if victim.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+                self.rec.progress(victim, now)
+            lose = max(0.0, victim.progress_hours - victim.checkpointed_hours)
+            cause = (f"reclaimed for tenant {job.tenant_id}'s fair share by job {job.id} "
+                     f"({lose:.3f} h since its checkpoint)")
+            self.rec.decide(victim, "fairshare", "preempt", cause, now)
+            until = self._checkpoint_first(victim, cause, now)
+            if until is not None:
+                self.draining[victim.id] = Drain(job.tenant_id, acc, until, cause)
+            else:
+                self._evict(victim, acc, cause, now)
+                freed = True
+        if freed:
+            pool.add([])
+        return freed
+
+    def _checkpoint_first(self, victim: Job, cause: str, now: float) -> float | None:
+        """Ask the victim to checkpoint now; by when it gives its nodes back (None: at once)."""
+        if victim.terminal or victim.state is JobState.STARTING:
+            return None
+        write_s = victim.spec.checkpoint_hours * HOUR
+        if victim.spec.entrypoint is not None:
+            if self.executor is None or write_s <= 0:
+                return None
+            self.executor.notice(victim, write_s)
+            return now + write_s + self.tick_seconds
+        if victim.state is JobState.RUNNING and not workload.begin_checkpoint(
+                victim, self.rec.move, f"checkpoint before a reclaim: {cause}", now):
+            return None
+        if victim.state is not JobState.CHECKPOINTING:
+            return None  # written at once (no checkpoint cost)
+        return now + victim.checkpoint_left_hours * HOUR + self.tick_seconds
+
+    def _evict(self, victim: Job, acc: str, cause: str, now: float) -> None:
+        """Give the victim's nodes back (ready ones stay idle, for the claimant to reuse)."""
+        s, w = self.state, self.state.work
+        if victim.state in (JobState.RUNNING, JobState.CHECKPOINTING):
+            self.rec.progress(victim, now)
+        self.rec.bill(victim, now)
+        if victim.terminal:
+            self.ops.release(victim, now, "job finished", keep=True)
+            return
+        held = len(victim.node_ids) * self.fair.per_node.get(acc, 1)
+        counters.count(w.counters, "evictions_total", cause="fair_share",
+                       **counters.job_where(victim, s.nodes))
+        w.count("fair_share_reclaims_total")
+        self.ops.preempt(victim, now, [], cause, PreemptionReason.EVICTION, keep=True)
+        self.fair.gave_back(victim, acc, held)
 
 
 def _line_json(line: ShareLine) -> dict[str, float]:
@@ -166,4 +271,4 @@ def read_lines(raw: str | None) -> dict[str, dict[str, dict[str, float]]]:
     return pools if isinstance(pools, dict) else {}
 
 
-__all__ = ["META_KEY", "FairShare", "StoreShares", "read_lines"]
+__all__ = ["META_KEY", "Drain", "FairShare", "Reclaimer", "StoreShares", "read_lines"]

@@ -18,8 +18,8 @@ from clusters.fleet import Offer
 from controlplane.core import counters
 from controlplane.core.models import Job, JobKind, JobState, Market, NodeState
 from controlplane.core.units import HOUR
-from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
-from controlplane.reconcile.fairshare import FairShare
+from controlplane.reconcile.contracts import ControllerSettings, JobExecutor, QuotaSource
+from controlplane.reconcile.fairshare import FairShare, Reclaimer
 from controlplane.reconcile.nodeops import NodeOps, PreemptionReason
 from controlplane.reconcile.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile.recorder import Recorder
@@ -52,10 +52,12 @@ class Place:
 
     def __init__(self, scheduler: FrameworkScheduler, quota: QuotaSource, settings: ControllerSettings,
                  state: LoopState, rec: Recorder, ops: NodeOps,
-                 fair: FairShare | None = None) -> None:
+                 fair: FairShare | None = None, executor: JobExecutor | None = None) -> None:
         self.scheduler, self.quota, self.settings = scheduler, quota, settings
         self.state, self.rec, self.ops = state, rec, ops
         self.fair = fair  # fair share with borrowing and reclaim (None: GFS's rules alone)
+        self.reclaimer = None if fair is None else Reclaimer(fair, state, rec, ops, executor,
+                                                            settings.tick_seconds)
         self._crowded = False
         self._waiting: dict[str, str] = {}  # job id -> why its replacement replicas wait
 
@@ -65,9 +67,12 @@ class Place:
         owed = [j for j in s.jobs.values() if replicas_owed(j) > 0]
         self._waiting = {k: v for k, v in self._waiting.items() if k in s.jobs}
         pools: dict[str, Pool] = {}
-        if self.fair is not None and (queued or self.fair.due()):
+        draining = self.reclaimer is not None and bool(self.reclaimer.draining)
+        if self.fair is not None and (queued or draining or self.fair.due()):
             pools = self._pools()
             self.fair.refresh(pools, now)
+            if self.reclaimer is not None:
+                self.reclaimer.finish(pools, now)
             if self.fair.due():
                 self.fair.publish(now)
         if not queued and not owed:
@@ -196,7 +201,7 @@ class Place:
             return "tenant"
         p = None if full else plan(self.scheduler, pool, s.jobs, job, market,
                                    [o.zone for o in offers], s.nodes, now)
-        if p is None and self._reclaim(job, pool, now):
+        if p is None and self.reclaimer is not None and self.reclaimer.start(job, pool, now):
             p = plan(self.scheduler, pool, s.jobs, job, market, [o.zone for o in offers],
                      s.nodes, now)
         if p is None:
@@ -210,39 +215,6 @@ class Place:
         if self.fair is not None:
             self.fair.took(job, best.accelerator)
         return "placed"
-
-    def _reclaim(self, job: Job, pool: Pool, now: float) -> bool:
-        """Take back GPUs the job's tenant lent: evict the victims fair share chose (their
-        ready nodes stay, for the job to reuse); True when any were evicted."""
-        if self.fair is None:
-            return False
-        victims = self.fair.victims(job, pool.accelerator, job.nodes_needed)
-        s, w = self.state, self.state.work
-        evicted = False
-        for victim_id in victims:
-            victim = s.jobs.get(victim_id)
-            if victim is None or victim.state not in WITH_NODES:
-                continue
-            if victim.state in (JobState.RUNNING, JobState.CHECKPOINTING):
-                self.rec.progress(victim, now)
-            self.rec.bill(victim, now)
-            if victim.terminal:
-                self.ops.release(victim, now, "job finished", keep=True)
-                continue
-            held = len(victim.node_ids) * self.fair.per_node.get(pool.accelerator, 1)
-            lose = max(0.0, victim.progress_hours - victim.checkpointed_hours)
-            cause = (f"reclaimed for tenant {job.tenant_id}'s fair share by job {job.id} "
-                     f"({lose:.3f} h since its checkpoint)")
-            counters.count(w.counters, "evictions_total", cause="fair_share",
-                          **counters.job_where(victim, s.nodes))
-            w.count("fair_share_reclaims_total")
-            self.rec.decide(victim, "fairshare", "preempt", cause, now)
-            self.ops.preempt(victim, now, [], cause, PreemptionReason.EVICTION, keep=True)
-            self.fair.gave_back(victim, pool.accelerator, held)
-            evicted = True
-        if evicted:
-            pool.add([])  # its snapshot is rebuilt with the victims' nodes idle
-        return evicted
 
     def _unplaceable(self, job: Job) -> str:
         shapes = sorted({f"{o.accelerator}x{o.accelerator_count}" for o in self.state.offers})

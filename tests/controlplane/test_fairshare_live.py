@@ -72,7 +72,7 @@ def test_three_busy_tenants_weighted_1_1_2_share_25_25_50_over_a_day(
     assert lines[tenants[2]]["entitled_gpus"] == pytest.approx(4.0)
 
 
-def test_a_tenant_back_from_idle_gets_its_share_within_one_tick_least_work_lost_first(
+def test_a_tenant_back_from_idle_gets_its_share_within_a_tick_and_a_checkpoint(
         tmp_path: Path, data_root: Path) -> None:
     store, ctl, clock = _world(tmp_path, data_root, nodes=2)
     a, _ = store.create_tenant("a", max_gpus=100)
@@ -94,16 +94,25 @@ def test_a_tenant_back_from_idle_gets_its_share_within_one_tick_least_work_lost_
         job.checkpointed_hours = job.progress_hours - since
         job.next_checkpoint_hours = job.progress_hours + 5.0
     before = {j.id: jobs[j.id].preemptions for j in (fresh, stale)}
+    jobs_checkpoints = jobs[fresh.id].checkpoints
     back = store.submit_job(a.id, _spot("back", 1.0), now=clock.now())
     clock.advance(TICK)
-    ctl.tick()  # the tick that ingests a's job places it on the victim's node
+    ctl.tick()  # the tick that ingests a's job asks the victim to checkpoint first (18 s)
+    assert store.get_job(back.id).state is JobState.QUEUED
+    assert jobs[fresh.id].state is JobState.CHECKPOINTING
+    assert jobs[stale.id].state is JobState.RUNNING
+    clock.advance(TICK)
+    ctl.tick()  # one tick plus the checkpoint later, a holds its share
     assert _held(ctl) == {a.id: 1, b.id: 1}
     assert store.get_job(back.id).state is JobState.STARTING
     f, s = store.get_job(fresh.id), store.get_job(stale.id)
+    assert f.checkpoints == jobs_checkpoints + 1  # it wrote one before giving its node back
     assert (f.state, f.preemptions) == (JobState.QUEUED, before[fresh.id] + 1)
     assert s.state is JobState.RUNNING and s.preemptions == before[stale.id]
     cause = [e.cause for e in store.job_events(fresh.id) if e.dst == JobState.PREEMPTED.value]
     assert cause and cause[-1].startswith(f"reclaimed for tenant {a.id}'s fair share")
+    lost_h = float(cause[-1].rsplit("; lost ", 1)[1].split()[0])
+    assert lost_h < TICK / 3600  # it lost less than the tick since its checkpoint, not 1 min
     # b does not borrow the node back while a holds its share
     for _ in range(10):
         clock.advance(TICK)
