@@ -118,3 +118,45 @@ def test_a_tenant_back_from_idle_gets_its_share_within_a_tick_and_a_checkpoint(
         clock.advance(TICK)
         ctl.tick()
         assert _held(ctl).get(b.id, 0) <= 1
+
+
+def test_a_real_jobs_victim_is_told_to_checkpoint_before_it_gives_its_node_back(
+        tmp_path: Path, data_root: Path) -> None:
+    from actors.simexecutor import SimulatedExecutor
+
+    clock = SimClock(start=0.0)
+    store = Store(tmp_path / "spotplane.db")
+    fleet = SimulatedFleet.from_options(
+        clock=clock, data_dir=data_root, seed=5, state_path=tmp_path / "simfleet.db",
+        lifetime_model=ExponentialModel(rate=1e-4, limit=1000.0))
+    ex = SimulatedExecutor(clock)
+    told: list[tuple[str, float]] = []
+    notice = ex.notice
+    ex.notice = lambda job, left: (told.append((job.id, left)), notice(job, left))[1]  # type: ignore[method-assign]
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 2}),
+                     executor=ex, epoch=store.take_controller_lease())
+    a, _ = store.create_tenant("a", max_gpus=100)
+    b, _ = store.create_tenant("b", max_gpus=100)
+    spec = JobSpec(name="real", kind="spot", accelerator="V100", compute_hours=8.0,
+                   checkpoint_hours=0.01, entrypoint="python train.py")
+    mine = {store.submit_job(b.id, spec, now=0.0).id for _ in range(2)}
+    for _ in range(120):
+        clock.advance(TICK)
+        ctl.tick()
+    assert _held(ctl) == {b.id: 2}
+    back = store.submit_job(a.id, _spot("back", 1.0), now=clock.now())
+    clock.advance(TICK)
+    ctl.tick()
+    ((victim, left),) = told  # one of b's jobs, told as at a notice: its checkpoint's 0.01 h
+    assert victim in mine and left == pytest.approx(36.0)
+    assert ctl.state.jobs[victim].state is JobState.RUNNING  # still computing meanwhile
+    at_notice = ctl.state.jobs[victim].progress_hours
+    ticks = 0
+    while store.get_job(back.id).state is JobState.QUEUED and ticks < 5:
+        clock.advance(TICK)
+        ctl.tick()
+        ticks += 1
+    assert ticks <= 2 and _held(ctl) == {a.id: 1, b.id: 1}  # its checkpoint time plus a tick
+    v = store.get_job(victim)
+    assert v.state is JobState.QUEUED
+    assert v.checkpointed_hours >= at_notice - TICK / 3600  # the notice's checkpoint kept it
