@@ -44,6 +44,12 @@ class SimulatedExecutor(JobExecutor):
         self.clock = clock
         self.model_factory = model_factory or default_model
         self.runs: dict[str, _SimRun] = {}
+        self.exits: dict[str, list[tuple[float, int]]] = {}  # job id -> scripted exits, in order
+
+    def exit_at(self, job_id: str, progress_hours: float, exit_code: int) -> None:
+        """Script a failure: the job's attempt exits with ``exit_code`` once its progress
+        reaches ``progress_hours`` (each scripted exit ends one attempt)."""
+        self.exits.setdefault(job_id, []).append((progress_hours, exit_code))
 
     def start(self, job: Job, nodes: Sequence[Node]) -> None:
 
@@ -84,6 +90,15 @@ class SimulatedExecutor(JobExecutor):
             progress = min(job.spec.compute_hours, self._progress(run, now))
             done = [c for c in run.plan if run.base_hours + c <= progress]
             ckpt = max([run.checkpointed_hours, *[run.base_hours + c for c in done]])
+            scripted = self.exits.get(job.id)
+            if scripted and progress >= scripted[0][0] - 1e-9:
+                _, code = scripted.pop(0)
+                self.runs.pop(job.id, None)
+                out[job.id] = ExecutorReport(
+                    progress_hours=progress, checkpointed_hours=ckpt,
+                    checkpoints=run.checkpoints + len(done), failed=f"exited with code {code}",
+                    exit_code=code)
+                continue
             out[job.id] = ExecutorReport(
                 progress_hours=progress,
                 checkpointed_hours=ckpt,

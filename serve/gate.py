@@ -37,7 +37,8 @@ PUBLIC_PREFIXES = ("/dashboard/",)
 PACKAGE_PATHS = (f"{API}/packages/", "/api/packages/")
 NODE_PATHS = f"{API}/nodes/"  # a launched node's reports: its own credential, checked by the route
 # admin-only routes, refused to a tenant by the gate before the body is read (what each does)
-ADMIN_ROUTES = {("POST", f"{API}/tenants"): "creating a tenant"}
+ADMIN_ROUTES = {("POST", f"{API}/tenants"): "creating a tenant",
+                ("POST", f"{API}/fairshare"): "setting a tenant's fair share"}
 
 _api_lock = threading.Lock()
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})

@@ -34,6 +34,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from controlplane.core.counters import CONTROLLER, PREFIX, Family, le_label, parse_key
+from controlplane.reconcile.fairshare import META_KEY as FAIR_SHARE_KEY
+from controlplane.reconcile.fairshare import read_lines
 from policies.budgets import Level, level, month_of
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ class StoreCollector(Collector):
         yield from _pool_families(snap["quotas"], snap["allocators"])
         yield from _forecast_families(snap)
         yield from _budget_families(self.store, snap["control_time"])
+        yield from _fair_share_families(self.store)
         t = GaugeMetricFamily(f"{PREFIX}control_time_seconds",
                               "Control-plane time of the controller's last tick.")
         t.add_metric([], snap["control_time"])
@@ -205,6 +208,28 @@ def _pool_families(quotas: Sequence[Any], allocators: dict[str, Any]) -> Iterato
                  (((pools.get(a, "default"), a), s["params"]["p"]) for a, s in rows))
     yield _gauge("pool_eta", "Quota scale eta of each pool (GFS Eq. 11).", labels,
                  (((pools.get(a, "default"), a), s["eta"]) for a, s in rows))
+
+
+FAIR_SHARE_GAUGES = (
+    ("held_gpus", "tenant_gpus_held", "GPUs a tenant's jobs hold in a pool."),
+    ("entitled_gpus", "tenant_gpus_entitled", "GPUs a tenant is entitled to in a pool now "
+                                               "(its nominal share, plus what it may borrow)."),
+    ("nominal_gpus", "tenant_gpus_nominal", "A tenant's nominal GPU share of a pool."),
+    ("borrowed_gpus", "tenant_gpus_borrowed", "GPUs a tenant holds above its nominal share."),
+    ("lent_gpus", "tenant_gpus_lent", "GPUs of a tenant's nominal share lent to others."),
+    ("weight", "tenant_share_weight", "A tenant's fair-share weight."),
+)
+
+
+def _fair_share_families(store: Store) -> Iterator[Metric]:
+    """Each tenant's fair-share line per pool, as the controller last published it."""
+    lines = read_lines(store.get_meta(FAIR_SHARE_KEY))
+    names = {t.id: t.name for t in store.list_tenants()} if lines else {}
+    for field, name, help_text in FAIR_SHARE_GAUGES:
+        yield _gauge(name, help_text, ("tenant", "pool"),
+                     (((names.get(t, t), pool), float(line.get(field, 0.0)))
+                      for pool, by_tenant in sorted(lines.items())
+                      for t, line in sorted(by_tenant.items())))
 
 
 def _forecast_families(snap: dict[str, Any]) -> Iterator[Metric]:

@@ -42,6 +42,9 @@ META_FIELDS: dict[str, type] = {
     "spotplane.workers": int,
     "spotplane.checkpoint_hours": float,
     "spotplane.name": str,
+    "spotplane.max_restarts_on_error": int,
+    "spotplane.restart_on_exit_codes": list,
+    "spotplane.max_duration_hours": float,
 }
 
 RAY_STATUS: dict[JobState, str] = {
@@ -76,9 +79,11 @@ class RaySubmitRequest(BaseModel):
 
 def _number(key: str, raw: str, kind: type) -> Any:
     try:
+        if kind is list:  # a comma-separated list of integers: "1,3"
+            return [int(part) for part in raw.split(",") if part.strip()]
         return kind(raw)
     except ValueError:
-        word = "an integer" if kind is int else "a number"
+        word = {int: "an integer", list: "integers separated by commas"}.get(kind, "a number")
         raise InvalidInput(f"metadata.{key}", f"{raw!r} is not {word}",
                            fix=f"pass --metadata-json '{{\"{key}\": \"<{word}>\"}}'") from None
 
@@ -153,7 +158,8 @@ def job_details(job: Job) -> dict[str, Any]:
         "STOPPED": "stopped",
     }[status]
     metadata = {**job.spec.metadata, "spotplane.kind": job.kind.value,
-                "spotplane.state": job.state.value, "spotplane.preemptions": str(job.preemptions)}
+                "spotplane.state": job.state.value, "spotplane.preemptions": str(job.preemptions),
+                "spotplane.error_restarts": str(job.error_restarts)}
     renv = job.spec.runtime_env.model_dump(exclude_none=True) if job.spec.runtime_env else {}
     start = job.started_at if job.started_at is not None else job.submitted_at
     return {
@@ -162,7 +168,7 @@ def job_details(job: Job) -> dict[str, Any]:
         "error_type": None, "start_time": int(start * 1000),
         "end_time": int(job.finished_at * 1000) if job.finished_at is not None else None,
         "metadata": metadata, "runtime_env": renv, "driver_agent_http_address": None,
-        "driver_node_id": None, "driver_exit_code": None,
+        "driver_node_id": None, "driver_exit_code": job.exit_code,
     }
 
 

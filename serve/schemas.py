@@ -17,7 +17,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from controlplane.core.inputs import unprintable
-from controlplane.core.models import Bag, BagSpec, Job, JobSpec, Tenant, TenantSpec
+from controlplane.core.models import (
+    Bag,
+    BagSpec,
+    Job,
+    JobSpec,
+    Tenant,
+    TenantShareSpec,
+    TenantSpec,
+)
 from controlplane.core.readmodels import CostSummary, ZoneInfo
 from controlplane.core.runtime_env import PACKAGE_NAME
 from controlplane.core.units import HOUR
@@ -48,6 +56,8 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 # Responses
 # --------------------------------------------------------------------------------------------
+
+
 class TenantCreated(BaseModel):
     """A new tenant and its API token: shown this once, only its hash is stored."""
 
@@ -369,6 +379,8 @@ class TenantMe(Tenant):
     """The calling tenant with its spend and headroom."""
 
     spend: SpendView
+
+
 class NodeNotice(BaseModel):
     """A node's preemption notice, as its watcher read it from the metadata server."""
 
@@ -393,3 +405,23 @@ class NodeReportAck(BaseModel):
 
     instance_id: str
     kind: str
+
+
+class FairShareSet(TenantShareSpec):
+    """Admin: set a tenant's fair-share weight and nominal GPUs per pool."""
+
+    tenant: str = Field(min_length=1, max_length=64, description="The tenant's id or name.")
+
+
+class FairShareLine(BaseModel):
+    """A tenant's standing in one pool, as the controller last published it (GPUs)."""
+
+    pool: str
+    tenant_id: str
+    tenant: str
+    weight: float
+    nominal_gpus: float
+    entitled_gpus: float
+    held_gpus: float
+    borrowed_gpus: float
+    lent_gpus: float

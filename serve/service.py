@@ -48,12 +48,16 @@ from controlplane.core.models import (
     Node,
     Tenant,
     TenantBudget,
+    TenantShare,
+    TenantShareSpec,
     TenantSpec,
 )
 from controlplane.core.nodecreds import credential_matches, report_secret
 from controlplane.core.readmodels import CapacityPoint, CostSummary, ForecastRow, Quota, ZoneInfo
 from controlplane.core.tokens import hash_token
 from controlplane.core.units import DB_FILE, HOUR
+from controlplane.reconcile.fairshare import META_KEY as FAIR_SHARE_KEY
+from controlplane.reconcile.fairshare import read_lines
 from controlplane.reconcile.policyhost import live_policies
 from controlplane.store import IDEMPOTENCY_TTL_S, IdempotentCall, Store, StoredAnswer, is_postgres
 from policies.budgets import Estimate, deadline_estimate, headroom, level, month_of
@@ -660,3 +664,23 @@ class ControlPlaneService:
                             fix="a node reports for its own instance, with its own credential")
         self.store.put_node_report(instance_id, kind, body)
 
+    # -- fair share ----------------------------------------------------------------------------
+    def set_fair_share(self, principal: Principal, tenant: str,
+                       spec: TenantShareSpec) -> TenantShare:
+        """Admin: a tenant's fair-share weight and nominal GPUs per pool (read by the
+        controller within ten ticks)."""
+        self.require_admin(principal, "setting a tenant's fair share")
+        return self.store.set_tenant_share(tenant, spec)
+
+    def fair_share(self, principal: Principal) -> list[dict[str, Any]]:
+        """Every tenant's share line per pool (the admin) or the caller's own, as last
+        published by the controller."""
+        names = {t.id: t.name for t in self.store.list_tenants()}
+        rows = []
+        for pool, lines in sorted(read_lines(self.store.get_meta(FAIR_SHARE_KEY)).items()):
+            for tenant_id, line in sorted(lines.items()):
+                if principal.scope is not None and tenant_id != principal.scope:
+                    continue
+                rows.append({"pool": pool, "tenant_id": tenant_id,
+                             "tenant": names.get(tenant_id, tenant_id), **line})
+        return rows

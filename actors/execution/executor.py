@@ -31,7 +31,7 @@ from actors.execution.logs import LogCopies
 from actors.execution.packages import Packages
 from actors.execution.pinning import PIN_AMOUNT, Pinning
 from actors.execution.replicas import RAY_STATUS, Replica, ReplicaBook, ReplicaSpec, ReplicaState
-from actors.execution.reports import Told
+from actors.execution.reports import Told, exit_code_of
 from actors.execution.submission import (
     Submissions,
     died_with_its_node,
@@ -169,7 +169,10 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
         totals = self.artifacts.totals(job.id, job.tenant_id, changed)
         if finished or failed:
             self._cleanup(job.id)
-        return told.report(job, finished=finished, failed=failed, totals=totals)
+            for r in reps:  # a restarted job's next attempt is polled alone
+                r.ended_told = True
+        return told.report(job, finished=finished, failed=failed, totals=totals,
+                           exit_code=reps[-1].exit_code if failed else None)
 
     # -- replication (seed 004): the hooks a controller calls per node ---------------------------
     def node_preempted(self, job: Job, node_id: str, reason: str = "node preempted") -> bool:
@@ -316,6 +319,9 @@ class RayJobExecutor(JobExecutor, ReplicatingExecutor):
                 info = self.client.get_job_info(rep.submission_id)
                 rep.state = RAY_STATUS[str(info.status.value)]
                 rep.ray_message = str(info.message or "").split(",", 1)[0][:300]
+                if rep.state is ReplicaState.FAILED and rep.exit_code is None:
+                    rep.exit_code = exit_code_of(getattr(info, "driver_exit_code", None),
+                                                 str(info.message or ""))
             except Exception as e:  # dashboard hiccup: keep the last state
                 log.debug("status of %s: %s", rep.submission_id, e)
         try:

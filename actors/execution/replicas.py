@@ -52,6 +52,8 @@ class Replica:
     group_nodes: list[str] = field(default_factory=list)  # the gang's other nodes
     ray_message: str = ""  # what Ray said of the job's end (e.g. its node died)
     released: bool = False  # its group and slots given back (once: a node may serve a new job)
+    exit_code: int | None = None  # its entrypoint's exit code, once Ray reports one
+    ended_told: bool = False  # its end (success or failure) was reported: not polled again
 
 
 
@@ -102,8 +104,9 @@ class ReplicaBook:
         return [r for r in self.attempts(job_id) if r.state in LIVE]
 
     def not_stopped(self, job_id: str) -> list[Replica]:
-        """The job's attempts not stopped by us: live, or ended on their own."""
-        return [r for r in self.attempts(job_id) if r.state is not ReplicaState.STOPPED]
+        """The job's attempts not stopped by us: live, or ended on their own and not yet told."""
+        return [r for r in self.attempts(job_id)
+                if r.state is not ReplicaState.STOPPED and not r.ended_told]
 
     def free_replica_id(self, job: Job) -> str:
         """The first ``r<i>`` no live replica of the job holds (a replacement's id)."""

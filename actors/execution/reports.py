@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ class Told:
                    sum(int(s.get("plans", 0)) for s in statuses))
 
     def report(self, job: Job, *, finished: bool, failed: str | None,
-               totals: tuple[int, int]) -> ExecutorReport:
+               totals: tuple[int, int], exit_code: int | None = None) -> ExecutorReport:
         """The controller's report: fractions back in hours of the job's work."""
         return ExecutorReport(
             progress_hours=self.progress * job.spec.compute_hours,
@@ -46,4 +47,17 @@ class Told:
             failed=failed,
             checkpoint_bytes=totals[0],
             restore_fallbacks=totals[1],
+            exit_code=exit_code,
         )
+
+
+_EXIT_CODE = re.compile(r"exit code (-?\d+)")
+
+
+def exit_code_of(driver_exit_code: object, message: str) -> int | None:
+    """An attempt's exit code: Ray's ``JobInfo.driver_exit_code`` where it gives one, else the
+    code its message states (``... failed with exit code 3 ...``)."""
+    if isinstance(driver_exit_code, int):
+        return driver_exit_code
+    found = _EXIT_CODE.search(message or "")
+    return int(found.group(1)) if found else None

@@ -14,7 +14,7 @@ import secrets
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, Strict, model_validator
 
 from controlplane.core.errors import Conflict
 from controlplane.core.inputs import (
@@ -249,6 +249,17 @@ class JobSpec(BaseModel):
         default=None, gt=0, le=1e9,
         description="Most dollars the job may cost; a deadline job whose cheapest plan costs more "
                     "is refused at submission, any job is stopped when it reaches it.")
+    max_restarts_on_error: StrictInt = Field(
+        default=0, ge=0, le=100,
+        description="Restarts from the last checkpoint after an exit code in "
+                    "restart_on_exit_codes; the next such exit fails the job.")
+    restart_on_exit_codes: list[Annotated[int, Strict(), Field(ge=-255, le=255)]] = Field(
+        default_factory=list, max_length=32,
+        description="Exit codes that restart the job (up to max_restarts_on_error times); any "
+                    "other code fails it.")
+    max_duration_hours: StrictFloat | None = Field(
+        default=None, gt=0, le=100_000,
+        description="Wall time from the first start after which the job is stopped (FAILED).")
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -328,6 +339,8 @@ class Job(Row):
     egress_cost: float = 0.0  # dollars of checkpoints moved between regions
     egress_bytes: int = 0
     bill: dict[str, float] = Field(default_factory=dict)  # bill line -> dollars or hours
+    error_restarts: int = 0  # restarts after a listed exit code (apart from preemptions)
+    exit_code: int | None = None  # the last attempt's exit code, when it ended on its own
 
     @property
     def gpus(self) -> int:
@@ -475,3 +488,29 @@ class TenantBudget(BaseModel):
         default="finish", description="HP and deadline jobs at the monthly hard line: finish "
                                       "(run to the end) or stop (at their next checkpoint, "
                                       "after the spot jobs).")
+
+
+# --------------------------------------------------------------------------------------------
+# Fair share between tenants
+# --------------------------------------------------------------------------------------------
+class TenantShareSpec(BaseModel):
+    """What an admin sets of a tenant's fair share: its weight and nominal GPUs per pool."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    weight: StrictFloat = Field(
+        default=1.0, gt=0, le=1000,
+        description="Weight of the tenant's share of each pool's GPUs beside other tenants'.")
+    nominal_gpus: dict[Annotated[str, Field(min_length=1, max_length=32,
+                                            pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
+                       Annotated[int, Strict(), Field(ge=0, le=100_000)]] = Field(
+        default_factory=dict, max_length=64,
+        description="GPUs of a pool (by accelerator) the tenant is owed whenever it asks; "
+                    "an idle tenant's nominal GPUs are lent to busy ones. A pool not named: "
+                    "the weight's part of the pool.")
+
+
+class TenantShare(TenantShareSpec):
+    """A tenant's stored fair share."""
+
+    tenant_id: str

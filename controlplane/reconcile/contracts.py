@@ -62,6 +62,9 @@ class ControllerSettings:
     # tick): accounting restarts from the stored accounted_at/billed_at, so nothing is lost.
     persist_progress_every: int = 10
     seed: int = 0
+    # Fair share between tenants (policies.fairshare): weights and nominal GPUs per pool, idle
+    # share lent to busy tenants and reclaimed from them, least lost work first; False: GFS alone
+    fair_share: bool = True
 
     def zone_rule(self) -> ZoneRule:
         """How spot zones are ranked (:func:`policies.zones.rank_spot`)."""
@@ -81,6 +84,7 @@ class ExecutorReport:
     failed: str | None = None
     checkpoint_bytes: int = 0  # the job's checkpoints so far, in bytes (cumulative)
     restore_fallbacks: int = 0  # the job's restores that skipped a bad checkpoint (cumulative)
+    exit_code: int | None = None  # a failed attempt's exit code, when the executor learnt it
 
 
 class JobExecutor(Protocol):

@@ -39,6 +39,7 @@ from controlplane.reconcile.contracts import (
     JobExecutor,
     QuotaSource,
 )
+from controlplane.reconcile.fairshare import FairShare, StoreShares
 from controlplane.reconcile.fleet import SyncFleet
 from controlplane.reconcile.ingest import Ingest
 from controlplane.reconcile.jobs import AdvanceJobs, ForgetFinished
@@ -91,7 +92,10 @@ class Controller:
         self.advance_jobs = AdvanceJobs(state, rec, ops, executor, clock)
         self.policies = AskPolicies(self.policy_host, settings, state, rec, ops)
         self.spend_guard = SpendGuard(store, state, rec, ops)
-        self.place = Place(scheduler, self.quota, settings, state, rec, ops, self.spend_guard)
+        fair = (FairShare(StoreShares(store, state), state, store, settings.zones_every_ticks)
+                if settings.fair_share else None)
+        self.place = Place(scheduler, self.quota, settings, state, rec, ops, fair, executor,
+                           self.spend_guard)
         self.reap_idle = ReapIdle(settings, state, ops, HotSpares(settings, state, reuse))
         self.persist = Persist(store, settings, state, epoch)
         self.act = Act(fleet, store, state, rec, ops)

@@ -27,6 +27,7 @@ from controlplane.reconcile.pool import node_age_hours
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import UP_STATES, WITH_NODES, LoopState
 from controlplane.store import Store
+from policies import retries
 
 
 class AdvanceJobs:
@@ -49,6 +50,10 @@ class AdvanceJobs:
             if real:
                 reports = self.executor.poll(real)
         for job in list(s.jobs.values()):
+            if not job.terminal and retries.over_duration(job.started_at, now,
+                                                          job.spec.max_duration_hours):
+                self._stop_over_duration(job, now)
+                continue
             if job.state in WITH_NODES:
                 try:
                     self._advance(job, now, reports.get(job.id))
@@ -196,12 +201,50 @@ class AdvanceJobs:
         job.accounted_at = now
         self.state.work.save_now.add(job.id)
         if r.failed is not None:
-            self.ops.release(job, now, "job failed", keep=False)
-            self.rec.move(job, JobState.FAILED, f"executor: {r.failed}", now)
+            self._exited(job, r, now)
         elif r.finished:  # done: its progress does not fall back at the end
             job.progress_hours = max(before, r.progress_hours)
             job.finished_at = now
             self.rec.move(job, JobState.SUCCEEDED, "executor: finished", now)
+
+    def _exited(self, job: Job, r: ExecutorReport, now: float) -> None:
+        """An attempt exited with a failure: back to the last checkpoint and the queue when its
+        exit code is listed and restarts are left (:func:`policies.retries.on_exit`), else FAILED
+        with the code in its message."""
+        job.exit_code = r.exit_code
+        verdict = retries.on_exit(r.exit_code, job.spec.restart_on_exit_codes,
+                                  job.spec.max_restarts_on_error, job.error_restarts)
+        if not verdict.restart:
+            said = r.failed or ""
+            if job.spec.restart_on_exit_codes:
+                said = f"{verdict.reason}: {said}"
+            elif r.exit_code is not None and f"exit code {r.exit_code}" not in said:
+                said = f"exit code {r.exit_code}: {said}"
+            self.ops.release(job, now, "job failed", keep=False)
+            self.rec.move(job, JobState.FAILED, f"executor: {said}", now)
+            return
+        hours = workload.roll_back(job)
+        job.error_restarts += 1
+        self.state.work.count("job_error_restarts_total")
+        self.ops.release(job, now, f"job exited ({verdict.reason})", keep=True)
+        self.rec.move(job, JobState.QUEUED, f"executor: {verdict.reason}; lost {hours:.3f} h "
+                      "since the last checkpoint", now)
+
+    def _stop_over_duration(self, job: Job, now: float) -> None:
+        """The job's wall time from its first start reached ``max_duration_hours``: stop it."""
+        hours = (now - (job.started_at or now)) / HOUR
+        cause = (f"max_duration_hours={job.spec.max_duration_hours:g} reached: {hours:.3f} h "
+                 "since the first start")
+        if job.state in WITH_NODES:
+            if job.spec.entrypoint is None and job.state is not JobState.STARTING:
+                self.rec.progress(job, now)
+            if self.executor is not None and job.spec.entrypoint is not None:
+                self.executor.stop(job, cause)
+            self.ops.release(job, now, "job finished" if job.terminal else cause, keep=True)
+            if job.terminal:  # it finished within the bound
+                return
+        self.state.work.count("job_duration_stops_total")
+        self.rec.move(job, JobState.FAILED, cause, now)
 
     def _count_checkpoint_io(self, job: Job, r: ExecutorReport) -> None:
         """New checkpoints, bytes and restore fallbacks since the job's last report (the

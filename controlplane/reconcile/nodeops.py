@@ -154,9 +154,10 @@ class NodeOps:
         job.billed_at = None
 
     def preempt(self, job: Job, now: float, lost: Sequence[Node], cause: str = "",
-                reason: PreemptionReason | None = None) -> None:
+                reason: PreemptionReason | None = None, *, keep: bool = False) -> None:
         """The job lost a worker: back to its checkpoint, release the rest, queue again
-        (``reason``, the metric's label, defaults to what happened to the first lost node)."""
+        (``reason``, the metric's label, defaults to what happened to the first lost node;
+        ``keep``: its ready nodes stay for reuse, as when another job takes them over)."""
         if not cause and not lost:
             cause = "a node of the gang is gone"
         if not cause:
@@ -171,7 +172,7 @@ class NodeOps:
         self.rec.billing.lose(job, hours)
         if self.executor is not None and job.spec.entrypoint is not None:
             self.executor.stop(job, cause)
-        self.release(job, now, cause, keep=False)
+        self.release(job, now, cause, keep=keep)
         if was is JobState.STARTING and lost and lost[0].state is NodeState.FAILED:
             self.rec.move(job, JobState.QUEUED, cause, now)
             return

@@ -19,7 +19,8 @@ from controlplane.core import counters
 from controlplane.core.models import Job, JobKind, JobState, Market, NodeState
 from controlplane.core.units import HOUR
 from controlplane.reconcile.budgets import SpendGuard
-from controlplane.reconcile.contracts import ControllerSettings, QuotaSource
+from controlplane.reconcile.contracts import ControllerSettings, JobExecutor, QuotaSource
+from controlplane.reconcile.fairshare import FairShare, Reclaimer
 from controlplane.reconcile.nodeops import NodeOps, PreemptionReason
 from controlplane.reconcile.pool import BUSY_STATES, PlacementPlan, Pool, plan, pools_of
 from controlplane.reconcile.recorder import Recorder
@@ -52,9 +53,13 @@ class Place:
 
     def __init__(self, scheduler: FrameworkScheduler, quota: QuotaSource, settings: ControllerSettings,
                  state: LoopState, rec: Recorder, ops: NodeOps,
+                 fair: FairShare | None = None, executor: JobExecutor | None = None,
                  budgets: SpendGuard | None = None) -> None:
         self.scheduler, self.quota, self.settings = scheduler, quota, settings
         self.state, self.rec, self.ops = state, rec, ops
+        self.fair = fair  # fair share with borrowing and reclaim (None: GFS's rules alone)
+        self.reclaimer = None if fair is None else Reclaimer(fair, state, rec, ops, executor,
+                                                            settings.tick_seconds)
         self.budgets = budgets
         self._crowded = False
         self._waiting: dict[str, str] = {}  # job id -> why its replacement replicas wait
@@ -64,9 +69,18 @@ class Place:
         queued = [j for j in s.jobs.values() if j.state is JobState.QUEUED]
         owed = [j for j in s.jobs.values() if replicas_owed(j) > 0]
         self._waiting = {k: v for k, v in self._waiting.items() if k in s.jobs}
+        pools: dict[str, Pool] = {}
+        draining = self.reclaimer is not None and bool(self.reclaimer.draining)
+        if self.fair is not None and (queued or draining or self.fair.due()):
+            pools = self._pools()
+            self.fair.refresh(pools, now)
+            if self.reclaimer is not None:
+                self.reclaimer.finish(pools, now)
+            if self.fair.due():
+                self.fair.publish(now)
         if not queued and not owed:
             return
-        pools = self._pools()
+        pools = pools or self._pools()
         for job in owed:
             try:
                 self.replace(job, pools, now)
@@ -188,8 +202,15 @@ class Place:
                                                        self._capacity_of(best.accelerator)))
         full = (self._crowded and job.kind is JobKind.SPOT
                 and pool.free_cards() < job.nodes_needed)  # a spot job evicts no one
+        why = self.fair.gate(job, best.accelerator) if self.fair is not None else ""
+        if why:
+            self._wait(job, why, now)
+            return "tenant"
         p = None if full else plan(self.scheduler, pool, s.jobs, job, market,
                                    [o.zone for o in offers], s.nodes, now)
+        if p is None and self.reclaimer is not None and self.reclaimer.start(job, pool, now):
+            p = plan(self.scheduler, pool, s.jobs, job, market, [o.zone for o in offers],
+                     s.nodes, now)
         if p is None:
             self._wait(job, f"no room in the {best.accelerator} pool "
                        f"({len(pool.nodes)}/{pool.capacity} nodes"
@@ -200,6 +221,8 @@ class Place:
         if self.budgets is not None:
             self.budgets.placed(job, best, market)
         tenant_gpus[job.tenant_id] = tenant_gpus.get(job.tenant_id, 0) + job.gpus
+        if self.fair is not None:
+            self.fair.took(job, best.accelerator)
         return "placed"
 
     def _unplaceable(self, job: Job) -> str:

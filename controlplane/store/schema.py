@@ -243,6 +243,9 @@ CREATE TABLE IF NOT EXISTS tenant_budgets (
 CREATE TABLE IF NOT EXISTS tenant_budgets (
   tenant_id TEXT PRIMARY KEY, body TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 """),
+    Migration(6, "each tenant's fair-share weight and nominal GPUs per pool, apart from its row",
+              "CREATE TABLE IF NOT EXISTS tenant_shares (tenant_id TEXT PRIMARY KEY, "
+              "body TEXT NOT NULL)"),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version if MIGRATIONS else BASELINE
 

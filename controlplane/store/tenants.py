@@ -6,7 +6,16 @@ from typing import Any
 
 from controlplane.core.counters import counter_key, parse_key
 from controlplane.core.errors import Conflict, NotFound
-from controlplane.core.models import NODE_GONE, Node, Tenant, TenantBudget, TenantSpec, new_id
+from controlplane.core.models import (
+    NODE_GONE,
+    Node,
+    Tenant,
+    TenantBudget,
+    TenantShare,
+    TenantShareSpec,
+    TenantSpec,
+    new_id,
+)
 from controlplane.core.tokens import hash_token, new_token
 from controlplane.core.units import HOUR
 from controlplane.store.base import StoreBase
@@ -142,4 +151,25 @@ class TenantRows(StoreBase):
             n = Node.model_validate_json(body)
             if n.tenant_id is not None:
                 out[n.tenant_id] = out.get(n.tenant_id, 0.0) + n.price_per_hour
+        return out
+
+    # -- fair share ----------------------------------------------------------------------------
+    def set_tenant_share(self, tenant_id: str, spec: TenantShareSpec) -> TenantShare:
+        """Set a tenant's weight and nominal GPUs per pool (by id or name)."""
+        tenant = self.get_tenant(tenant_id)
+        share = TenantShare(tenant_id=tenant.id, **spec.model_dump())
+        with self._tx() as db:
+            db.execute("INSERT INTO tenant_shares (tenant_id, body) VALUES (?, ?) ON CONFLICT "
+                       "(tenant_id) DO UPDATE SET body = excluded.body",
+                       (tenant.id, share.model_dump_json()))
+        return share
+
+    def tenant_shares(self) -> dict[str, TenantShare]:
+        """Every tenant's fair share that was set (a tenant not here has weight 1, no nominal)."""
+        out: dict[str, TenantShare] = {}
+        for tenant_id, body in self._q("SELECT tenant_id, body FROM tenant_shares"):
+            try:
+                out[str(tenant_id)] = TenantShare.model_validate_json(body)
+            except ValueError:
+                log.error("tenant share of %s does not load; weight 1 is used", tenant_id)
         return out

@@ -69,5 +69,5 @@ async function budgetBanner() {
   if (crossed.length) view().prepend(h("div", { class: "banner", id: "budget-banner", role: "status" }, crossed.join("; ")));
 }
 
-window.SPOTPLANE_PAGES = { bills: billsPage };
+window.SPOTPLANE_PAGES = { ...(window.SPOTPLANE_PAGES || {}), bills: billsPage };
 window.SPOTPLANE_BANNER = budgetBanner;
