@@ -31,7 +31,7 @@ from serve.gate import Gate, GateState, install_gate, replica_identity
 from serve.limits import ApiLimits
 from serve.query import refuse_unknown_query
 from serve.rayjobs import router as ray_jobs_router
-from serve.routes import bags, capacity, fleet, jobs, ops, packages, tenants
+from serve.routes import bags, capacity, clusters, fleet, jobs, ops, packages, tenants
 from serve.service import Caps, ControlPlaneService, Workload
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ app = FastAPI(
 # every router before @serve.ingress copies the app
 app.include_router(dashboard_router)  # the web dashboard at /
 app.include_router(ray_jobs_router)  # Ray's Jobs REST API (/api/...), for Ray's own clients
-for _routes in (ops, tenants, jobs, packages, bags, fleet, capacity):
+for _routes in (ops, tenants, jobs, packages, bags, fleet, capacity, clusters):
     app.include_router(_routes.router)
 install_error_handlers(app)
 install_gate(app)

@@ -1,0 +1,82 @@
+"""Workload Ray clusters: the registry's records, one per region or cloud that runs tenants' jobs.
+
+A :class:`WorkloadCluster` names one Ray cluster (its GCS address and dashboard URL), where it
+is (cloud, region, zones, node types) and how to authenticate to it (``token_ref``: a file path or
+a secret's name, never the token itself). Its ``state`` is what placement reads: an ``active``
+cluster takes new work, a ``draining`` one finishes what runs and takes nothing new, an
+``unhealthy`` one takes nothing and its jobs are at risk.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+LOCAL_CLUSTER = "local"  # the workload Ray that `spotplane up` starts on this machine
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+_ADDRESS_PATTERN = r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$"
+_URL_PATTERN = r"^https?://[^\s]+$"
+_ZONE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
+
+
+class ClusterState(StrEnum):
+    """Whether a workload cluster takes new work."""
+
+    ACTIVE = "active"  # healthy: takes new work
+    DRAINING = "draining"  # finishes what runs, takes nothing new
+    UNHEALTHY = "unhealthy"  # its job API or node list did not answer: nothing new, jobs at risk
+
+
+class WorkloadClusterSpec(BaseModel):
+    """What an admin gives to register a workload cluster."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN,
+                      description="Unique cluster name (lowercase letters, digits, -).")
+    cloud: str = Field(min_length=1, max_length=32, pattern=r"^[a-z0-9][a-z0-9_-]*$",
+                       description="Cloud the cluster runs in (aws, gcp, local, ...).")
+    region: str = Field(min_length=1, max_length=64, pattern=_ZONE_PATTERN,
+                        description="Region of the cluster (us-east-1, us-central1, ...).")
+    gcs_address: str = Field(max_length=255, pattern=_ADDRESS_PATTERN,
+                             description="The Ray GCS address nodes join: HOST:PORT.")
+    dashboard_url: str = Field(max_length=255, pattern=_URL_PATTERN,
+                               description="The Ray dashboard (job API) URL: http(s)://HOST:PORT.")
+    token_ref: str | None = Field(
+        default=None, min_length=1, max_length=255, pattern=r"^[^\s]+$",
+        description="Where the cluster's Ray token is: a file path or a secret's name; never the "
+                    "token itself.")
+    zones: list[str] = Field(default_factory=list, max_length=64,
+                             description="Zones the cluster's nodes run in.")
+    node_types: list[str] = Field(default_factory=list, max_length=64,
+                                  description="Instance types the cluster offers.")
+
+    @field_validator("zones", "node_types")
+    @classmethod
+    def _names(cls, values: list[str]) -> list[str]:
+        bad = [v for v in values if not re.fullmatch(_ZONE_PATTERN, v) or len(v) > 64]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a zone or instance type name (letters, digits, "
+                             "_ . -, at most 64)")
+        if len(set(values)) != len(values):
+            raise ValueError("each name once")
+        return values
+
+
+class WorkloadCluster(WorkloadClusterSpec):
+    """A registered workload cluster with its health."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    state: ClusterState = ClusterState.ACTIVE
+    registered_at: float = 0.0
+    checked_at: float | None = None  # last health check (control-plane seconds)
+    health_message: str = ""  # why the last check failed ('' when it passed)
+    nodes_alive: int = 0  # the Ray nodes the last check listed
+
+    @property
+    def takes_work(self) -> bool:
+        """New jobs and replicas may be placed here."""
+        return self.state is ClusterState.ACTIVE
