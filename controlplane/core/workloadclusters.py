@@ -21,6 +21,11 @@ _URL_PATTERN = r"^https?://[^\s]+$"
 _ZONE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 
 
+def dashboard_url_of(address: str) -> str:
+    """A Ray dashboard address as a URL (``HOST:PORT`` gains ``http://``)."""
+    return address if "://" in address else f"http://{address}"
+
+
 class ClusterState(StrEnum):
     """Whether a workload cluster takes new work."""
 
@@ -40,8 +45,9 @@ class WorkloadClusterSpec(BaseModel):
                        description="Cloud the cluster runs in (aws, gcp, local, ...).")
     region: str = Field(min_length=1, max_length=64, pattern=_ZONE_PATTERN,
                         description="Region of the cluster (us-east-1, us-central1, ...).")
-    gcs_address: str = Field(max_length=255, pattern=_ADDRESS_PATTERN,
-                             description="The Ray GCS address nodes join: HOST:PORT.")
+    gcs_address: str | None = Field(
+        default=None, max_length=255, pattern=_ADDRESS_PATTERN,
+        description="The Ray GCS address nodes join: HOST:PORT (None: jobs only, no joins).")
     dashboard_url: str = Field(max_length=255, pattern=_URL_PATTERN,
                                description="The Ray dashboard (job API) URL: http(s)://HOST:PORT.")
     token_ref: str | None = Field(

@@ -5,9 +5,14 @@ naming the field and its fix."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from controlplane.cli import clusters as cli_clusters
+from controlplane.cli.main import main
+from controlplane.cli.up import register_local_cluster
+from controlplane.store import Store
 from tests.serve.bareapi import BareApi, bare_api
 
 EAST = {"name": "aws-east", "cloud": "aws", "region": "us-east-1",
@@ -71,3 +76,45 @@ def test_metrics_carry_each_clusters_health(api: BareApi) -> None:
         http.delete("/v1/clusters/gauge")
     assert ('spotplane_workload_cluster_healthy{cloud="aws",cluster="gauge",region="us-east-1",'
             'state="unhealthy"} 0.0') in text
+
+
+def test_up_registers_its_workload_ray_as_local_once(tmp_path: Path) -> None:
+    db = tmp_path / "spotplane.db"
+    workload = {"workload_address": "127.0.0.1:8265", "workload_gcs": "127.0.0.1:6379",
+                "workload_token_path": str(tmp_path / "token")}
+    register_local_cluster(db, workload)
+    register_local_cluster(db, workload | {"workload_address": "http://127.0.0.1:9000"})
+    store = Store(db)
+    try:
+        [local] = store.list_clusters()
+    finally:
+        store.close()
+    assert (local.name, local.dashboard_url, local.gcs_address) == (
+        "local", "http://127.0.0.1:9000", "127.0.0.1:6379")
+    assert local.token_ref == workload["workload_token_path"]
+
+
+def test_cli_clusters_add_sends_the_registration(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    sent: list[tuple[str, str, object]] = []
+
+    class Client:
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def request(self, method: str, path: str, json_body: object = None) -> object:
+            sent.append((method, path, json_body))
+            return {**EAST, "state": "active", "nodes_alive": 0, "health_message": ""}
+
+    monkeypatch.setattr(cli_clusters, "client_of", lambda args: Client())
+    rc = main(["clusters", "add", "aws-east", "--cloud", "aws", "--region", "us-east-1",
+               "--gcs-address", "10.0.0.5:6379", "--dashboard-url", "http://10.0.0.5:8265",
+               "--token-ref", "/etc/spotplane/ray-east.token", "--zone", "us-east-1a",
+               "--zone", "us-east-1b", "--node-type", "p5.48xlarge"])
+    assert rc == 0 and sent == [("POST", "/v1/clusters", EAST)]
+    assert "aws-east" in capsys.readouterr().out
+    assert main(["clusters", "drain", "aws-east"]) == 0
+    assert sent[-1][:2] == ("POST", "/v1/clusters/aws-east/drain")
