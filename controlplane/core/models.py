@@ -321,6 +321,9 @@ class Job(Row):
     policy_action: str | None = None  # deadline jobs: the policy's last action (idle/spot/on_demand)
     policy_zone: str | None = None
     message: str = ""
+    egress_bytes: int = 0  # checkpoint bytes moved between regions or clouds (cumulative)
+    egress_cost: float = 0.0  # dollars of that egress (policies.egress rates)
+    cluster: str | None = None  # the workload cluster its replicas run on now
 
     @property
     def gpus(self) -> int:
