@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -79,7 +80,26 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
         self.clusters: dict[str, WorkloadCluster] = {}
         self.placed: dict[str, str] = {}  # job id -> the cluster its replicas run on
         self._checked_at = float("-inf")
+        self._closed = threading.Event()
+        self._checks: threading.Thread | None = None
         self.refresh()
+
+    def start_health_checks(self) -> None:
+        """Check every cluster's health every ``check_every_s`` on a thread of its own, so a
+        cluster that answers slowly never holds a tick."""
+        if self._checks is not None:
+            return
+
+        def loop() -> None:
+            while not self._closed.is_set():
+                try:
+                    self.check_health(force=True)
+                except Exception as exc:  # noqa: BLE001 - the registry's store is away: next round
+                    log.warning("cluster health checks failed: %s", exc)
+                self._closed.wait(self.check_every_s)
+
+        self._checks = threading.Thread(target=loop, name="cluster-health", daemon=True)
+        self._checks.start()
 
     # -- the registry ----------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -191,8 +211,10 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
             executor.notice(job, seconds_left)
 
     def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
-        """Every job's report from the cluster it runs on; the clusters' health when due."""
-        self.check_health()
+        """Every job's report from the cluster it runs on (health checks run beside it when
+        :meth:`start_health_checks` started them, else here when due)."""
+        if self._checks is None:
+            self.check_health()
         out: dict[str, ExecutorReport] = {}
         for name, executor in self.executors.items():
             mine = [j for j in jobs if self.placed.get(j.id, j.cluster) == name]
@@ -234,6 +256,7 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
                          for name, ex in self.executors.items() if ex.replicas.get(job_id))
 
     def close(self) -> None:
+        self._closed.set()
         for executor in self.executors.values():
             executor.close()
 

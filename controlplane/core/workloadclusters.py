@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+FAILURE_THRESHOLD = 3  # failed checks in a row that make a cluster unhealthy (a slow answer is not)
 LOCAL_CLUSTER = "local"  # the workload Ray that `spotplane up` starts on this machine
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 _ADDRESS_PATTERN = r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$"
@@ -81,6 +82,7 @@ class WorkloadCluster(WorkloadClusterSpec):
     checked_at: float | None = None  # last health check (control-plane seconds)
     health_message: str = ""  # why the last check failed ('' when it passed)
     nodes_alive: int = 0  # the Ray nodes the last check listed
+    failed_checks: int = 0  # health checks failed in a row (unhealthy from FAILURE_THRESHOLD)
 
     @property
     def takes_work(self) -> bool:

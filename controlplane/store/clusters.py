@@ -6,6 +6,7 @@ from typing import Any
 
 from controlplane.core.errors import Conflict, NotFound
 from controlplane.core.workloadclusters import (
+    FAILURE_THRESHOLD,
     ClusterState,
     WorkloadCluster,
     WorkloadClusterSpec,
@@ -70,12 +71,13 @@ class ClusterRows(StoreBase):
 
     def record_cluster_health(self, name: str, *, healthy: bool, nodes_alive: int, message: str,
                               at: float) -> WorkloadCluster:
-        """Record one health check: a failed one marks the cluster unhealthy, a passed one
-        brings an unhealthy cluster back to active (a draining one stays draining)."""
+        """Record one health check: ``FAILURE_THRESHOLD`` failed ones in a row mark the cluster
+        unhealthy, a passed one brings it back to active (a draining one stays draining)."""
         cluster = self.get_cluster(name)
         cluster.checked_at, cluster.nodes_alive = at, nodes_alive
         cluster.health_message = "" if healthy else message
-        if not healthy and cluster.state is ClusterState.ACTIVE:
+        cluster.failed_checks = 0 if healthy else cluster.failed_checks + 1
+        if cluster.failed_checks >= FAILURE_THRESHOLD and cluster.state is ClusterState.ACTIVE:
             cluster.state = ClusterState.UNHEALTHY
         elif healthy and cluster.state is ClusterState.UNHEALTHY:
             cluster.state = ClusterState.ACTIVE

@@ -124,6 +124,9 @@ def test_health_marks_unhealthy_and_back_and_placement_keeps_off(world: Any) -> 
     store, ex, _, health = world
     health["east"] = ClusterHealth(False, 0, "job API refused")
     ex.check_health(force=True)
+    ex.check_health(force=True)
+    assert store.get_cluster("east").state is ClusterState.ACTIVE  # two slow answers: still up
+    ex.check_health(force=True)
     east = store.get_cluster("east")
     assert east.state is ClusterState.UNHEALTHY and east.health_message == "job API refused"
     closed = closed_zones(store)

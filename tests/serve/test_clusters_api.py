@@ -70,8 +70,9 @@ def test_bad_input_is_a_422_naming_the_field(api: BareApi, change: dict, field: 
 def test_metrics_carry_each_clusters_health(api: BareApi) -> None:
     with api.client(api.admin_token) as http:
         assert http.post("/v1/clusters", json=EAST | {"name": "gauge"}).status_code == 201
-        api.replica.service.store.record_cluster_health("gauge", healthy=False, nodes_alive=0,
-                                                        message="job API refused", at=5.0)
+        for _ in range(3):  # unhealthy from the third failed check in a row
+            api.replica.service.store.record_cluster_health(
+                "gauge", healthy=False, nodes_alive=0, message="job API refused", at=5.0)
         text = http.get("/metrics").text
         http.delete("/v1/clusters/gauge")
     assert ('spotplane_workload_cluster_healthy{cloud="aws",cluster="gauge",region="us-east-1",'

@@ -10,6 +10,7 @@ both clusters' attempts, and the job's bill carries the moved checkpoint's egres
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from actors.controller import record_tick_failure
@@ -29,7 +31,9 @@ from actors.execution.multicluster import MultiClusterExecutor, closed_zones
 from actors.localcluster import MultiNodeWorkload
 from clusters.artifacts import open_store
 from clusters.clusterfleet import ClusterGatedFleet
+from clusters.data.catalog import DataCatalog
 from clusters.sim import SimulatedFleet
+from clusters.sim.fleet import AWS_COLLECTION, AWS_P3_ON_DEMAND, AWS_P3_SPOT, SimZone
 from controlplane import sdk
 from controlplane.core.clock import SimClock
 from controlplane.core.models import JobState
@@ -82,6 +86,17 @@ def wait_for(cond: Callable[[], bool], timeout: float, what: str,
     wait_until(cond, timeout, what, poll=0.2, why=why)
 
 
+def always_up_fleet(clock: SimClock, data_root: Path, state_path: Path) -> SimulatedFleet:
+    """The AWS p3 zones of both regions with spot always up: where capacity is, the test says
+    (:class:`ClusterGatedFleet` and the outage), not the trace's hour."""
+    catalog = DataCatalog(data_root)
+    zones = [SimZone(dataclasses.replace(t, available=np.ones_like(t.available)), AWS_P3_SPOT,
+                     AWS_P3_ON_DEMAND, 4)
+             for t in catalog.spot_traces(AWS_COLLECTION) if t.zone in EAST + WEST]
+    return SimulatedFleet(zones, clock, seed=3, state_path=state_path,
+                          lifetime_model=ExponentialModel(rate=0.001, limit=10_000.0))
+
+
 @pytest.fixture(scope="module")
 def world(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory,
           data_root: Path) -> Iterator[World]:
@@ -115,9 +130,7 @@ def world(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory,
         token = r.json()["token"]
         assert {c["name"] for c in admin.get("/v1/clusters").json()} == set(regions)
     clock = SimClock(start=0.0)
-    sim = SimulatedFleet.from_options(
-        clock=clock, data_dir=data_root, seed=3, state_path=tmp / "simfleet.db", gcp=False,
-        zones=list(EAST + WEST), lifetime_model=ExponentialModel(rate=0.001, limit=24.0))
+    sim = always_up_fleet(clock, data_root, tmp / "simfleet.db")
     outage = set(WEST)  # region B has no capacity until region A is lost: the job starts in A
     gated_by_registry = closed_zones(store)
     fleet = ClusterGatedFleet(sim, lambda: gated_by_registry() | outage)
@@ -126,7 +139,8 @@ def world(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory,
         artifact_uri=artifact_uri, s3_endpoint_url=s3, namespace="multi",
         hours_per_second=SPEED / 3600, gpus="always", package_dir=str(packages),
         log_dir=str(logs), stop_timeout_s=60, submit_timeout_s=300, env=AWS_ENV),
-        store, clock=clock)
+        store, clock=clock, check_every_s=2.0)
+    executor.start_health_checks()
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
                      executor=executor, epoch=store.take_controller_lease())
     w = World(url, store, sim, executor, regions, outage, token, artifact_uri, s3, tmp)
@@ -187,7 +201,7 @@ def test_a_job_survives_the_loss_of_its_region_bit_identical(world: World) -> No
 
     folder = user_folder(world.tmp / "project")
     gate = world.tmp / "gate"
-    meta = {"spotplane.kind": "hp", "spotplane.accelerator": "V100",
+    meta = {"spotplane.kind": "spot", "spotplane.accelerator": "V100",
             "spotplane.compute_hours": str(STEPS * STEP_S * SPEED / 3600),
             "spotplane.checkpoint_hours": "0.02"}
     out = world.ray_cli("submit", "--no-wait", "--working-dir", str(folder),
