@@ -21,13 +21,17 @@ from typing import Any, Protocol
 
 from actors.execution.config import ExecutorConfig
 from actors.execution.executor import RayJobExecutor
+from actors.execution.factory import make_executor
 from actors.execution.replicas import Replica
+from actors.simexecutor import SimulatedExecutor
+from clusters.fleet import FleetProvider
 from clusters.workloadhealth import ClusterHealth, check_cluster
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import InvalidInput, Unavailable
 from controlplane.core.models import Job, Node
-from controlplane.core.workloadclusters import LOCAL_CLUSTER, WorkloadCluster
+from controlplane.core.workloadclusters import LOCAL_CLUSTER, WorkloadCluster, dashboard_url_of
 from controlplane.reconcile.contracts import ExecutorReport, JobExecutor, ReplicatingExecutor
+from controlplane.store import Store
 from policies.egress import egress_usd
 
 log = logging.getLogger(__name__)
@@ -48,12 +52,22 @@ Checker = Callable[[WorkloadCluster], ClusterHealth]
 ExecutorMaker = Callable[[ExecutorConfig], RayJobExecutor]
 
 
-def closed_zones(registry: ClusterRegistry) -> Callable[[], set[str]]:
+CLOSED_ZONES_TTL_S = 1.0  # wall seconds the closed zones are read once for (one tick's calls)
+
+
+def closed_zones(registry: ClusterRegistry,
+                 ttl_s: float = CLOSED_ZONES_TTL_S) -> Callable[[], set[str]]:
     """The zones of the registered clusters that take no new work (draining or unhealthy),
-    read from ``registry`` at each call: what :class:`clusters.clusterfleet.ClusterGatedFleet`
-    keeps placement away from."""
+    read from ``registry`` at most every ``ttl_s``: what
+    :class:`clusters.clusterfleet.ClusterGatedFleet` keeps placement away from."""
+    held: list[Any] = [float("-inf"), set()]
+
     def closed() -> set[str]:
-        return {z for c in registry.list_clusters() if not c.takes_work for z in c.zones}
+        if time.monotonic() - held[0] >= ttl_s:
+            held[1] = {z for c in registry.list_clusters() if not c.takes_work for z in c.zones}
+            held[0] = time.monotonic()
+        found: set[str] = held[1]
+        return found
     return closed
 
 
@@ -264,3 +278,25 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
         """Each cluster's state and executor, for logs and tests."""
         return {name: {"state": c.state.value, "executor": name in self.executors}
                 for name, c in self.clusters.items()}
+
+
+def make_cluster_executor(
+    config: ExecutorConfig, *, clock: Clock, fleet: FleetProvider | None = None,
+    namespace: str | None = None, store: Store | None = None,
+) -> RayJobExecutor | SimulatedExecutor | MultiClusterExecutor:
+    """The controller's executor: one :class:`MultiClusterExecutor` when the store registers a
+    workload cluster other than ``config``'s own, each cluster's executor made as
+    :func:`~actors.execution.factory.make_executor` makes one; else ``make_executor``'s (the
+    single cluster, ``local``, exactly as before). Clusters registered later are seen at the
+    controller's next activation."""
+    def one(c: ExecutorConfig) -> Any:
+        return make_executor(c, clock=clock, fleet=fleet, namespace=namespace, store=store)
+
+    own = dashboard_url_of(config.workload_address or "").rstrip("/")
+    others = ([c for c in store.list_clusters() if c.dashboard_url.rstrip("/") != own]
+              if store is not None and config.kind == "ray" else [])
+    if store is None or not others:
+        return one(config)
+    executor = MultiClusterExecutor(config, store, clock=clock, make=one)
+    executor.start_health_checks()
+    return executor

@@ -52,7 +52,7 @@ DEMO_SPEED = 3600.0  # simulated seconds per wall second for --demo (68 h of dea
 DEFAULT_SPEED = 60.0
 DEMO_TIMEOUT_S = 290.0
 CHILD_ENV = "SPOTPLANE_UP_CHILD"
-EXECUTOR_FACTORY = "actors.execution:make_executor"
+EXECUTOR_FACTORY = "actors.execution.multicluster:make_cluster_executor"
 # never passed on to the supervised child (and so to nothing it starts): the admin token lives in
 # its file, and a variable of the operator's shell must not spread to the control plane's processes
 SECRET_ENV = ("SPOTPLANE_ADMIN_TOKEN",)

@@ -129,7 +129,7 @@ def test_health_marks_unhealthy_and_back_and_placement_keeps_off(world: Any) -> 
     ex.check_health(force=True)
     east = store.get_cluster("east")
     assert east.state is ClusterState.UNHEALTHY and east.health_message == "job API refused"
-    closed = closed_zones(store)
+    closed = closed_zones(store, ttl_s=0.0)
     assert closed() == {"us-east-1a"}
     health["east"] = ClusterHealth(True, 2)
     ex.check_health(force=True)
@@ -173,3 +173,22 @@ def test_alive_nodes_counts_the_state_apis_alive_rows() -> None:
     answer = {"data": {"result": {"result": [{"state": "ALIVE"}, {"state": "DEAD"},
                                              {"state": "ALIVE"}]}}}
     assert alive_nodes(answer) == 2 and alive_nodes({}) == 0
+
+
+def test_one_cluster_keeps_the_single_executor_and_two_make_the_multi(tmp_path: Path) -> None:
+    from actors.execution.multicluster import make_cluster_executor
+    from actors.simexecutor import SimulatedExecutor
+    from controlplane.core.clock import SimClock
+
+    store = Store(tmp_path / "spotplane.db")
+    try:
+        sim = make_cluster_executor(ExecutorConfig(kind="simulated"), clock=SimClock(), store=store)
+        assert isinstance(sim, SimulatedExecutor)
+        store.add_cluster(WorkloadClusterSpec(name="west", cloud="aws", region="us-west-2",
+                                              dashboard_url="http://west:8265"))
+        multi = make_cluster_executor(ExecutorConfig(workload_address="east:8265"),
+                                      clock=SimClock(), store=store)
+        assert isinstance(multi, MultiClusterExecutor) and set(multi.clusters) == {"west"}
+        multi.close()
+    finally:
+        store.close()
