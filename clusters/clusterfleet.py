@@ -1,7 +1,7 @@
 """A fleet whose zones are gated by the workload clusters that hold them: a zone of a cluster
-that takes no new work (draining or unhealthy) offers nothing and launches nothing, so placement
-(every zone ranking, the deadline policies, the quota) sees only the clusters that take work.
-What already runs there is left alone."""
+that takes no new work (draining or unhealthy) has no spot available and refuses launches, so
+placement (the zone ranking, the deadline policies, the quota) sees only the clusters that take
+work. The catalog of offers stays whole (the loop reads it once). What runs there is left alone."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ class ClusterGatedFleet(FleetProvider):
         self.lifetimes = inner.lifetimes
 
     def offers(self) -> list[Offer]:
-        shut = self.closed()
-        return [o for o in self.inner.offers() if o.zone not in shut]
+        """Every zone's offer: the loop reads its catalog once, and a closed zone opens again."""
+        return self.inner.offers()
 
     def spot_available(self, zone: str, instance_type: str) -> bool:
         return zone not in self.closed() and self.inner.spot_available(zone, instance_type)

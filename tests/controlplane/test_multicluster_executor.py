@@ -161,7 +161,7 @@ def test_the_gated_fleet_offers_and_launches_nothing_in_closed_zones() -> None:
             return ["launched"]
 
     gated = ClusterGatedFleet(Inner(), lambda: {"a"})  # type: ignore[arg-type]
-    assert [o.zone for o in gated.offers()] == ["b"]
+    assert [o.zone for o in gated.offers()] == ["a", "b"]  # the catalog stays whole
     assert gated.spot_availability() == {"a": False, "b": True}
     assert not gated.spot_available("a", "p3.2xlarge")
     with pytest.raises(CapacityUnavailable):
