@@ -24,7 +24,9 @@ ahead of time; also the best region in hindsight).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -138,7 +140,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     if args.local:
         from benchmarks.multicluster_local import local_trials  # Ray and its clusters: on use
 
-        out.update(local_trials(args.trials))
+        with contextlib.redirect_stdout(sys.stderr):  # Ray's own lines: stdout is the JSON's
+            out.update(local_trials(args.trials))
     else:
         out.update({"clusters": 2, "region_loss_to_running_p50_s": None, "restore_s": None,
                     "bit_identical": None, "egress_usd": None})
