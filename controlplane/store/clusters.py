@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from controlplane.core.errors import Conflict, NotFound
@@ -62,27 +63,41 @@ class ClusterRows(StoreBase):
         if not n:
             raise NotFound(f"cluster {cluster.name!r} is not registered")
 
+    def _change_cluster(self, name: str,
+                        change: Callable[[WorkloadCluster], None]) -> WorkloadCluster:
+        """Read, ``change`` and write one cluster in one write transaction, so a health check
+        and a drain never undo each other."""
+        with self._tx() as db:
+            rows = db.execute("SELECT body FROM workload_clusters WHERE name = ?",
+                              (name,)).fetchall()
+            cluster = self._cluster(rows[0]) if rows else None
+            if cluster is None:
+                raise NotFound(f"cluster {name!r} is not registered",
+                               fix="list them with `spotplane clusters list`")
+            change(cluster)
+            db.execute("UPDATE workload_clusters SET state = ?, body = ? WHERE name = ?",
+                       (cluster.state.value, cluster.model_dump_json(), name))
+        return cluster
+
     def drain_cluster(self, name: str) -> WorkloadCluster:
         """Mark ``name`` draining: it finishes what runs and takes nothing new."""
-        cluster = self.get_cluster(name)
-        cluster.state = ClusterState.DRAINING
-        self.save_cluster(cluster)
-        return cluster
+        def drain(cluster: WorkloadCluster) -> None:
+            cluster.state = ClusterState.DRAINING
+        return self._change_cluster(name, drain)
 
     def record_cluster_health(self, name: str, *, healthy: bool, nodes_alive: int, message: str,
                               at: float) -> WorkloadCluster:
         """Record one health check: ``FAILURE_THRESHOLD`` failed ones in a row mark the cluster
         unhealthy, a passed one brings it back to active (a draining one stays draining)."""
-        cluster = self.get_cluster(name)
-        cluster.checked_at, cluster.nodes_alive = at, nodes_alive
-        cluster.health_message = "" if healthy else message
-        cluster.failed_checks = 0 if healthy else cluster.failed_checks + 1
-        if cluster.failed_checks >= FAILURE_THRESHOLD and cluster.state is ClusterState.ACTIVE:
-            cluster.state = ClusterState.UNHEALTHY
-        elif healthy and cluster.state is ClusterState.UNHEALTHY:
-            cluster.state = ClusterState.ACTIVE
-        self.save_cluster(cluster)
-        return cluster
+        def record(cluster: WorkloadCluster) -> None:
+            cluster.checked_at, cluster.nodes_alive = at, nodes_alive
+            cluster.health_message = "" if healthy else message
+            cluster.failed_checks = 0 if healthy else cluster.failed_checks + 1
+            if cluster.failed_checks >= FAILURE_THRESHOLD and cluster.state is ClusterState.ACTIVE:
+                cluster.state = ClusterState.UNHEALTHY
+            elif healthy and cluster.state is ClusterState.UNHEALTHY:
+                cluster.state = ClusterState.ACTIVE
+        return self._change_cluster(name, record)
 
     def remove_cluster(self, name: str) -> None:
         with self._tx() as db:

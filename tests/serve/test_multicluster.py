@@ -260,3 +260,99 @@ def test_a_job_survives_the_loss_of_its_region_bit_identical(world: World) -> No
     assert job.egress_cost == pytest.approx(job.egress_bytes / GB * AWS_INTER_REGION_USD_PER_GB)
     print(f"region loss to RUNNING in region B: {loss_to_running:.1f} s; egress "
           f"{job.egress_bytes} B ${job.egress_cost:.8f}")
+
+
+def submit_held(world: World, folder: Path, gate: Path, steps: int = 120) -> str:
+    """A checkpointing job of ``folder`` that holds half-way until ``gate`` exists."""
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(world.url, headers={"Authorization": f"Bearer {world.token}"})
+    return str(client.submit_job(
+        entrypoint=f"python train.py --steps {steps} --seed {SEED} --step-seconds {STEP_S} "
+                   f"--hold-at {steps // 2} --gate {gate}",
+        entrypoint_num_gpus=1, runtime_env={"working_dir": str(folder)},
+        metadata={"spotplane.kind": "spot", "spotplane.accelerator": "V100",
+                  "spotplane.compute_hours": str(steps * STEP_S * SPEED / 3600),
+                  "spotplane.checkpoint_hours": "0.02"}))
+
+
+def running_in(world: World, sid: str, cluster: str) -> Callable[[], bool]:
+    def check() -> bool:
+        job = world.store.get_job(sid)
+        return (job.state is JobState.RUNNING and job.cluster == cluster
+                and "holding at step" in world.executor.logs(sid))
+    return check
+
+
+def admin(world: World) -> httpx.Client:
+    return httpx.Client(base_url=world.url, headers={"Authorization": f"Bearer {ADMIN}"},
+                        timeout=60)
+
+
+def test_a_drained_cluster_finishes_what_runs_and_takes_nothing_new(world: World) -> None:
+    folder = user_folder(world.tmp / "drain-project")
+    world.regions["aws-east"].add()  # region A is back, with one node
+    world.outage.clear()
+    world.outage.update(WEST)  # the first job lands in region A
+    first = submit_held(world, folder, world.tmp / "drain-gate-1")
+    wait_for(running_in(world, first, "aws-east"), 400, "the first job running in region A",
+             lambda: world.executor.logs(first)[-3000:])
+    with admin(world) as http:
+        assert http.post("/v1/clusters/aws-east/drain").json()["state"] == "draining"
+    world.outage.clear()  # both regions have capacity: only the drain keeps region A off
+    second = submit_held(world, folder, world.tmp / "drain-gate-2")
+    wait_for(running_in(world, second, "aws-west"), 400, "the second job running in region B",
+             lambda: world.executor.logs(second)[-3000:])
+    (world.tmp / "drain-gate-1").touch()
+    wait_for(lambda: world.store.get_job(first).terminal, 400, "the first job to finish")
+    assert world.store.get_job(first).state is JobState.SUCCEEDED
+    assert world.executor.attempts_by_cluster(first) == {"aws-east": 1}  # finished where it ran
+    assert world.store.get_job(second).cluster == "aws-west"
+
+
+def kill_head(workload: MultiNodeWorkload) -> None:
+    """SIGKILL the cluster's head: the processes listening on its dashboard and GCS ports."""
+    import signal
+
+    import psutil
+
+    ports = {int(workload.dashboard.rsplit(":", 1)[1]), int(workload.gcs.rsplit(":", 1)[1])}
+    pids = {c.pid for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port in ports and c.pid}
+    assert pids, f"nothing listens on {ports}"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_an_unhealthy_cluster_takes_nothing_and_its_jobs_restore_elsewhere(world: World) -> None:
+    second = next(j.id for j in world.store.list_jobs()
+                  if j.cluster == "aws-west" and not j.terminal)
+    with admin(world) as http:  # region A registered again: active
+        east = http.get("/v1/clusters/aws-east").json()
+        assert http.delete("/v1/clusters/aws-east").status_code == 204
+        body = {k: east[k] for k in ("name", "cloud", "region", "gcs_address", "dashboard_url",
+                                     "zones", "node_types")}
+        assert http.post("/v1/clusters", json=body).status_code == 201
+    kill_head(world.regions["aws-west"])
+    wait_for(lambda: world.store.get_cluster("aws-west").state.value == "unhealthy", 120,
+             "region B marked unhealthy")
+    # its nodes declared lost: the job restores in region A, and new work goes there too
+    world.paused.set()
+    try:
+        for node in world.store.list_nodes():
+            if node.zone in WEST and not node.gone and node.instance_id is not None:
+                world.fleet.preempt_now(node.instance_id, "cluster head lost")
+    finally:
+        world.paused.clear()
+    (world.tmp / "drain-gate-2").touch()
+    wait_for(lambda: world.store.get_job(second).terminal, 400, "the job to finish in region A",
+             lambda: world.executor.logs(second)[-3000:])
+    job = world.store.get_job(second)
+    assert job.state is JobState.SUCCEEDED and job.cluster == "aws-east", (job.state, job.cluster)
+    assert job.egress_bytes > 0
+    third = submit_held(world, user_folder(world.tmp / "after-project"),
+                        world.tmp / "after-gate", steps=20)
+    (world.tmp / "after-gate").touch()
+    wait_for(lambda: world.store.get_job(third).terminal, 400, "a new job to finish")
+    assert world.store.get_job(third).cluster == "aws-east"
+    assert world.executor.attempts_by_cluster(third) == {"aws-east": 1}
