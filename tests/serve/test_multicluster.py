@@ -62,6 +62,7 @@ class World:
     url: str
     store: Store
     fleet: SimulatedFleet
+    gated: ClusterGatedFleet  # what the controller launches through
     executor: MultiClusterExecutor
     regions: dict[str, MultiNodeWorkload]
     outage: set[str]  # zones with no capacity now (a regional spot loss)
@@ -143,7 +144,7 @@ def world(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory,
     executor.start_health_checks()
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
                      executor=executor, epoch=store.take_controller_lease())
-    w = World(url, store, sim, executor, regions, outage, token, artifact_uri, s3, tmp)
+    w = World(url, store, sim, fleet, executor, regions, outage, token, artifact_uri, s3, tmp)
     stop = threading.Event()
 
     def ticker() -> None:
@@ -300,6 +301,8 @@ def test_a_drained_cluster_finishes_what_runs_and_takes_nothing_new(world: World
     with admin(world) as http:
         assert http.post("/v1/clusters/aws-east/drain").json()["state"] == "draining"
     world.outage.clear()  # both regions have capacity: only the drain keeps region A off
+    wait_for(lambda: not any(world.gated.spot_available(z, "p3.2xlarge") for z in EAST), 30,
+             "the fleet to close the drained cluster's zones")
     second = submit_held(world, folder, world.tmp / "drain-gate-2")
     wait_for(running_in(world, second, "aws-west"), 400, "the second job running in region B",
              lambda: world.executor.logs(second)[-3000:])
