@@ -9,8 +9,8 @@ cluster takes new work, a ``draining`` one finishes what runs and takes nothing 
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -25,6 +25,9 @@ _ZONE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"
 def dashboard_url_of(address: str) -> str:
     """A Ray dashboard address as a URL (``HOST:PORT`` gains ``http://``)."""
     return address if "://" in address else f"http://{address}"
+
+
+PlaceName = Annotated[str, Field(min_length=1, max_length=64, pattern=_ZONE_PATTERN)]
 
 
 class ClusterState(StrEnum):
@@ -55,21 +58,16 @@ class WorkloadClusterSpec(BaseModel):
         default=None, min_length=1, max_length=255, pattern=r"^[^\s]+$",
         description="Where the cluster's Ray token is: a file path or a secret's name; never the "
                     "token itself.")
-    zones: list[str] = Field(default_factory=list, max_length=64,
-                             description="Zones the cluster's nodes run in.")
-    node_types: list[str] = Field(default_factory=list, max_length=64,
-                                  description="Instance types the cluster offers.")
+    zones: list[PlaceName] = Field(default_factory=list, max_length=64,
+                                   description="Zones the cluster's nodes run in.")
+    node_types: list[PlaceName] = Field(default_factory=list, max_length=64,
+                                        description="Instance types the cluster offers.")
 
     @field_validator("zones", "node_types")
     @classmethod
-    def _names(cls, values: list[str]) -> list[str]:
-        bad = [v for v in values if not re.fullmatch(_ZONE_PATTERN, v) or len(v) > 64]
-        if bad:
-            raise ValueError(f"{bad[0]!r} is not a zone or instance type name (letters, digits, "
-                             "_ . -, at most 64)")
-        if len(set(values)) != len(values):
-            raise ValueError("each name once")
-        return values
+    def _once(cls, values: list[str]) -> list[str]:
+        """Each name once, in the order given."""
+        return list(dict.fromkeys(values))
 
 
 class WorkloadCluster(WorkloadClusterSpec):
