@@ -22,9 +22,10 @@ from typing import Any, Protocol
 from actors.execution.config import ExecutorConfig
 from actors.execution.executor import RayJobExecutor
 from actors.execution.factory import make_executor
-from actors.execution.replicas import Replica
+from actors.execution.replicas import Replica, ReplicaState
 from actors.simexecutor import SimulatedExecutor
 from clusters.fleet import FleetProvider
+from clusters.rayjobs import transient
 from clusters.workloadhealth import ClusterHealth, check_cluster
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.errors import InvalidInput, Unavailable
@@ -71,6 +72,12 @@ def closed_zones(registry: ClusterRegistry,
     return closed
 
 
+def cluster_gone(exc: BaseException) -> bool:
+    """Whether a call failed because the cluster no longer answers (its head, job API or actor
+    bridge is gone), not because of what was asked."""
+    return isinstance(exc, OSError | TimeoutError | Unavailable) or transient(exc)
+
+
 def probe(cluster: WorkloadCluster) -> ClusterHealth:
     """Ray's dashboard of ``cluster``: its job API and its node list."""
     return check_cluster(cluster.dashboard_url, cluster.token_ref)
@@ -91,6 +98,7 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
         self.checker = checker
         self.check_every_s = check_every_s
         self.executors: dict[str, RayJobExecutor] = {}
+        self.gone: list[tuple[str, RayJobExecutor]] = []  # of clusters that stopped answering
         self.clusters: dict[str, WorkloadCluster] = {}
         self.placed: dict[str, str] = {}  # job id -> the cluster its replicas run on
         self._checked_at = float("-inf")
@@ -192,7 +200,7 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
         """Number the job's next attempt on ``target`` after every cluster's last one, so an
         attempt's id (and its log copy) is one across clusters."""
         counts = target.submissions.attempts
-        for executor in self.executors.values():
+        for executor in [*(ex for _, ex in self.gone), *self.executors.values()]:
             for (jid, rid), n in executor.submissions.attempts.items():
                 if jid == job_id and n > counts.get((jid, rid), 0):
                     counts[(jid, rid)] = n
@@ -215,30 +223,68 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
         return self.executors.get(name) if name is not None else None
 
     def stop(self, job: Job, reason: str) -> None:
-        for executor in self.executors.values():
-            if executor.live(job.id):
+        """Stop the job's replicas on every cluster; on a cluster that no longer answers they
+        are gone with it and are marked stopped."""
+        for name, executor in list(self.executors.items()):
+            if not executor.live(job.id):
+                continue
+            try:
                 executor.stop(job, reason)
+            except Exception as exc:
+                if not cluster_gone(exc):
+                    raise
+                self._lost(name, executor, job.id, f"{reason}; cluster {name} unreachable: {exc}")
+
+    def _lost(self, name: str, executor: RayJobExecutor, job_id: str, why: str) -> None:
+        """The job's replicas on an unreachable cluster are gone: marked stopped, and the
+        cluster's executor is made again (a new job client and actor bridge) when next needed."""
+        log.warning("job %s: %s", job_id, why)
+        for rep in executor.live(job_id):
+            rep.state, rep.stopped_reason = ReplicaState.STOPPED, why
+        self.gone.append((name, self.executors.pop(name)))
 
     def notice(self, job: Job, seconds_left: float) -> None:
         executor = self._executor_of(job)
-        if executor is not None:
+        if executor is None:
+            return
+        try:
             executor.notice(job, seconds_left)
+        except Exception as exc:
+            if not cluster_gone(exc):
+                raise
+            log.warning("job %s: notice not delivered, its cluster is unreachable: %s", job.id, exc)
 
     def poll(self, jobs: Sequence[Job]) -> dict[str, ExecutorReport]:
         """Every job's report from the cluster it runs on (health checks run beside it when
-        :meth:`start_health_checks` started them, else here when due)."""
+        :meth:`start_health_checks` started them, else here when due); a cluster that does not
+        answer reports nothing this tick (its nodes' loss is the fleet's to declare)."""
         if self._checks is None:
             self.check_health()
         out: dict[str, ExecutorReport] = {}
-        for name, executor in self.executors.items():
+        for name, executor in list(self.executors.items()):
             mine = [j for j in jobs if self.placed.get(j.id, j.cluster) == name]
-            if mine:
+            if not mine:
+                continue
+            try:
                 out.update(executor.poll(mine))
+            except Exception as exc:
+                if not cluster_gone(exc):
+                    raise
+                log.warning("cluster %s did not report: %s", name, exc)
         return out
 
     def node_preempted(self, job: Job, node_id: str, reason: str = "node preempted") -> bool:
         executor = self._executor_of(job)
-        return executor.node_preempted(job, node_id, reason) if executor is not None else False
+        if executor is None:
+            return False
+        try:
+            return executor.node_preempted(job, node_id, reason)
+        except Exception as exc:
+            if not cluster_gone(exc):
+                raise
+            name = self.placed.get(job.id, job.cluster) or "?"
+            self._lost(name, executor, job.id, f"{reason}; cluster {name} unreachable: {exc}")
+            return False
 
     def start_replacement(self, job: Job, node: Node | str) -> Replica:
         """A replacement replica: on the cluster the job runs on (a replica set stays there)."""
@@ -252,7 +298,7 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
     def replicas(self) -> dict[str, list[Replica]]:
         """Every attempt of every job on every cluster, by job id, oldest first."""
         out: dict[str, list[Replica]] = {}
-        for executor in self.executors.values():
+        for executor in [*(ex for _, ex in self.gone), *self.executors.values()]:
             for job_id, reps in executor.replicas.items():
                 out.setdefault(job_id, []).extend(reps)
         for reps in out.values():
@@ -261,18 +307,25 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
 
     def attempts_by_cluster(self, job_id: str) -> dict[str, int]:
         """How many attempts of the job each cluster ran."""
-        return {name: len(ex.replicas.get(job_id, [])) for name, ex in self.executors.items()
-                if ex.replicas.get(job_id)}
+        out: dict[str, int] = {}
+        for name, ex in [*self.gone, *self.executors.items()]:
+            if ex.replicas.get(job_id):
+                out[name] = out.get(name, 0) + len(ex.replicas[job_id])
+        return out
 
     def logs(self, job_id: str) -> str:
         """Every attempt's logs on every cluster, each cluster's after a line naming it."""
         return "\n".join(f"=== cluster {name} ===\n{ex.logs(job_id)}"
-                         for name, ex in self.executors.items() if ex.replicas.get(job_id))
+                         for name, ex in [*self.gone, *self.executors.items()]
+                         if ex.replicas.get(job_id))
 
     def close(self) -> None:
         self._closed.set()
-        for executor in self.executors.values():
-            executor.close()
+        for name, executor in [*self.gone, *self.executors.items()]:
+            try:
+                executor.close()
+            except Exception as exc:  # noqa: BLE001 - a cluster that is gone: nothing left to stop
+                log.warning("cluster %s: executor not closed cleanly: %s", name, exc)
 
     def describe(self) -> dict[str, Any]:
         """Each cluster's state and executor, for logs and tests."""

@@ -5,11 +5,12 @@ checks mark a cluster unhealthy and back, and placement is kept off clusters tak
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from actors.execution import ExecutorConfig
+from actors.execution import ExecutorConfig, ReplicaState
 from actors.execution.multicluster import MultiClusterExecutor, closed_zones
 from clusters.artifacts import ArtifactRef
 from clusters.clusterfleet import ClusterGatedFleet
@@ -49,10 +50,12 @@ class FakeExecutor:
         n = self.submissions.attempts.get((job.id, "r0"), 0) + 1
         self.submissions.attempts[(job.id, "r0")] = n
         self.started.append((job.id, [x.id for x in nodes], n))
-        self.replicas.setdefault(job.id, []).append(n)
+        self.replicas.setdefault(job.id, []).append(
+            SimpleNamespace(attempt=n, state=ReplicaState.RUNNING, started_at=float(n)))
 
     def live(self, job_id: str) -> list[Any]:
-        return [] if job_id in self.stopped else self.replicas.get(job_id, [])
+        return [] if job_id in self.stopped else [
+            r for r in self.replicas.get(job_id, []) if r.state is not ReplicaState.STOPPED]
 
     def stop(self, job: Job, reason: str) -> None:
         self.stopped.append(job.id)
@@ -192,3 +195,21 @@ def test_one_cluster_keeps_the_single_executor_and_two_make_the_multi(tmp_path: 
         multi.close()
     finally:
         store.close()
+
+
+def test_a_cluster_that_stops_answering_loses_its_replicas_not_the_job(world: Any) -> None:
+    _, ex, made, _ = world
+
+    class Gone(FakeExecutor):
+        def stop(self, job: Job, reason: str) -> None:
+            raise ConnectionError("actor bridge died: the other side closed the pipe")
+
+    job = _job()
+    ex.start(job, [_node("n1", "us-east-1a")])
+    east = ex.executors["east"]
+    east.__class__ = Gone
+    ex.stop(job, "node lost")  # no error: the cluster is gone, and its replicas with it
+    assert "east" not in ex.executors and ex.gone[0][0] == "east"
+    ex.start(job, [_node("n2", "us-west-2a")])
+    assert made["http://west:8265"].started == [("job-1", ["n2"], 2)]
+    assert ex.attempts_by_cluster("job-1") == {"east": 1, "west": 1}
