@@ -242,6 +242,10 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
         for rep in executor.live(job_id):
             rep.state, rep.stopped_reason = ReplicaState.STOPPED, why
         self.gone.append((name, self.executors.pop(name)))
+        try:  # its actor bridge: stopped, never restarted against a cluster that is gone
+            executor.actors.close()
+        except Exception as exc:  # noqa: BLE001 - nothing left to stop there
+            log.warning("cluster %s: actor bridge not closed cleanly: %s", name, exc)
 
     def notice(self, job: Job, seconds_left: float) -> None:
         executor = self._executor_of(job)
@@ -321,7 +325,7 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
 
     def close(self) -> None:
         self._closed.set()
-        for name, executor in [*self.gone, *self.executors.items()]:
+        for name, executor in self.executors.items():  # a gone cluster's was closed at its loss
             try:
                 executor.close()
             except Exception as exc:  # noqa: BLE001 - a cluster that is gone: nothing left to stop

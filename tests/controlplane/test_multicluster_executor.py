@@ -45,6 +45,7 @@ class FakeExecutor:
         self.submissions = FakeSubmissions()
         self.artifacts = FakeArtifacts(refs)
         self.replicas: dict[str, list[Any]] = {}
+        self.actors = SimpleNamespace(close=lambda: None)
 
     def start(self, job: Job, nodes: list[Node]) -> None:
         n = self.submissions.attempts.get((job.id, "r0"), 0) + 1
