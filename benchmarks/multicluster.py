@@ -17,7 +17,8 @@ Simulated part: the 13 GCP H100 zones, grouped by region into 9 clusters, replay
 ``--windows`` deadline windows (``benchmarks.multiregion``'s task). spotplane's multi-zone policy
 across every cluster and the omniscient multi-zone plan are charged ``--checkpoint-gb`` of
 egress at every move between regions (GCP's inter-region rates, :mod:`policies.egress`);
-against them, spotplane kept in one region (the one with the lowest spot list price, chosen
+``spotplane_egress`` (:mod:`policies.egressaware`) weighs that egress before it moves; against
+them, spotplane kept in one region (the one with the lowest spot list price, chosen
 ahead of time; also the best region in hindsight).
 """
 
@@ -42,6 +43,7 @@ from controlplane.core.errors import InvalidInput
 from policies.deadline import DeadlineTask
 from policies.deadline_sim import SimResult, window_ticks
 from policies.egress import GB, egress_usd
+from policies.egressaware import EgressAwareSpotplane, places_of
 from policies.multizone import MultiZonePlanPolicy, SpotplaneMultiZone, multizone_plan
 
 
@@ -73,6 +75,14 @@ def _spotplane(world: World, task: DeadlineTask, start: int, n: int) -> SimResul
                                         zone_names=world.names), start, n, record=True)
 
 
+def _egress_aware(world: World, task: DeadlineTask, start: int, n: int,
+                  places: dict[str, tuple[str, str]], checkpoint_gb: float) -> SimResult:
+    hist = world.up[:, :start]
+    return world.run(EgressAwareSpotplane(task, tick_hours=world.g, history=hist,
+                                          zone_names=world.names, places=places,
+                                          checkpoint_gb=checkpoint_gb), start, n, record=True)
+
+
 def _omniscient(world: World, task: DeadlineTask, start: int, n: int) -> SimResult:
     plan = multizone_plan(task, world.up[:, start: start + n], world.g, world.spot, world.od)
     return world.run(MultiZonePlanPolicy(task, plan, world.names, world.g), start, n, record=True)
@@ -101,11 +111,14 @@ def simulated(windows: int, checkpoint_gb: float, seed: int, compute_hours: floa
     if windows < 1:
         raise InvalidInput("--windows", f"must be >= 1, got {windows}", fix="e.g. --windows 100")
     starts = np.random.default_rng(seed).integers(0, world.n_ticks - n + 1, size=windows)
+    places = places_of(world.names, [z.cloud for z in zones], regions)
     rows: dict[str, list[tuple[float, float, bool, int]]] = {
-        "spotplane": [], "omniscient": [], "one_region": []}
+        "spotplane": [], "spotplane_egress": [], "omniscient": [], "one_region": []}
     per_region: dict[str, list[float]] = {r: [] for r in by_region}
     for s in (int(x) for x in starts):
         for name, result in (("spotplane", _spotplane(world, task, s, n)),
+                             ("spotplane_egress",
+                              _egress_aware(world, task, s, n, places, checkpoint_gb)),
                              ("omniscient", _omniscient(world, task, s, n))):
             usd, moves = egress_of(result, regions, checkpoint_gb)
             rows[name].append((result.cost, usd, result.met_deadline, moves))
