@@ -30,6 +30,8 @@ import ray
 
 from actors.deadline import RayDeadlineHost
 from actors.execution.config import ExecutorConfig
+from actors.execution.multicluster import closed_zones
+from clusters.clusterfleet import ClusterGatedFleet
 from clusters.providers import make_provider
 from controlplane.core.clock import Clock, ManualClock, SimClock, WallClock
 from controlplane.core.config import load_settings
@@ -121,7 +123,9 @@ class ControllerActor:
             fleet_opts.setdefault("state_path", str(state / SIMFLEET_DB))
             fleet_opts.setdefault("seed", config.seed)
             fleet_opts.setdefault("lifetime_model", default_gce_model())  # seed 001's GCE fit
-        self.fleet = make_provider(config.fleet, clock=self.clock, **fleet_opts)
+        # a zone of a workload cluster that takes no new work (draining, unhealthy) is closed
+        self.fleet = ClusterGatedFleet(make_provider(config.fleet, clock=self.clock, **fleet_opts),
+                                       closed_zones(self.store))
         host = None
         if config.policy_actors:
             host = RayDeadlineHost(self.db, namespace=config.namespace,

@@ -35,6 +35,7 @@ from serve.routes import (
     bags,
     budgets,
     capacity,
+    clusters,
     fairshare,
     fleet,
     jobs,
@@ -63,7 +64,8 @@ app = FastAPI(
 # every router before @serve.ingress copies the app
 app.include_router(dashboard_router)  # the web dashboard at /
 app.include_router(ray_jobs_router)  # Ray's Jobs REST API (/api/...), for Ray's own clients
-for _routes in (ops, tenants, jobs, packages, bags, fleet, capacity, budgets, nodes, fairshare):
+for _routes in (ops, tenants, jobs, packages, bags, fleet, capacity, budgets, nodes, fairshare,
+                clusters):
     app.include_router(_routes.router)
 install_error_handlers(app)
 install_gate(app)

@@ -38,7 +38,11 @@ PACKAGE_PATHS = (f"{API}/packages/", "/api/packages/")
 NODE_PATHS = f"{API}/nodes/"  # a launched node's reports: its own credential, checked by the route
 # admin-only routes, refused to a tenant by the gate before the body is read (what each does)
 ADMIN_ROUTES = {("POST", f"{API}/tenants"): "creating a tenant",
-                ("POST", f"{API}/fairshare"): "setting a tenant's fair share"}
+                ("POST", f"{API}/fairshare"): "setting a tenant's fair share",
+                ("POST", f"{API}/clusters"): "registering a workload cluster",
+                ("GET", f"{API}/clusters"): "listing workload clusters"}
+# admin-only path prefixes: every method on the path and below it
+ADMIN_PREFIXES = {f"{API}/clusters": "managing workload clusters"}
 
 _api_lock = threading.Lock()
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
@@ -157,7 +161,7 @@ class GateState:
                 raise RateLimited(
                     f"more than {self.limits.rate_per_s:g} requests/s (burst {self.limits.burst})",
                     retry_after_s=wait, fix="slow down and retry after the Retry-After seconds")
-        admin_only = ADMIN_ROUTES.get((method, path))
+        admin_only = ADMIN_ROUTES.get((method, path)) or admin_prefix(path)
         if admin_only is not None:
             ControlPlaneService.require_admin(principal, admin_only)
         return principal.tenant_id
@@ -201,6 +205,14 @@ class GateState:
             return message
 
         return receive_capped
+
+
+def admin_prefix(path: str) -> str | None:
+    """What the admin-only prefix holding ``path`` does (None: no such prefix)."""
+    for prefix, what in ADMIN_PREFIXES.items():
+        if path == prefix or path.startswith(prefix + "/"):
+            return what
+    return None
 
 
 def replica_identity() -> tuple[str, str]:

@@ -34,6 +34,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from controlplane.core.counters import CONTROLLER, PREFIX, Family, le_label, parse_key
+from controlplane.core.workloadclusters import ClusterState, WorkloadCluster
 from controlplane.reconcile.fairshare import META_KEY as FAIR_SHARE_KEY
 from controlplane.reconcile.fairshare import read_lines
 from policies.budgets import Level, level, month_of
@@ -67,6 +68,7 @@ class StoreCollector(Collector):
         yield from _forecast_families(snap)
         yield from _budget_families(self.store, snap["control_time"])
         yield from _fair_share_families(self.store)
+        yield from _cluster_families(self.store.list_clusters())
         t = GaugeMetricFamily(f"{PREFIX}control_time_seconds",
                               "Control-plane time of the controller's last tick.")
         t.add_metric([], snap["control_time"])
@@ -137,6 +139,16 @@ def _gauge(name: str, help_text: str, labels: Sequence[str],
     for values, v in rows:
         g.add_metric(list(values), float(v))
     return g
+
+
+def _cluster_families(clusters: Sequence[WorkloadCluster]) -> Iterator[Metric]:
+    labels = ("cluster", "cloud", "region", "state")
+    yield _gauge("workload_cluster_healthy", "1 when the workload cluster's job API answered and "
+                 "its nodes were listed at the last check (active or draining), else 0.", labels,
+                 [((c.name, c.cloud, c.region, c.state.value),
+                   0.0 if c.state is ClusterState.UNHEALTHY else 1.0) for c in clusters])
+    yield _gauge("workload_cluster_nodes", "Ray nodes alive in each workload cluster at the last "
+                 "check.", ("cluster",), [((c.name,), c.nodes_alive) for c in clusters])
 
 
 def _job_families(snap: dict[str, Any]) -> Iterator[Metric]:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
+from clusters.clusterlogs import attempt_logs_across
 from clusters.packages import PackageStore, package_name
 from clusters.rayjobs import LogArchive, attempt_logs, submission_client
 from controlplane.core.bills import Bill, job_bill
@@ -137,6 +138,7 @@ class ControlPlaneService:
         self.packages = packages
         self.workload = workload
         self._workload_client: Any = None
+        self._cluster_clients: dict[str, Any] = {}  # dashboard URL -> that cluster's job client
         self.caps = caps or Caps()
         self.clock = clock or WallClock()  # wall time: when Idempotency-Keys expire
         self._admin_hash = admin_token_hash
@@ -318,10 +320,22 @@ class ControlPlaneService:
         self.get_job(principal, job_id)  # 404 for another tenant's job
         if self.workload is None:
             return []
+        clusters = self.store.list_clusters()
+        if len(clusters) > 1:  # a job may have run on several: each one's attempts
+            return attempt_logs_across([self._cluster_client(c.dashboard_url, c.token_ref)
+                                        for c in clusters], job_id, self.workload.archive)
         if self._workload_client is None:
             self._workload_client = submission_client(self.workload.address,
                                                       self.workload.token_path, remote=True)
         return attempt_logs(self._workload_client, job_id, self.workload.archive)
+
+    def _cluster_client(self, dashboard_url: str, token_ref: str | None) -> Any:
+        """A job client of one workload cluster, made once per address."""
+        clients = self._cluster_clients
+        if dashboard_url not in clients:
+            token = token_ref if token_ref and Path(token_ref).is_file() else None
+            clients[dashboard_url] = submission_client(dashboard_url, token, remote=True)
+        return clients[dashboard_url]
 
     def accelerators(self) -> set[str]:
         """GPU models the fleet sells (empty before the controller's first catalog); cached 10 s."""

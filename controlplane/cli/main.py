@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from controlplane import __version__
-from controlplane.cli import control, data, fairshare, money
+from controlplane.cli import clusters, control, data, fairshare, money
 from controlplane.core import logging as splog
 from controlplane.core.errors import SpotplaneError
 
@@ -23,7 +23,8 @@ Handler = Callable[[argparse.Namespace], int | None]
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 # One module per command group; each has ``register(subparsers)``.
-COMMAND_GROUPS: list[Register] = [data.register, control.register, money.register, fairshare.register]
+COMMAND_GROUPS: list[Register] = [data.register, control.register, money.register, fairshare.register,
+                                  clusters.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

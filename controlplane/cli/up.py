@@ -42,6 +42,7 @@ from controlplane.client import (
 from controlplane.core.config import load_settings
 from controlplane.core.errors import CloudError, ConfigError, InvalidInput
 from controlplane.core.units import DB_FILE, SIMFLEET_DB
+from controlplane.core.workloadclusters import LOCAL_CLUSTER, WorkloadClusterSpec, dashboard_url_of
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.store import IN_STORE, BadRow, Store, is_postgres, redact, sqlite_path
 
@@ -51,7 +52,7 @@ DEMO_SPEED = 3600.0  # simulated seconds per wall second for --demo (68 h of dea
 DEFAULT_SPEED = 60.0
 DEMO_TIMEOUT_S = 290.0
 CHILD_ENV = "SPOTPLANE_UP_CHILD"
-EXECUTOR_FACTORY = "actors.execution:make_executor"
+EXECUTOR_FACTORY = "actors.execution.multicluster:make_cluster_executor"
 # never passed on to the supervised child (and so to nothing it starts): the admin token lives in
 # its file, and a variable of the operator's shell must not spread to the control plane's processes
 SECRET_ENV = ("SPOTPLANE_ADMIN_TOKEN",)
@@ -493,6 +494,7 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
         raise CloudError(f"fleet {args.fleet}: the control plane did not start ({lines[-1] if lines else exc!r})",
                          fix="check the provider's credentials and options, or use --fleet sim") from exc
     report_quarantine(quarantined_rows(db, since=set_aside))
+    register_local_cluster(db, workload)
     url = start_api(db, admin_token, port, args.host,
                     package_dir=homes["package_dir"],
                     workload_address=workload["workload_address"],
@@ -512,6 +514,19 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     write_endpoint(state_dir, url, os.getpid())  # last: it tells others we are ready
     started["endpoint"] = True
     return url
+
+
+def register_local_cluster(db: str | Path, workload: dict[str, str]) -> None:
+    """Register (or refresh) the workload Ray this ``up`` runs jobs on as the cluster ``local``."""
+    spec = WorkloadClusterSpec(name=LOCAL_CLUSTER, cloud="local", region="local",
+                               dashboard_url=dashboard_url_of(workload["workload_address"]),
+                               gcs_address=workload.get("workload_gcs"),
+                               token_ref=workload.get("workload_token_path"))
+    store = Store(db)
+    try:
+        store.add_cluster(spec, replace=True)
+    finally:
+        store.close()
 
 
 def quarantined_rows(db: str | Path, since: Sequence[BadRow] = ()) -> list[BadRow]:

@@ -336,8 +336,9 @@ class Job(Row):
     policy_action: str | None = None  # deadline jobs: the policy's last action (idle/spot/on_demand)
     policy_zone: str | None = None
     message: str = ""
-    egress_cost: float = 0.0  # dollars of checkpoints moved between regions
-    egress_bytes: int = 0
+    egress_bytes: int = 0  # checkpoint bytes moved between regions or clouds (cumulative)
+    egress_cost: float = 0.0  # dollars of that egress (policies.egress rates)
+    cluster: str | None = None  # the workload cluster its replicas run on now
     bill: dict[str, float] = Field(default_factory=dict)  # bill line -> dollars or hours
     error_restarts: int = 0  # restarts after a listed exit code (apart from preemptions)
     exit_code: int | None = None  # the last attempt's exit code, when it ended on its own

@@ -235,6 +235,15 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
   key TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL, at DOUBLE PRECISION NOT NULL,
   ok INTEGER NOT NULL);
 """),
+    Migration(4, "the registry of workload Ray clusters that run tenants' jobs",
+              """
+CREATE TABLE IF NOT EXISTS workload_clusters (
+  name TEXT PRIMARY KEY, state TEXT NOT NULL, registered_at REAL NOT NULL, body TEXT NOT NULL);
+""", postgres="""
+CREATE TABLE IF NOT EXISTS workload_clusters (
+  name TEXT PRIMARY KEY, state TEXT NOT NULL, registered_at DOUBLE PRECISION NOT NULL,
+  body TEXT NOT NULL);
+"""),
     Migration(5, "tenants' spend limits (an hourly cap and a monthly budget), one row each",
               """
 CREATE TABLE IF NOT EXISTS tenant_budgets (

@@ -15,15 +15,16 @@ fleet's launch is idempotent on the intent id, so no node is launched twice and 
 
 from __future__ import annotations
 
+from controlplane.store.clusters import ClusterRows
 from controlplane.store.commits import ControllerRows
 from controlplane.store.shared import SharedRows
 
 
-class Store(ControllerRows, SharedRows):
+class Store(ControllerRows, SharedRows, ClusterRows):
     """One process's handle on the spotplane database: a SQLite connection shared by its
     threads under a lock, or a pool of PostgreSQL connections (``controlplane.store.backend``).
 
     Each section lives in a module of its own over the plumbing of
     :class:`controlplane.store.base.StoreBase`: ``tenants``, ``jobs`` (jobs and bags, over the
     tenants), ``views`` (fleet, cost, quotas, metrics), ``commits`` (the controller's reads and
-    its one commit a tick, over jobs and views) and ``shared`` (blobs, rate buckets)."""
+    its one commit a tick, over jobs and views) and ``shared`` (blobs, rate buckets), ``clusters`` (the workload clusters' registry)."""

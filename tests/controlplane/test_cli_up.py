@@ -81,6 +81,9 @@ def test_cli_round_trip_through_the_api(up: Up, capsys: pytest.CaptureFixture[st
     acme = json.loads(out)["token"]
     rc, out, _ = up.cli(capsys, "tenants", "--create", "beta", "--json")
     beta = json.loads(out)["token"]
+    capsys.readouterr()  # its workload Ray is the cluster `local`
+    rc = main(["clusters", "list", "--state-dir", str(up.state), "--json"])
+    assert rc == 0 and [c["name"] for c in json.loads(capsys.readouterr().out)] == ["local"]
 
     jobs_yaml = tmp_path / "jobs.yaml"
     jobs_yaml.write_text(

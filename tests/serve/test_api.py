@@ -549,6 +549,7 @@ def test_idempotent_bag_is_created_once(api: Api) -> None:
 CALLERS = ("none", "malformed", "wrong", "owner", "other", "admin")
 PUBLIC = {"/healthz"}
 ADMIN_ONLY = {("POST", "/v1/tenants"), ("GET", "/metrics")}
+CLUSTERS = "/v1/clusters"  # every method below it is the admin's alone
 OWNED = {"{job_id}", "{bag_id}"}  # paths naming one tenant's thing: 404 for the others
 
 
@@ -560,7 +561,7 @@ def _expected(method: str, path: str, caller: str) -> int:
         return 401 if caller in ("none", "malformed") else 403
     if caller in ("none", "malformed", "wrong"):
         return 401
-    if (method, path) in ADMIN_ONLY and caller != "admin":
+    if ((method, path) in ADMIN_ONLY or path.startswith(CLUSTERS)) and caller != "admin":
         return 403
     if caller == "other" and any(p in path for p in OWNED):
         return 404
@@ -569,7 +570,8 @@ def _expected(method: str, path: str, caller: str) -> int:
     if path == "/v1/packages/{name}":  # the owner's package; an upload must be a zip
         return 422 if method != "GET" else 404 if caller == "other" else 200
     return {"POST /v1/jobs": 201, "POST /v1/bags": 201, "POST /v1/tenants": 201,
-            "POST /v1/jobs/{job_id}/cancel": 202}.get(f"{method} {path}", 200)
+            "POST /v1/jobs/{job_id}/cancel": 202, "POST /v1/clusters": 201,
+            "DELETE /v1/clusters/{name}": 204}.get(f"{method} {path}", 200)
 
 
 def _zip() -> bytes:
@@ -632,12 +634,17 @@ def test_authorization_matrix_from_the_openapi(api: Api) -> None:
                 method = method.upper()
                 for caller in CALLERS:
                     url = (path.replace("{job_id}", job["id"]).replace("{bag_id}", bag["id"])
-                           .replace("{name}", package).replace("{instance_id}", "i-0matrix"))
+                           .replace("{instance_id}", "i-0matrix")
+                           .replace("{name}", "matrix" if path.startswith(CLUSTERS) else package))
                     submits = method == "POST" and path in ("/v1/jobs", "/v1/bags")
                     params = {"tenant_id": api.acme_id} if caller == "admin" and submits else {}
                     body = bodies.get(path)
                     if path == "/v1/tenants":
                         body = {"name": f"matrix-{caller}"}
+                    if path == CLUSTERS:
+                        body = {"name": "matrix", "cloud": "aws", "region": "us-east-1",
+                                "gcs_address": "10.0.0.1:6379",
+                                "dashboard_url": "http://10.0.0.1:8265"}
                     r = http.request(method, url, headers=headers[caller], json=body, params=params)
                     want = _expected(method, path, caller)
                     seen += 1
