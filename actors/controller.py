@@ -31,6 +31,7 @@ import ray
 from actors.deadline import RayDeadlineHost
 from actors.execution.config import ExecutorConfig
 from actors.execution.multicluster import closed_zones
+from clusters.bootstrap import joins_from
 from clusters.clusterfleet import ClusterGatedFleet
 from clusters.providers import make_provider
 from controlplane.core.clock import Clock, ManualClock, SimClock, WallClock
@@ -123,6 +124,9 @@ class ControllerActor:
             fleet_opts.setdefault("state_path", str(state / SIMFLEET_DB))
             fleet_opts.setdefault("seed", config.seed)
             fleet_opts.setdefault("lifetime_model", default_gce_model())  # seed 001's GCE fit
+        if fleet_opts.get("api_url") and not fleet_opts.get("cluster_joins"):
+            # launched nodes boot into the registered workload cluster of their region
+            fleet_opts["cluster_joins"] = joins_from(self.store.list_clusters(), config.fleet)
         # a zone of a workload cluster that takes no new work (draining, unhealthy) is closed
         self.fleet = ClusterGatedFleet(make_provider(config.fleet, clock=self.clock, **fleet_opts),
                                        closed_zones(self.store))

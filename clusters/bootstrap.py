@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 import string
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -21,11 +21,13 @@ from pathlib import Path
 from controlplane.core.errors import InvalidInput
 from controlplane.core.models import Market
 from controlplane.core.nodecreds import node_credential
+from controlplane.core.workloadclusters import ClusterState, WorkloadCluster
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = {"aws": HERE / "aws" / "bootstrap.sh", "gcp": HERE / "gcp" / "startup.sh"}
 WATCHER = HERE / "nodewatch.py"
 TOKEN_SCHEMES = ("file:", "ssm:", "gcpsecret:")
+SECRET_SCHEME = {"aws": "ssm:", "gcp": "gcpsecret:"}  # a bare secret name, per cloud
 EMPTY_HOOK = "    :  # no operator hook"
 
 
@@ -150,3 +152,28 @@ def render(launch: NodeLaunch, join: ClusterJoin, api_url: str, credential: str,
     watcher = WATCHER.read_text()
     return BootTemplate(template.read_text()).substitute(
         quoted, nodewatch=watcher.rstrip("\n"), boot_hook=hook_body(hook))
+
+
+def token_ref_for(cloud: str, ref: str) -> str:
+    """A registry's token reference as a node reads it: an absolute path is ``file:``, a bare
+    name is the cloud's secret store (``ssm:`` on AWS, ``gcpsecret:`` on GCP)."""
+    if ref.startswith(TOKEN_SCHEMES):
+        return ref
+    if ref.startswith("/"):
+        return f"file:{ref}"
+    if cloud not in SECRET_SCHEME:
+        raise InvalidInput("token_ref", f"{ref!r}: {cloud} has no secret store a node reads",
+                           fix="give an absolute file path or a file:/ssm:/gcpsecret: reference")
+    return f"{SECRET_SCHEME[cloud]}{ref}"
+
+
+def joins_from(clusters: Iterable[WorkloadCluster], cloud: str) -> dict[str, ClusterJoin]:
+    """Region -> the registered workload cluster of ``cloud`` its launched nodes join: the
+    oldest active one there with a GCS address and a token reference."""
+    joins: dict[str, ClusterJoin] = {}
+    for c in clusters:
+        if (c.cloud != cloud or c.state is not ClusterState.ACTIVE or c.gcs_address is None
+                or c.token_ref is None or c.region in joins):
+            continue
+        joins[c.region] = ClusterJoin(c.name, c.gcs_address, token_ref_for(cloud, c.token_ref))
+    return joins

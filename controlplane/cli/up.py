@@ -41,6 +41,8 @@ from controlplane.client import (
 )
 from controlplane.core.config import load_settings
 from controlplane.core.errors import CloudError, ConfigError, InvalidInput
+from controlplane.core.nodecreds import report_secret
+from controlplane.core.tokens import hash_token
 from controlplane.core.units import DB_FILE, SIMFLEET_DB
 from controlplane.core.workloadclusters import LOCAL_CLUSTER, WorkloadClusterSpec, dashboard_url_of
 from controlplane.reconcile.contracts import ControllerSettings
@@ -164,6 +166,18 @@ def workload_options(args: argparse.Namespace) -> dict[str, str]:
     if token:
         out["workload_token_path"] = str(Path(token).expanduser().resolve())
     return out
+
+
+BOOTING_FLEETS = ("aws", "gcp")  # fleets whose launches carry spotplane's bootstrap
+
+
+def boot_options(fleet: str, admin_token: str, public_api_url: str | None) -> dict[str, Any]:
+    """The fleet options that make launched VMs boot into their region's workload cluster:
+    where the nodes report and the secret their launch credentials derive from (none without a
+    public API URL, or on a fleet that launches no VMs)."""
+    if fleet not in BOOTING_FLEETS or not public_api_url:
+        return {}
+    return {"api_url": public_api_url, "node_report_secret": report_secret(hash_token(admin_token))}
 
 
 def executor_options(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
@@ -474,6 +488,8 @@ def _start(args: argparse.Namespace, state_dir: Path, port: int, speed: float, a
     homes = executor_options(args, state_dir)
     settings = RuntimeSettings(state_dir=state_dir, db=str(db), fleet=args.fleet, speed=speed,
                                clock="sim" if args.fleet == "sim" else "wall",
+                               fleet_options=boot_options(args.fleet, admin_token,
+                                                          load_settings().public_api_url),
                                executor_factory=EXECUTOR_FACTORY,
                                executor_options=ExecutorConfig(
                                    artifact_uri=homes["artifact_uri"],

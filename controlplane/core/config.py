@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     workload_address: str | None = Field(default=None, description="The operator's workload Ray's dashboard.")
     workload_gcs: str | None = Field(default=None, description="Its GCS address (host:port).")
     workload_token_path: str | None = Field(default=None, description="Its Ray auth token file.")
+    public_api_url: str | None = Field(default=None, description=(
+        "The API's URL as launched nodes reach it (--fleet aws|gcp): with it, every launched "
+        "VM boots into its region's registered workload cluster and reports to this URL."))
     workload_user: str | None = Field(default=None, description="The OS account the local workload Ray runs as.")
     artifacts: str | None = Field(default=None, description="Where real jobs' checkpoints go (a path or s3://).")
     s3_endpoint: str | None = Field(default=None, description="An S3-compatible endpoint for the artifacts.")
