@@ -14,7 +14,7 @@ import secrets
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, Strict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, WithJsonSchema, model_validator
 
 from controlplane.core.errors import Conflict
 from controlplane.core.inputs import (
@@ -180,6 +180,12 @@ class Tenant(BaseModel):
 # --------------------------------------------------------------------------------------------
 # Jobs
 # --------------------------------------------------------------------------------------------
+def int_schema(lo: int, hi: int) -> dict[str, Any]:
+    """JSON Schema of a bounded integer (an item's bounds, which pydantic's own schema of a
+    validated integer does not name as ``minimum``/``maximum``)."""
+    return {"type": "integer", "minimum": lo, "maximum": hi}
+
+
 def _null(*fields: str) -> dict[str, Any]:
     """JSON Schema: each of ``fields``, when present, is null."""
     return {"properties": {f: {"type": "null"} for f in fields}}
@@ -253,7 +259,8 @@ class JobSpec(BaseModel):
         default=0, ge=0, le=100,
         description="Restarts from the last checkpoint after an exit code in "
                     "restart_on_exit_codes; the next such exit fails the job.")
-    restart_on_exit_codes: list[Annotated[int, Strict(), Field(ge=-255, le=255)]] = Field(
+    restart_on_exit_codes: list[Annotated[StrictInt, Field(ge=-255, le=255),
+                                             WithJsonSchema(int_schema(-255, 255))]] = Field(
         default_factory=list, max_length=32,
         description="Exit codes that restart the job (up to max_restarts_on_error times); any "
                     "other code fails it.")
@@ -504,7 +511,8 @@ class TenantShareSpec(BaseModel):
         description="Weight of the tenant's share of each pool's GPUs beside other tenants'.")
     nominal_gpus: dict[Annotated[str, Field(min_length=1, max_length=32,
                                             pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")],
-                       Annotated[int, Strict(), Field(ge=0, le=100_000)]] = Field(
+                       Annotated[StrictInt, Field(ge=0, le=100_000),
+                                 WithJsonSchema(int_schema(0, 100_000))]] = Field(
         default_factory=dict, max_length=64,
         description="GPUs of a pool (by accelerator) the tenant is owed whenever it asks; "
                     "an idle tenant's nominal GPUs are lent to busy ones. A pool not named: "
