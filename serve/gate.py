@@ -9,6 +9,7 @@ and caps a chunked body as it streams in, so an unauthenticated or oversized pos
 from __future__ import annotations
 
 import hmac
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -43,6 +44,8 @@ ADMIN_ROUTES = {("POST", f"{API}/tenants"): "creating a tenant",
                 ("GET", f"{API}/clusters"): "listing workload clusters"}
 # admin-only path prefixes: every method on the path and below it
 ADMIN_PREFIXES = {f"{API}/clusters": "managing workload clusters"}
+# admin-only routes with a path parameter: (method, the path as a regular expression)
+ADMIN_PATTERNS = {("PUT", re.compile(rf"^{API}/tenants/[^/]+/budget$")): "setting a tenant's budget"}
 
 _api_lock = threading.Lock()
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
@@ -161,7 +164,8 @@ class GateState:
                 raise RateLimited(
                     f"more than {self.limits.rate_per_s:g} requests/s (burst {self.limits.burst})",
                     retry_after_s=wait, fix="slow down and retry after the Retry-After seconds")
-        admin_only = ADMIN_ROUTES.get((method, path)) or admin_prefix(path)
+        admin_only = (ADMIN_ROUTES.get((method, path)) or admin_prefix(path)
+                      or admin_pattern(method, path))
         if admin_only is not None:
             ControlPlaneService.require_admin(principal, admin_only)
         return principal.tenant_id
@@ -213,6 +217,12 @@ def admin_prefix(path: str) -> str | None:
         if path == prefix or path.startswith(prefix + "/"):
             return what
     return None
+
+
+def admin_pattern(method: str, path: str) -> str | None:
+    """What the admin-only parameterised route matching ``method path`` does (None: none)."""
+    return next((what for (m, rx), what in ADMIN_PATTERNS.items()
+                 if m == method and rx.match(path)), None)
 
 
 def replica_identity() -> tuple[str, str]:

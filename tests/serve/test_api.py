@@ -548,9 +548,10 @@ def test_idempotent_bag_is_created_once(api: Api) -> None:
 # --------------------------------------------------------------------------------------------
 CALLERS = ("none", "malformed", "wrong", "owner", "other", "admin")
 PUBLIC = {"/healthz"}
-ADMIN_ONLY = {("POST", "/v1/tenants"), ("GET", "/metrics")}
+ADMIN_ONLY = {("POST", "/v1/tenants"), ("GET", "/metrics"), ("POST", "/v1/fairshare"),
+              ("PUT", "/v1/tenants/{tenant_id}/budget")}
 CLUSTERS = "/v1/clusters"  # every method below it is the admin's alone
-OWNED = {"{job_id}", "{bag_id}"}  # paths naming one tenant's thing: 404 for the others
+OWNED = {"{job_id}", "{bag_id}", "{tenant_id}"}  # paths naming one tenant's thing: 404 for the others
 
 
 def _expected(method: str, path: str, caller: str) -> int:
@@ -626,7 +627,9 @@ def test_authorization_matrix_from_the_openapi(api: Api) -> None:
     bodies = {"/v1/jobs": {"name": "m", "compute_hours": 1},
               "/v1/bags": {"name": "m", "template": {"name": "t", "compute_hours": 1}, "params": [{}]},
               "/v1/nodes/{instance_id}/notice": {"action": "terminate", "seconds_left": 1},
-              "/v1/nodes/{instance_id}/boot-failure": {"reason": "bootstrap failed"}}
+              "/v1/nodes/{instance_id}/boot-failure": {"reason": "bootstrap failed"},
+              "/v1/tenants/{tenant_id}/budget": {"hourly_cap": 100.0},
+              "/v1/fairshare": {"tenant": api.acme_id, "weight": 1.0}}
     seen, wrong = 0, []
     with api.client(None) as http:
         for path, ops in spec["paths"].items():
@@ -634,7 +637,7 @@ def test_authorization_matrix_from_the_openapi(api: Api) -> None:
                 method = method.upper()
                 for caller in CALLERS:
                     url = (path.replace("{job_id}", job["id"]).replace("{bag_id}", bag["id"])
-                           .replace("{instance_id}", "i-0matrix")
+                           .replace("{instance_id}", "i-0matrix").replace("{tenant_id}", api.acme_id)
                            .replace("{name}", "matrix" if path.startswith(CLUSTERS) else package))
                     submits = method == "POST" and path in ("/v1/jobs", "/v1/bags")
                     params = {"tenant_id": api.acme_id} if caller == "admin" and submits else {}
