@@ -601,12 +601,15 @@ class ControlPlaneService:
                                  spec.workers * spec.replicas, spot,
                                  min(z.on_demand_price for z in zones))
 
-    def spend_view(self, tenant_id: str) -> SpendView:
-        """The tenant's spend, limits and headroom this month."""
+    def spend_view(self, tenant_id: str, spends: tuple[dict[str, float], dict[str, float]] | None = None
+                   ) -> SpendView:
+        """The tenant's spend, limits and headroom this month (``spends``: every tenant's month
+        spend and spend rate, read once for a list of views)."""
         budget = self.store.budget(tenant_id)
         month = month_of(self.store.control_time())
-        spent = self.store.month_spend(month).get(tenant_id, 0.0)
-        rate = self.store.spend_rates().get(tenant_id, 0.0)
+        month_spend, rates = spends if spends is not None else self._spends()
+        spent = month_spend.get(tenant_id, 0.0)
+        rate = rates.get(tenant_id, 0.0)
         soft = budget.soft_fraction
         return SpendView(
             tenant_id=tenant_id, month=month, month_spend=spent,
@@ -616,6 +619,11 @@ class ControlPlaneService:
             hourly_cap=budget.hourly_cap, hourly_headroom=headroom(rate, budget.hourly_cap),
             hourly_level=level(rate, budget.hourly_cap, soft).value, soft_fraction=soft,
             protected=budget.protected)
+
+    def _spends(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Every tenant's spend this month and spend rate now."""
+        return (self.store.month_spend(month_of(self.store.control_time())),
+                self.store.spend_rates())
 
     def me_with_spend(self, principal: Principal) -> TenantMe:
         """The calling tenant with its spend and headroom."""
@@ -640,7 +648,8 @@ class ControlPlaneService:
     def budgets(self, principal: Principal) -> list[SpendView]:
         """Every tenant's spend view (admin), or the caller's own."""
         if principal.is_admin:
-            return [self.spend_view(t.id) for t in self.store.list_tenants()]
+            spends = self._spends()  # one scan of the counters and the nodes for every tenant
+            return [self.spend_view(t.id, spends) for t in self.store.list_tenants()]
         return [self.spend_view(self.require_tenant(principal, "/v1/budgets"))]
 
     def job_bills(self, principal: Principal, *, month: str | None = None) -> list[Bill]:
