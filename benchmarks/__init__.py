@@ -7,9 +7,10 @@ pod list that cannot be replayed, a run that did no work) prints one line on std
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from collections.abc import Callable
-from typing import ParamSpec
+from typing import Any, ParamSpec
 
 from controlplane.core.errors import SpotplaneError
 
@@ -35,3 +36,16 @@ def _prog(main: Callable[..., int]) -> str:
     module = sys.modules.get(main.__module__)
     spec = getattr(module, "__spec__", None)
     return f"python -m {spec.name if spec is not None else main.__module__}"
+
+
+def report(result: dict[str, Any], *, as_json: bool, table: Callable[[dict[str, Any]], str],
+           plot_to: str | None = None, plot: Callable[[dict[str, Any], str], None] | None = None) -> int:
+    """Print a benchmark's result: one JSON line with ``as_json``, else its table; draw its
+    picture to ``plot_to`` first when asked. Returns the exit code (0)."""
+    if plot_to and plot is not None:
+        plot(result, plot_to)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print(table(result))
+    return 0

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from benchmarks import entry
+from benchmarks import entry, report
 from clusters.data.catalog import DataCatalog
 from controlplane.core.config import data_dir
 from policies.budgets import BudgetLimits, admission, overshoot_ticks
@@ -172,11 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=None)
     args = ap.parse_args(argv)
     res = run(args.tenants, args.days, args.tick, args.cap_fraction, args.data_dir)
-    if args.json:
-        sys.stdout.write(json.dumps(res) + "\n")
-    else:
-        print(table(res))
-    return 0
+    return report(res, as_json=args.json, table=table)
 
 
 if __name__ == "__main__":

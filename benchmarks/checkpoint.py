@@ -11,15 +11,13 @@ expected makespan of the periodic schedule, ``mc`` a Monte Carlo of the DP's pol
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks import entry
+from benchmarks import entry, report
 from policies.checkpoint import OptimalCheckpointPlanner, YoungDalyPlanner, simulate_makespan
 from policies.preemption import BathtubModel, PreemptionModel, default_gce_model
 
@@ -188,13 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="few jobs and sizes (smoke test)")
     args = ap.parse_args(argv)
     res = run(args.runs, args.quick)
-    if args.plot:
-        plot(res, args.plot)
-    if args.json:
-        sys.stdout.write(json.dumps(res) + "\n")
-    else:
-        print(table(res))
-    return 0
+    return report(res, as_json=args.json, table=table, plot_to=args.plot, plot=plot)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,13 @@ clipped into an atom at 24 h) so that choice stays visible.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks import entry
+from benchmarks import entry, report
 from clusters.data.catalog import DataCatalog
 from clusters.data.gce import GceLifetimes
 from controlplane.core.config import data_dir
@@ -170,13 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-groups", type=int, default=None, help="fit only the first N groups")
     args = ap.parse_args(argv)
     res = run(args.max_groups)
-    if args.plot:
-        plot(res, args.plot)
-    if args.json:
-        sys.stdout.write(json.dumps(res) + "\n")
-    else:
-        print(table(res))
-    return 0
+    return report(res, as_json=args.json, table=table, plot_to=args.plot, plot=plot)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,12 @@ attempt under both, per start age and averaged.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks import entry
+from benchmarks import entry, report
 from policies.preemption import PreemptionModel, default_gce_model
 from policies.reuse import ReuseDecision, VmReusePolicy
 
@@ -134,13 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--age-step", type=float, default=0.25)
     args = ap.parse_args(argv)
     res = run(args.job_hours, args.age_step)
-    if args.plot:
-        plot(res, args.plot)
-    if args.json:
-        sys.stdout.write(json.dumps(res) + "\n")
-    else:
-        print(table(res))
-    return 0
+    return report(res, as_json=args.json, table=table, plot_to=args.plot, plot=plot)
 
 
 if __name__ == "__main__":
