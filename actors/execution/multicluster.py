@@ -38,6 +38,7 @@ from policies.egress import egress_usd
 log = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 10.0  # wall seconds between two health checks of the registered clusters
+CLOSE_WAIT_S = 30.0  # a health check in flight when the executor closes ends within this
 
 
 class ClusterRegistry(Protocol):
@@ -324,7 +325,11 @@ class MultiClusterExecutor(JobExecutor, ReplicatingExecutor):
                          if ex.replicas.get(job_id))
 
     def close(self) -> None:
+        """Stop the health checks (the round in flight ends first, so none outlives its store)
+        and every cluster's executor."""
         self._closed.set()
+        if self._checks is not None and self._checks is not threading.current_thread():
+            self._checks.join(timeout=CLOSE_WAIT_S)
         for name, executor in self.executors.items():  # a gone cluster's was closed at its loss
             try:
                 executor.close()
