@@ -48,6 +48,7 @@ from controlplane.core.errors import SpotplaneError
 from controlplane.core.models import JobState
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
+from controlplane.reconcile.pacer import PacedLoop
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
 from serve.app import start_api, stop_api
@@ -134,25 +135,11 @@ def world(tmp: Path, workers: int) -> Iterator[Bench]:
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": workers + 8}),
                      executor=executor, epoch=store.take_controller_lease())
     bench = Bench(url, token, store, fleet, executor, workload)
-    stop = threading.Event()
-
-    def ticker() -> None:
-        last = time.monotonic()
-        while not stop.is_set():
-            now = time.monotonic()
-            if not bench.paused.is_set():
-                clock.advance((now - last) * SPEED)
-                ctl.tick()
-            last = now
-            stop.wait(0.1)
-
-    thread = threading.Thread(target=ticker, daemon=True)
-    thread.start()
+    loop = PacedLoop(ctl.tick, clock, SPEED, period_s=0.1, paused=bench.paused).start()
     try:
         yield bench
     finally:
-        stop.set()
-        thread.join(timeout=60)
+        loop.stop()
         executor.close()
         stop_api()
         store.close()

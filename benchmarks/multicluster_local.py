@@ -44,6 +44,7 @@ from controlplane.core.models import JobState
 from controlplane.core.workloadclusters import WorkloadClusterSpec
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
+from controlplane.reconcile.pacer import PacedLoop
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
 from serve.app import start_api, stop_api
@@ -169,28 +170,12 @@ def plane(tmp: Path) -> Iterator[Plane]:
                      ControllerSettings(pool_nodes={"V100": 8}), executor=executor,
                      epoch=store.take_controller_lease())
     p = Plane(url, token, store, sim, executor, regions, outage, dict.fromkeys(regions, 0))
-    stop = threading.Event()
-
-    def ticker() -> None:
-        last = time.monotonic()
-        while not stop.is_set():
-            now = time.monotonic()
-            if not p.paused.is_set():
-                clock.advance((now - last) * SPEED)
-                try:
-                    ctl.tick()
-                except Exception as exc:  # noqa: BLE001 - the next tick retries; say why
-                    print(f"tick failed: {exc}", file=sys.stderr)
-            last = now
-            stop.wait(0.2)
-
-    thread = threading.Thread(target=ticker, daemon=True)
-    thread.start()
+    loop = PacedLoop(ctl.tick, clock, SPEED, paused=p.paused,
+                     on_error=lambda n, exc: print(f"tick failed: {exc}", file=sys.stderr)).start()
     try:
         yield p
     finally:
-        stop.set()
-        thread.join(timeout=60)
+        loop.stop()
         executor.close()
         stop_api()
         store.close()

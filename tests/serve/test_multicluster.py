@@ -40,6 +40,7 @@ from controlplane.core.models import JobState
 from controlplane.core.workloadclusters import WorkloadClusterSpec
 from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
+from controlplane.reconcile.pacer import PacedLoop
 from controlplane.store import Store
 from policies.egress import AWS_INTER_REGION_USD_PER_GB, GB
 from policies.preemption import ExponentialModel
@@ -145,29 +146,14 @@ def world(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory,
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
                      executor=executor, epoch=store.take_controller_lease())
     w = World(url, store, sim, fleet, executor, regions, outage, token, artifact_uri, s3, tmp)
-    stop = threading.Event()
-
-    def ticker() -> None:
-        last, failures = time.monotonic(), 0
-        while not stop.is_set():
-            now = time.monotonic()
-            if not w.paused.is_set():
-                clock.advance((now - last) * SPEED)
-                try:
-                    ctl.tick()
-                except Exception as e:  # noqa: BLE001 - fails the running test (tests/tickwatch.py)
-                    failures += 1
-                    record_tick_failure("multicluster-ticker", ctl.epoch or 0, failures, e)
-            last = now
-            stop.wait(0.2)
-
-    thread = threading.Thread(target=ticker, daemon=True)
-    thread.start()
+    # a failed tick fails the running test (tests/tickwatch.py)
+    loop = PacedLoop(ctl.tick, clock, SPEED, paused=w.paused,
+                     on_error=lambda n, e: record_tick_failure("multicluster-ticker", ctl.epoch or 0, n, e))
     try:
+        loop.start()
         yield w
     finally:
-        stop.set()
-        thread.join(timeout=60)
+        loop.stop()
         executor.close()
         stop_api()
         store.close()
