@@ -600,6 +600,10 @@ class S3ArtifactStore(_ObjectArtifactStore):
         return True
 
 
+# scheme -> its default endpoint (None: the SDK's own); Cloud Storage's XML API speaks S3's calls
+OBJECT_SCHEMES: dict[str, str | None] = {"s3": None, "gs": "https://storage.googleapis.com"}
+
+
 def open_store(
     uri: str | Path,
     *,
@@ -607,21 +611,27 @@ def open_store(
     clock: Clock | None = None,
     on_event: EventSink | None = None,
 ) -> LocalArtifactStore | S3ArtifactStore:
-    """The store behind ``uri``: ``s3://bucket/prefix`` or ``file:///dir`` / a plain path.
+    """The store behind ``uri``: ``s3://bucket/prefix``, ``gs://bucket/prefix`` or ``file:///dir``
+    / a plain path.
 
-    ``endpoint_url`` defaults to ``SPOTPLANE_S3_ENDPOINT_URL`` (GCS: https://storage.googleapis.com).
+    ``endpoint_url`` defaults to ``SPOTPLANE_S3_ENDPOINT_URL``, else the scheme's own endpoint
+    (:data:`OBJECT_SCHEMES`). A ``gs://`` bucket is reached through Cloud Storage's XML API in
+    interoperability mode: the same S3 calls, signed with an HMAC key of a service account
+    (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``).
     """
     text = str(uri)
     parsed = urlparse(text)
-    if parsed.scheme == "s3":
-        endpoint = endpoint_url or load_settings().s3_endpoint_url or None
-        return S3ArtifactStore(
+    if parsed.scheme in OBJECT_SCHEMES:
+        endpoint = endpoint_url or load_settings().s3_endpoint_url or OBJECT_SCHEMES[parsed.scheme]
+        store = S3ArtifactStore(
             parsed.netloc,
             parsed.path.lstrip("/"),
             endpoint_url=endpoint,
             clock=clock,
             on_event=on_event,
         )
+        store.uri = f"{parsed.scheme}://{store.bucket}/{store.prefix}"
+        return store
     if parsed.scheme in ("", "file"):
         return LocalArtifactStore(
             parsed.path if parsed.scheme == "file" else text, clock=clock, on_event=on_event
@@ -629,7 +639,7 @@ def open_store(
     raise InvalidInput(
         "artifact_uri",
         f"unsupported scheme {parsed.scheme!r} in {text!r}",
-        fix="use s3://bucket/prefix or a local path",
+        fix="use s3://bucket/prefix, gs://bucket/prefix or a local path",
     )
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from actors.raylocal import WorkloadRay, init_local_ray
 from actors.sandbox import OsUser, Sandbox
+from clusters.artifacts import OBJECT_SCHEMES
 from clusters.providers import provider_entry
 from controlplane.client import (
     SpotplaneClient,
@@ -182,15 +183,16 @@ def boot_options(fleet: str, admin_token: str, public_api_url: str | None) -> di
 
 def executor_options(args: argparse.Namespace, state_dir: Path) -> dict[str, str]:
     """Where real jobs' checkpoint artifacts go: ``--artifacts`` (or SPOTPLANE_ARTIFACTS), a
-    directory or ``s3://bucket/prefix``, else ``STATE_DIR/artifacts``."""
+    directory, ``s3://bucket/prefix`` or ``gs://bucket/prefix``, else ``STATE_DIR/artifacts``."""
     env = load_settings()
     uri = getattr(args, "artifacts", None) or env.artifacts
     endpoint = getattr(args, "s3_endpoint", None) or env.s3_endpoint
-    if uri and "://" in uri and not uri.startswith("s3://"):
+    scheme = (uri or "").partition("://")[0] if "://" in (uri or "") else ""
+    if scheme and scheme not in OBJECT_SCHEMES:
         raise InvalidInput("--artifacts", f"unsupported URI {uri!r}",
-                           fix="use a directory or s3://bucket/prefix")
-    if endpoint and not (uri or "").startswith("s3://"):
-        raise InvalidInput("--s3-endpoint", "applies to an s3:// --artifacts URI only",
+                           fix="use a directory, s3://bucket/prefix or gs://bucket/prefix")
+    if endpoint and not scheme:
+        raise InvalidInput("--s3-endpoint", "applies to an s3:// or gs:// --artifacts URI only",
                            fix="add --artifacts s3://bucket/prefix, or drop --s3-endpoint")
     out = {"artifact_uri": str(Path(uri).expanduser().resolve()) if uri and "://" not in uri
            else uri or str(state_dir / "artifacts")}

@@ -260,5 +260,18 @@ def test_open_store_understands_uris(tmp_path: Path, moto_endpoint: str, aws_env
         and s3.prefix == "some/prefix/"
         and s3.endpoint_url == moto_endpoint
     )
-    with pytest.raises(InvalidInput, match="gs"):
-        open_store("gs://bucket")
+    with pytest.raises(InvalidInput, match="artifact_uri: unsupported scheme 'ftp'.*use s3://bucket/prefix, gs://"):
+        open_store("ftp://bucket")
+
+
+def test_a_gs_bucket_is_reached_through_the_xml_api(moto_endpoint: str, aws_env: None) -> None:
+    """gs:// speaks S3's calls to Cloud Storage's XML API (interoperability): by default at
+    storage.googleapis.com; here the same calls go to moto's server, as an HMAC key would sign."""
+    import boto3
+
+    assert open_store("gs://ckpt/team-a").endpoint_url == "https://storage.googleapis.com"
+    boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket="gcs-ckpt")
+    store = open_store("gs://gcs-ckpt/team-a", endpoint_url=moto_endpoint)
+    assert store.uri == "gs://gcs-ckpt/team-a/"
+    ref = store.put("job-1", "r0", b"weights", progress=0.5, t=1.0)
+    assert open_store("gs://gcs-ckpt/team-a", endpoint_url=moto_endpoint).get(ref) == b"weights"

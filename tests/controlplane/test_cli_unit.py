@@ -206,8 +206,9 @@ def test_up_artifacts_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert executor_options(argparse.Namespace(), tmp_path)["artifact_uri"] == str(tmp_path / "shared")
     with pytest.raises(InvalidInput, match="--s3-endpoint.*s3://"):
         executor_options(argparse.Namespace(s3_endpoint="http://x"), tmp_path)
-    with pytest.raises(InvalidInput, match="unsupported URI 'gs://b'"):
-        executor_options(argparse.Namespace(artifacts="gs://b"), tmp_path)
+    with pytest.raises(InvalidInput, match="unsupported URI 'hdfs://b'.*gs://bucket/prefix"):
+        executor_options(argparse.Namespace(artifacts="hdfs://b"), tmp_path)
+    assert executor_options(argparse.Namespace(artifacts="gs://b/p"), tmp_path)["artifact_uri"] == "gs://b/p"
     # the supervisor hands the options on to the `up` it runs
     up = argparse.Namespace(debug=False, host="127.0.0.1", fleet="sim", demo=False, speed=None,
                             report_json=None, plot=None, artifacts="s3://ckpt/a",
@@ -230,7 +231,7 @@ def test_up_zone_observation_is_one_of_the_two_modes(capsys: pytest.CaptureFixtu
 
 def test_up_with_a_bad_artifacts_uri_exits_2_before_starting(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["up", "--state-dir", str(tmp_path), "--artifacts", "gs://bucket/x"])
+    code = main(["up", "--state-dir", str(tmp_path), "--artifacts", "hdfs://bucket/x"])
     assert code == 2
     err = capsys.readouterr().err
     assert "--artifacts" in err and "s3://bucket/prefix" in err
