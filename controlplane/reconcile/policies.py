@@ -78,9 +78,10 @@ class AskPolicies:
             self.rec.billing.charge(job, "probes", price * minutes / 60.0, now)
 
     def _request(self, job: Job, now: float) -> PolicyRequest | None:
-        """The deadline policy's input for one job (None: no offer fits it)."""
+        """The deadline policy's input for one job over the zones that take new work (None: no
+        offer fits it, or every zone that fits is closed: the job keeps its last action)."""
         s = self.state
-        offers = s.offers_for(job)
+        offers = s.open_offers_for(job)
         if not offers or job.deadline_at is None:
             return None
         spot = min(o.spot_price for o in offers)
@@ -99,7 +100,8 @@ class AskPolicies:
         obs = Observation((now - job.submitted_at) / HOUR, job.progress_hours, kind,
                           job.zone if running else None, here, zones)
         name = job.spec.policy or self.settings.deadline_policy or default_policy(
-            len({o.zone for o in offers}), evidence=self.settings.zone_observation == "evidence")
+            len({o.zone for o in s.offers_for(job)}),
+            evidence=self.settings.zone_observation == "evidence")
         # a live refusal is seen a tick later, not at once as in the replay: a refused zone is
         # tried again after refused_seconds, so the others believed up are tried meanwhile
         return PolicyRequest(job.id, name, task, obs, self.settings.tick_seconds / HOUR,
