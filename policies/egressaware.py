@@ -4,7 +4,8 @@ moves (as SkyNomad does): a zone in another region than the job's checkpoint cos
 shared by the gang's N nodes (zone prices are per node).
 
 Score of a zone: ``p_z * (1 + d / E[run_z]) + egress(here -> z) / (N E[run_z])``; a running spot
-job moves to z' only when ``E[run_z'] * (p_z - p_z') > d * (p_z' + p_z) + egress(here -> z') / N``.
+job moves to z' only when ``E[run_z'] * (p_z - p_z') > d * (p_z' + p_z) + egress(here -> z') / N``;
+an on-demand run starts where ``p_od_z + egress(here -> z) / (N (C - progress))`` is least.
 
 Live, every zone's (cloud, region) comes with its :class:`~policies.deadline.ZoneView` and the
 bytes a move carries with the :class:`~policies.deadline.Observation` (the job's last checkpoint
@@ -14,9 +15,18 @@ or its spec'd estimate); the benchmark's replay gives both to the constructor in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from policies.deadline import Action, DeadlineTask, Kind, Observation, ZoneView, deadline_policy
+from policies.deadline import (
+    EPS,
+    Action,
+    DeadlineTask,
+    Kind,
+    Observation,
+    ZoneView,
+    deadline_policy,
+)
 from policies.egress import GB, egress_usd
 from policies.multizone import SpotplaneMultiZone
 
@@ -69,11 +79,21 @@ class EgressAwareSpotplane(SpotplaneMultiZone):
         if obs.checkpoint_bytes is not None:
             self.nbytes = int(obs.checkpoint_bytes)
 
+    def on_demand_zone(self, obs: Observation) -> str:
+        """Where an on-demand run starts: ``min_z p_od_z + egress(here -> z) / (N * (C - progress))``
+        (the egress spread over the compute left, one node's share)."""
+        left = max(self.task.compute_hours - obs.progress_hours, self.tick_hours, EPS)
+        return min(obs.zones, key=lambda z: (z.on_demand_price + self.egress_per_node(z.zone) / left,
+                                             z.zone)).zone
+
     def decide(self, obs: Observation) -> Action:
         self._learn(obs)
         if obs.state is not Kind.IDLE and obs.zone is not None and obs.zone in self.places:
             self._where = self.places[obs.zone]
-        return super().decide(obs)
+        action = super().decide(obs)
+        if action.kind is Kind.ON_DEMAND and obs.state is not Kind.ON_DEMAND and obs.zones:
+            return replace(action, zone=self.on_demand_zone(obs))
+        return action
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "where": None if self._where is None else list(self._where)}

@@ -163,3 +163,14 @@ def test_the_policy_learns_places_and_bytes_from_the_observation_and_keeps_them(
     again.load_state_dict(policy.state_dict())
     again.decide(Observation(0.2, 0.1, Kind.IDLE, None, True, views, 10**10))
     assert again.egress(WEST) == pytest.approx(0.2)  # the checkpoint is still in the east
+
+
+def test_an_on_demand_run_starts_where_price_plus_egress_over_the_work_left_is_least() -> None:
+    task = DeadlineTask(4.0, 4.2, 0.1, on_demand_price=3.0, spot_price=1.0)
+    views = (ZoneView(EAST, False, 1.0, 3.06, "aws", "us-east-1"),
+             ZoneView(WEST, False, 0.9, 3.00, "aws", "us-west-2"))
+    for gb, zone in ((100.0, EAST), (0.0, WEST)):  # $2 over 3.9 h left beats 6 cents an hour
+        policy = EgressAwareSpotplane(task, tick_hours=1 / 60)
+        policy.decide(Observation(0.05, 0.05, Kind.SPOT, EAST, True, views, int(gb * 1e9)))
+        act = policy.decide(Observation(0.15, 0.1, Kind.IDLE, None, False, views, int(gb * 1e9)))
+        assert (act.kind, act.zone) == (Kind.ON_DEMAND, zone)
