@@ -79,10 +79,14 @@ class AskPolicies:
             self.rec.billing.charge(job, "probes", price * minutes / 60.0, now)
 
     def _request(self, job: Job, now: float) -> PolicyRequest | None:
-        """The deadline policy's input for one job over the zones that take new work (None: no
-        offer fits it, or every zone that fits is closed: the job keeps its last action)."""
+        """The deadline policy's input for one job over the zones that take new work and the
+        one it runs in (None: no offer fits it, or every zone that fits is closed and it runs in
+        none: the job keeps its last action)."""
         s = self.state
+        running = job.state in WITH_NODES
         offers = s.open_offers_for(job)
+        if running and job.zone in s.fleet.closed:  # what runs there is left alone
+            offers = offers + [o for o in s.offers_for(job) if o.zone == job.zone]
         if not offers or job.deadline_at is None:
             return None
         spot = min(o.spot_price for o in offers)
@@ -92,7 +96,6 @@ class AskPolicies:
         d = min(job.spec.overhead_hours + self.settings.provision_hours, max(r - c, 0.0))
         task = DeadlineTask(c, r, d, od * job.spec.workers, spot * job.spec.workers,
                             job.spec.workers)
-        running = job.state in WITH_NODES
         kind = Kind(job.market.value) if running and job.market is not None else Kind.IDLE
         zones = tuple(ZoneView(o.zone, s.fleet.availability.get(o.zone, False), o.spot_price,
                                o.on_demand_price, o.cloud, o.region) for o in offers)

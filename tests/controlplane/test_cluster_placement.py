@@ -142,3 +142,32 @@ def test_a_deadline_policy_sees_only_the_zones_that_take_work(tmp_path: Path, da
     seen = {z.zone for z in req.obs.zones}
     assert not seen & closed and seen >= set(WEST)
     assert not set(_launch_zones(store, job.id)) & closed
+
+
+def test_a_deadline_job_running_in_a_cluster_that_drains_is_not_failed(tmp_path: Path,
+                                                                       data_root: Path) -> None:
+    clock = SimClock(start=0.0)
+    store = Store(tmp_path / "spotplane.db")
+    store.add_cluster(WorkloadClusterSpec(name="gcp-east4", cloud="gcp", region="us-east4",
+                                          dashboard_url="http://gcp-east4:8265",
+                                          zones=["us-east4-a", "us-east4-b"]))
+    inner = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
+                                        state_path=tmp_path / "simfleet.db",
+                                        lifetime_model=default_gce_model())
+    ctl = Controller(store, ClusterGatedFleet(inner, closed_zones(store, ttl_s=0.0)), clock,
+                     ControllerSettings(pool_nodes={"H100": 4}),
+                     epoch=store.take_controller_lease())
+    t, _ = store.create_tenant("t", max_gpus=100)
+    job = store.submit_job(t.id, JobSpec(name="d", kind="deadline", compute_hours=1.0,
+                                         deadline_hours=4.0, accelerator="H100",
+                                         gpus_per_worker=8), now=0.0)
+    _run(ctl, clock, 0.3)
+    running = store.get_job(job.id)
+    assert running.state is JobState.RUNNING and running.zone in ("us-east4-a", "us-east4-b")
+    store.drain_cluster("gcp-east4")
+    _run(ctl, clock, 4.0)
+    done = store.get_job(job.id)
+    causes = [e.cause for e in store.job_events(job.id)]
+    assert done.state is JobState.SUCCEEDED, causes
+    assert done.zone == running.zone and done.attempts == 1 and done.preemptions == 0
+    assert not [c for c in causes if "quarantine" in c or "raised" in c], causes
