@@ -37,6 +37,10 @@ class ClusterGatedFleet(FleetProvider):
         shut = self.closed()
         return {zone: up and zone not in shut for zone, up in found.items()}
 
+    def closed_zones(self) -> frozenset[str]:
+        """The zones of the clusters that take no new work now, as ``closed()`` names them."""
+        return frozenset(self.closed())
+
     def launch(self, request: LaunchRequest) -> list[Instance]:
         if request.zone in self.closed():
             raise CapacityUnavailable(request.zone, request.instance_type,

@@ -150,6 +150,11 @@ class FleetProvider(ABC):
     def poll_events(self) -> list[FleetEvent]:
         """Events since the previous poll, oldest first."""
 
+    def closed_zones(self) -> frozenset[str]:
+        """The zones that take no new work now (a launch there is refused, what runs there is
+        left alone); empty (the default) where every zone takes work."""
+        return frozenset()
+
     def instances_per_intent(self) -> dict[str, int]:
         """How many instances each launch intent created, where the provider counts them (a
         relaunch would show up here); empty (the default) when it does not."""

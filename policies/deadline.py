@@ -70,6 +70,8 @@ class ZoneView:
     spot_available: bool
     spot_price: float
     on_demand_price: float
+    cloud: str = ""  # where the zone is: what a move there costs in egress ('' : unknown)
+    region: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,7 @@ class Observation:
 
     ``state`` is the instance the job holds *now*: a preempted spot instance shows as IDLE.
     ``spot_available`` is for the current (or only) zone; ``zones`` lists every zone when the
-    policy may move between them.
+    policy may move between them; ``checkpoint_bytes`` is the checkpoint a move would carry.
     """
 
     elapsed_hours: float
@@ -87,6 +89,7 @@ class Observation:
     zone: str | None
     spot_available: bool
     zones: tuple[ZoneView, ...] = ()
+    checkpoint_bytes: int | None = None  # what a move between regions carries (None: unknown)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ refused a launch is skipped for ``refused_s``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
@@ -52,6 +52,14 @@ class ZoneEvidence:
     available: Mapping[str, bool]  # zone -> spot up (the provider's view, 'free' observation)
     refused_at: Mapping[str, float]  # zone -> when it last refused a spot launch
     preempted_at: Mapping[str, Sequence[float]]  # zone -> times of its recent preemptions
+
+
+def open_offers(offers: Sequence[OfferT], closed: Collection[str]) -> list[OfferT]:
+    """The offers whose zone takes new work: a zone in ``closed`` (its workload cluster drains
+    or is unhealthy) is no candidate for a launch in any market."""
+    if not closed:
+        return list(offers)
+    return [o for o in offers if o.zone not in closed]
 
 
 def rank_on_demand(offers: Sequence[OfferT]) -> list[OfferT]:

@@ -36,6 +36,7 @@ from serve.routes import (
     budgets,
     capacity,
     clusters,
+    clusterview,
     fairshare,
     fleet,
     jobs,
@@ -65,7 +66,7 @@ app = FastAPI(
 app.include_router(dashboard_router)  # the web dashboard at /
 app.include_router(ray_jobs_router)  # Ray's Jobs REST API (/api/...), for Ray's own clients
 for _routes in (ops, tenants, jobs, packages, bags, fleet, capacity, budgets, nodes, fairshare,
-                clusters):
+                clusters, clusterview):
     app.include_router(_routes.router)
 install_error_handlers(app)
 install_gate(app)

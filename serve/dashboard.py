@@ -33,7 +33,8 @@ from serve.schemas import (
 STATIC = Path(__file__).with_name("static")
 ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css",
           "bills.js": "text/javascript",
-          "fairshare.js": "text/javascript"}
+          "fairshare.js": "text/javascript",
+          "clusters.js": "text/javascript"}
 HISTORY_POINTS = 48
 
 SortKey = Literal["submitted", "name", "state", "kind", "tenant", "cost", "preemptions",

@@ -45,6 +45,7 @@ META_FIELDS: dict[str, type] = {
     "spotplane.max_restarts_on_error": int,
     "spotplane.restart_on_exit_codes": list,
     "spotplane.max_duration_hours": float,
+    "spotplane.checkpoint_gb": float,
 }
 
 RAY_STATUS: dict[JobState, str] = {

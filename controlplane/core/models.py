@@ -267,6 +267,10 @@ class JobSpec(BaseModel):
     max_duration_hours: StrictFloat | None = Field(
         default=None, gt=0, le=100_000,
         description="Wall time from the first start after which the job is stopped (FAILED).")
+    checkpoint_gb: StrictFloat | None = Field(
+        default=None, ge=0, le=1e6,
+        description="Estimated size of one checkpoint in GB: what a move between regions carries "
+                    "(its egress) until the job has written one; null: unknown.")
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -349,6 +353,7 @@ class Job(Row):
     bill: dict[str, float] = Field(default_factory=dict)  # bill line -> dollars or hours
     error_restarts: int = 0  # restarts after a listed exit code (apart from preemptions)
     exit_code: int | None = None  # the last attempt's exit code, when it ended on its own
+    last_checkpoint_bytes: int = 0  # executor jobs: bytes of the newest checkpoint written
 
     @property
     def gpus(self) -> int:

@@ -66,6 +66,7 @@ class SyncFleet:
         s = self.state
         self._take_node_reports(now)
         self._fold_external(now)
+        s.fleet.closed = self.fleet.closed_zones()
         insts = self.fleet.describe()
         events = self.fleet.poll_events()
         when: dict[tuple[str, str], float] = {}

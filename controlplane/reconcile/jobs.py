@@ -255,6 +255,9 @@ class AdvanceJobs:
                           source="executor")
         if r.checkpoint_bytes > job.checkpoint_bytes:
             counters.count(c, "checkpoint_bytes_total", r.checkpoint_bytes - job.checkpoint_bytes)
+            if r.checkpoints > job.checkpoints:  # the newest ones' mean: the newest when one
+                job.last_checkpoint_bytes = ((r.checkpoint_bytes - job.checkpoint_bytes)
+                                             // (r.checkpoints - job.checkpoints))
             job.checkpoint_bytes = r.checkpoint_bytes
         if r.restore_fallbacks > job.restore_fallbacks:
             counters.count(c, "checkpoint_restore_fallbacks_total",

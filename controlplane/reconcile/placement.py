@@ -28,7 +28,7 @@ from controlplane.reconcile.spares import HotSpares
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from controlplane.store import Store
 from policies.placement import FrameworkScheduler
-from policies.zones import rank_offers
+from policies.zones import open_offers, rank_offers
 
 _KIND_ORDER = {JobKind.HP: 0, JobKind.DEADLINE: 1, JobKind.SPOT: 2}
 
@@ -90,10 +90,10 @@ class Place:
             self._place_queued(queued, pools, now)
 
     def offers(self, job: Job, market: Market, now: float) -> list[Offer]:
-        """The job's offers in ``market``, in launch order (:func:`policies.zones.rank_offers`;
-        a deadline job's policy may have chosen the zone)."""
+        """The job's offers in ``market`` in the zones that take new work, in launch order
+        (:func:`policies.zones.rank_offers`; a deadline job's policy may have chosen the zone)."""
         chosen = job.policy_zone if job.kind is JobKind.DEADLINE else None
-        return rank_offers(self.state.offers_for(job), market, self.state.fleet.zone_evidence(),
+        return rank_offers(self.state.open_offers_for(job), market, self.state.fleet.zone_evidence(),
                            self.settings.zone_rule(), now, chosen_zone=chosen)
 
     def replace(self, job: Job, pools: dict[str, Pool], now: float) -> None:
@@ -136,8 +136,8 @@ class Place:
         pools = pools_of(list(s.nodes.values()), self._capacity())
         for acc, pool in pools.items():
             q = self.quota(acc)
-            per_node = max((o.accelerator_count for o in s.offers if o.accelerator == acc),
-                           default=1)
+            per_node = max((o.accelerator_count for o in open_offers(s.offers, s.fleet.closed)
+                            if o.accelerator == acc), default=1)
             pool.spot_quota_nodes = None if q is None else q / per_node
         return pools
 

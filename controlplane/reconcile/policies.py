@@ -23,6 +23,7 @@ from controlplane.reconcile.policyhost import (
 from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from policies.deadline import Action, DeadlineTask, Kind, Observation, ZoneView
+from policies.egress import GB
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +79,14 @@ class AskPolicies:
             self.rec.billing.charge(job, "probes", price * minutes / 60.0, now)
 
     def _request(self, job: Job, now: float) -> PolicyRequest | None:
-        """The deadline policy's input for one job (None: no offer fits it)."""
+        """The deadline policy's input for one job over the zones that take new work and the
+        one it runs in (None: no offer fits it, or every zone that fits is closed and it runs in
+        none: the job keeps its last action)."""
         s = self.state
-        offers = s.offers_for(job)
+        running = job.state in WITH_NODES
+        offers = s.open_offers_for(job)
+        if running and job.zone in s.fleet.closed:  # what runs there is left alone
+            offers = offers + [o for o in s.offers_for(job) if o.zone == job.zone]
         if not offers or job.deadline_at is None:
             return None
         spot = min(o.spot_price for o in offers)
@@ -90,16 +96,17 @@ class AskPolicies:
         d = min(job.spec.overhead_hours + self.settings.provision_hours, max(r - c, 0.0))
         task = DeadlineTask(c, r, d, od * job.spec.workers, spot * job.spec.workers,
                             job.spec.workers)
-        running = job.state in WITH_NODES
         kind = Kind(job.market.value) if running and job.market is not None else Kind.IDLE
         zones = tuple(ZoneView(o.zone, s.fleet.availability.get(o.zone, False), o.spot_price,
-                               o.on_demand_price) for o in offers)
+                               o.on_demand_price, o.cloud, o.region) for o in offers)
         here = s.fleet.availability.get(job.zone, False) if running and job.zone else any(
             z.spot_available for z in zones)
         obs = Observation((now - job.submitted_at) / HOUR, job.progress_hours, kind,
-                          job.zone if running else None, here, zones)
+                          job.zone if running else None, here, zones, move_bytes(job))
+        every = s.offers_for(job)
         name = job.spec.policy or self.settings.deadline_policy or default_policy(
-            len({o.zone for o in offers}), evidence=self.settings.zone_observation == "evidence")
+            len({o.zone for o in every}), evidence=self.settings.zone_observation == "evidence",
+            regions=len({(o.cloud, o.region) for o in every}))
         # a live refusal is seen a tick later, not at once as in the replay: a refused zone is
         # tried again after refused_seconds, so the others believed up are tried meanwhile
         return PolicyRequest(job.id, name, task, obs, self.settings.tick_seconds / HOUR,
@@ -143,3 +150,13 @@ class AskPolicies:
                       **counters.job_where(job, self.state.nodes))
         self.ops.release(job, now, switch, keep=True)
         self.rec.move(job, JobState.QUEUED, switch, now)
+
+
+def move_bytes(job: Job) -> int | None:
+    """What a move of ``job`` between regions carries: its last checkpoint's bytes, else its
+    spec'd ``checkpoint_gb`` estimate (None: neither is known)."""
+    if job.last_checkpoint_bytes > 0:
+        return job.last_checkpoint_bytes
+    if job.spec.checkpoint_gb is not None:
+        return int(job.spec.checkpoint_gb * GB)
+    return None

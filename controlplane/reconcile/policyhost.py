@@ -31,7 +31,11 @@ MULTI_ZONE_DEFAULT = "spotplane"
 #: ``--observe paid`` measures it at +2.4 % (13 zones) and +4.6 % (6 zones) of the omniscient cost.
 MULTI_ZONE_EVIDENCE_DEFAULT = "spotplane_probing"
 SINGLE_ZONE_DEFAULT = "uniform_progress"
-DEFAULTS = (MULTI_ZONE_DEFAULT, MULTI_ZONE_EVIDENCE_DEFAULT, SINGLE_ZONE_DEFAULT)
+#: The default where a job's zones span several regions (or clouds): spotplane that weighs the
+#: egress of moving its checkpoint there before it moves (``policies.egressaware``).
+MULTI_REGION_DEFAULT = "spotplane_egress"
+DEFAULTS = (MULTI_ZONE_DEFAULT, MULTI_ZONE_EVIDENCE_DEFAULT, SINGLE_ZONE_DEFAULT,
+            MULTI_REGION_DEFAULT)
 
 
 def live_policies() -> tuple[str, ...]:
@@ -50,12 +54,15 @@ def check_policy(name: str, field: str = "policy") -> str:
     return name
 
 
-def default_policy(zones: int, *, evidence: bool = False) -> str:
+def default_policy(zones: int, *, evidence: bool = False, regions: int = 1) -> str:
     """The policy a deadline job gets when neither its spec nor the settings name one
-    (``evidence``: the controller knows zones only from what it ran, launched and probed)."""
+    (``evidence``: the controller knows zones only from what it ran, launched and probed;
+    ``regions``: how many (cloud, region) places its zones span)."""
     if zones <= 1:
         return SINGLE_ZONE_DEFAULT
-    return MULTI_ZONE_EVIDENCE_DEFAULT if evidence else MULTI_ZONE_DEFAULT
+    if evidence:
+        return MULTI_ZONE_EVIDENCE_DEFAULT
+    return MULTI_REGION_DEFAULT if regions > 1 else MULTI_ZONE_DEFAULT
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from controlplane.reconcile.pool import lifetime_key, node_age_hours
 from controlplane.reconcile.state import LoopState
 from policies.preemption import PreemptionModel
 from policies.reuse import REUSE_MODES, ReuseByAge
-from policies.zones import rank_spot
+from policies.zones import open_offers, rank_spot
 
 DEFAULT_TYPICAL_JOB_HOURS = 1.0  # spares' yardstick when no job is active
 SPARE_SLACK = 1.0  # spares kept beyond rate x saving (the first spare is always worth a try)
@@ -72,7 +72,8 @@ class HotSpares:
     def fresh_price(self, node: Node, now: float) -> float | None:
         """The spot price per hour of the VM a launch of ``node``'s type would get now (the
         launch's own zone order, :func:`policies.zones.rank_spot`), or None where no zone would take one."""
-        same = [o for o in self.state.offers if o.instance_type == node.instance_type]
+        same = [o for o in open_offers(self.state.offers, self.state.fleet.closed)
+                if o.instance_type == node.instance_type]
         best = rank_spot(same, self.state.fleet.zone_evidence(), self.settings.zone_rule(), now)
         return best[0].spot_price if best else None
 
@@ -98,8 +99,10 @@ class HotSpares:
         its saving (so a spare's idle cost stays below what its reuse saves), and at most
         1 + rate x ``hot_spare_seconds`` of them. With ``spare_prices``, a VM on which a typical
         job costs more dollars than on the fresh VM a launch would get now is none
-        (:meth:`priced_saving` <= 0).
+        (:meth:`priced_saving` <= 0). A node in a zone that takes no new work is none.
         """
+        closed = self.state.fleet.closed
+        nodes = [n for n in nodes if n.zone not in closed]  # no new work goes there
         if self.settings.hot_spare_seconds <= 0 or self.plugin.mode == "never" or not nodes:
             return set()
         if self.plugin.mode == "always":

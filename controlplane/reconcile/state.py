@@ -15,7 +15,7 @@ from controlplane.core.models import Decision, Event, Job, JobState, Node, NodeS
 from controlplane.store import BadRow, Intent
 from policies.checkpoint import CheckpointIntervals
 from policies.preemption import PreemptionModel
-from policies.zones import ZoneEvidence
+from policies.zones import ZoneEvidence, open_offers
 
 #: The fields a job's progress and billing move every tick. A job whose only assigned fields are
 #: these is saved every ``persist_progress_every``-th tick (accounting restarts from the stored
@@ -72,6 +72,7 @@ class FleetKnowledge:
     evidence: dict[str, bool] = field(default_factory=dict)  # zone -> spot up, as last seen
     probes: set[str] = field(default_factory=set)  # zones a policy asked to probe next tick
     external: dict[str, float] = field(default_factory=dict)  # instance id -> s left (agents)
+    closed: frozenset[str] = frozenset()  # zones that take no new work (their cluster's gate)
 
     def zone_evidence(self) -> ZoneEvidence:
         """What the loop knows of every zone's spot capacity now, for zone ranking."""
@@ -135,3 +136,7 @@ class LoopState:
                    and o.accelerator_count >= job.spec.gpus_per_worker]
             self.caches.offers[key] = hit
         return hit
+
+    def open_offers_for(self, job: Job) -> list[Offer]:
+        """The job's offers in the zones that take new work: every placement's candidates."""
+        return open_offers(self.offers_for(job), self.fleet.closed)

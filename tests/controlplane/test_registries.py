@@ -93,7 +93,8 @@ def test_the_real_policies_and_providers_are_registered() -> None:
             "omniscient", "partial_lookahead", "up_oracle", "on_demand"} <= set(policy_names())
     assert set(live_policies()) == {"spotplane", "spotplane_probing", "uniform_progress",
                                     "up_eager_failover", "greedy", "time_sliced",
-                                    "uniform_progress_loose", "semi_markov_dp", "on_demand"}
+                                    "uniform_progress_loose", "semi_markov_dp", "on_demand",
+                                    "spotplane_egress"}
     assert set(provider_names()) == {"sim", "aws", "gcp", "ray"} == set(_fleet_choices())
 
 

@@ -196,7 +196,8 @@ def test_a_deadline_job_names_its_policy_and_an_unknown_one_is_a_404(store: Stor
     with pytest.raises(UnknownReference) as e:  # a well-formed name of nothing: 404
         service.submit_job(me, spec("yolo"))
     assert (e.value.field, str(e.value.fix)) == ("policy", (
-        "use one of spotplane, spotplane_probing, uniform_progress, greedy, on_demand, "
+        "use one of spotplane, spotplane_probing, uniform_progress, spotplane_egress, greedy, "
+        "on_demand, "
         "semi_markov_dp, time_sliced, uniform_progress_loose, up_eager_failover, or leave it null for "
         "the default"))
     with pytest.raises(ValueError, match="policy: only kind=deadline jobs take a deadline policy"):
