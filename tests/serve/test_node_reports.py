@@ -49,8 +49,7 @@ def test_a_node_reports_its_notice_and_its_failed_boot(api: BareApi) -> None:
 
 def test_a_report_for_another_node_is_refused(api: BareApi) -> None:
     mine = api.client(cred("launch-a"))
-    for path, body in (("/v1/nodes/i-0bbb/notice", NOTICE), ("/v1/nodes/i-0bbb/boot-failure", FAILED),
-                       ("/v1/nodes/i-0zzz/notice", NOTICE)):
+    for path, body in (("/v1/nodes/i-0bbb/notice", NOTICE), ("/v1/nodes/i-0bbb/boot-failure", FAILED)):
         r = mine.post(path, json=body)
         assert r.status_code == 403, (path, r.text)
     for token in (api.tenant_token, api.admin_token, "spn_" + "0" * 64):
@@ -64,3 +63,24 @@ def test_a_malformed_report_is_refused_before_it_is_kept(api: BareApi) -> None:
     assert client.post("/v1/nodes/i-0aaa/notice", json={"action": "x", "seconds_left": -1}).status_code == 422
     assert client.post("/v1/nodes/i-0aaa/boot-failure", json={"reason": "x", "more": 1}).status_code == 422
     assert api.replica.service.base_store.take_node_reports() == []
+
+
+def test_an_instance_no_live_node_holds_is_404_naming_it(api: BareApi) -> None:
+    r = api.client(cred("launch-a")).post("/v1/nodes/i-0zzz/notice", json=NOTICE)
+    assert r.status_code == 404, r.text
+    assert "i-0zzz" in r.text
+    assert api.replica.service.base_store.take_node_reports() == []
+
+
+def test_a_report_finds_its_node_among_many_by_the_instance_index(api: BareApi) -> None:
+    store = api.replica.service.base_store
+    store.commit(nodes=[node(f"node-{i}", f"launch-{i}", f"i-{i:04d}") for i in range(300)])
+    gone = node("node-old", "launch-old", "i-0150")  # a gone node once held the same instance
+    gone.state = NodeState.TERMINATED
+    store.commit(nodes=[gone])
+    r = api.client(cred("launch-150")).post("/v1/nodes/i-0150/notice", json=NOTICE)
+    assert r.status_code == 202, r.text
+    found = store.node_by_instance("i-0150")
+    assert found is not None and found.id == "node-150"
+    plan = store._q("EXPLAIN QUERY PLAN SELECT id FROM nodes WHERE instance_id = ?", ("i-0150",))
+    assert any("nodes_instance" in str(row) for row in plan), plan
