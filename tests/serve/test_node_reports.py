@@ -12,7 +12,7 @@ import pytest
 from controlplane.core.models import Market, Node, NodeState
 from controlplane.core.nodecreds import node_credential, report_secret
 from controlplane.core.tokens import hash_token
-from tests.serve.bareapi import ADMIN_TOKEN, BareApi, bare_api
+from tests.serve.bareapi import ADMIN_TOKEN, UNTHROTTLED, BareApi, bare_api
 
 NOTICE = {"action": "terminate", "seconds_left": 110.0, "raw": "{}"}
 FAILED = {"reason": "bootstrap failed", "log_tail": "ray start: token rejected\n"}
@@ -84,3 +84,36 @@ def test_a_report_finds_its_node_among_many_by_the_instance_index(api: BareApi) 
     assert found is not None and found.id == "node-150"
     plan = store._q("EXPLAIN QUERY PLAN SELECT id FROM nodes WHERE instance_id = ?", ("i-0150",))
     assert any("nodes_instance" in str(row) for row in plan), plan
+
+
+NODE_BURST = 3
+TIGHT_NODES = UNTHROTTLED.model_copy(update={"node_report_burst": NODE_BURST,
+                                             "node_report_rate_per_s": 0.001})
+
+
+def test_an_instances_reports_past_its_burst_are_429_before_the_credential(tmp_path: Path) -> None:
+    with bare_api(tmp_path, limits=TIGHT_NODES) as tight:
+        tight.replica.service.base_store.commit(nodes=[node("node-a", "launch-a", "i-0aaa"),
+                                                       node("node-b", "launch-b", "i-0bbb")])
+        forged = tight.client("spn_" + "0" * 64)
+        for _ in range(NODE_BURST):
+            assert forged.post("/v1/nodes/i-0aaa/notice", json=NOTICE).status_code == 403
+        r = tight.client(cred("launch-a")).post("/v1/nodes/i-0aaa/notice", json=NOTICE)
+        assert r.status_code == 429, r.text
+        assert int(r.headers["Retry-After"]) >= 1 and "i-0aaa" in r.text
+        other = tight.client(cred("launch-b")).post("/v1/nodes/i-0bbb/boot-failure", json=FAILED)
+        assert other.status_code == 202, other.text  # another instance is not slowed
+        metrics = tight.client(tight.admin_token).get("/metrics").text
+        assert 'spotplane_api_node_reports_limited_total{limit="instance"} 1.0' in metrics
+        assert tight.replica.service.base_store.take_node_reports() == [
+            ("boot_failed", "i-0bbb", FAILED)]
+
+
+def test_a_client_address_past_its_burst_is_429_whatever_instance_it_names(tmp_path: Path) -> None:
+    limits = UNTHROTTLED.model_copy(update={"node_client_burst": 5, "node_client_rate_per_s": 0.001})
+    with bare_api(tmp_path, limits=limits) as tight:
+        flood = tight.client("spn_" + "0" * 64)
+        codes = [flood.post(f"/v1/nodes/i-{i:04d}/notice", json=NOTICE).status_code for i in range(7)]
+        assert codes == [404] * 5 + [429] * 2
+        metrics = tight.client(tight.admin_token).get("/metrics").text
+        assert 'spotplane_api_node_reports_limited_total{limit="client"} 2.0' in metrics
