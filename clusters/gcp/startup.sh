@@ -12,6 +12,9 @@
 #      the market, the accelerator and its GPU count
 #   7. start the preemption watcher, which reports the notice to the API
 # Any failure reports "bootstrap failed" with the last lines of this log, then exits non-zero.
+# ROLE=head (spotplane clusters add --launch) starts the cluster's head in step 6 instead:
+# ray start --head with the token of step 5 and the dashboard on; no watcher, no report (the
+# operator's command waits for the head and shows this log's tail when it does not answer).
 set -euo pipefail
 
 CLOUD=gcp
@@ -25,6 +28,9 @@ ACCELERATOR=@@{accelerator}
 GPU_COUNT=@@{gpu_count}
 MARKET=@@{market}
 RAY_VERSION=@@{ray_version}
+ROLE=@@{role}
+RAY_PORT=@@{ray_port}
+DASHBOARD_PORT=@@{dashboard_port}
 METADATA=${SPOTPLANE_METADATA_URL:-http://metadata.google.internal}
 PYTHON=${SPOTPLANE_PYTHON:-python3}
 STATE_ROOT=${SPOTPLANE_STATE_DIR:-/var/lib/spotplane}
@@ -47,6 +53,7 @@ report_failure() {
     local rc=$1
     if [ "$rc" -eq 0 ]; then return 0; fi
     echo "bootstrap failed: exit $rc${FAILED_AT:+ at $FAILED_AT}"
+    if [ "$ROLE" = head ]; then return 0; fi  # a head is no fleet node: nothing to report
     sleep 1  # the log's tee catches up before its tail is sent
     if command -v "$PYTHON" >/dev/null 2>&1; then
         "$PYTHON" "$BOOT_DIR/nodewatch.py" fail --cloud "$CLOUD" --metadata "$METADATA" \
@@ -98,13 +105,20 @@ read_token() {
 (umask 077; read_token > "$NODE_DIR/ray_token")
 test -s "$NODE_DIR/ray_token"
 
-# -- 6. join the workload cluster ------------------------------------------------------------
+# -- 6. join the workload cluster (or, as its head, start it) --------------------------------
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$NODE_DIR/ray_token"
+if [ "$ROLE" = head ]; then
+    "$PYTHON" -m ray.scripts.scripts start --head --port="$RAY_PORT" --num-gpus=0 \
+        --resources="{\"spotplane_head:$INSTANCE_ID\": 1}" --include-dashboard=true \
+        --dashboard-host=0.0.0.0 --dashboard-port="$DASHBOARD_PORT" --disable-usage-stats
+    echo "spotplane: $INSTANCE_ID is the head of $CLUSTER_NAME (port $RAY_PORT)"
+    exit 0
+fi
 RESOURCES="{\"spotplane_node:$INSTANCE_ID\": 1, \"$MARKET\": 1"
 if [ "$GPU_COUNT" -gt 0 ] && [ -n "$ACCELERATOR" ]; then
     RESOURCES="$RESOURCES, \"$ACCELERATOR\": $GPU_COUNT"
 fi
 RESOURCES="$RESOURCES}"
-export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$NODE_DIR/ray_token"
 "$PYTHON" -m ray.scripts.scripts start --address="$GCS_ADDRESS" --num-gpus="$GPU_COUNT" \
     --resources="$RESOURCES" --disable-usage-stats
 
