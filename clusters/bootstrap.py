@@ -1,7 +1,8 @@
 """Nodes that boot into their workload cluster: the bootstrap every launched instance runs.
 
 One template per cloud, readable in the repository (``clusters/aws/bootstrap.sh`` for EC2
-``user_data``, ``clusters/gcp/startup.sh`` for the GCE ``startup-script``), rendered per launch
+``user_data``, ``clusters/gcp/startup.sh`` for the GCE ``startup-script``: each cloud's
+metadata reads), the steps they share in ``clusters/bootstrap-common.sh``, rendered per launch
 by :func:`render` with the instance type, accelerator, GPU count, market, the region's
 :class:`ClusterJoin`, the launch's report credential and the API's URL. Every value is
 shell-quoted into one assignment at the top of the script; the operator's hook is the one raw
@@ -25,6 +26,8 @@ from controlplane.core.workloadclusters import ClusterState, WorkloadCluster
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = {"aws": HERE / "aws" / "bootstrap.sh", "gcp": HERE / "gcp" / "startup.sh"}
+COMMON = HERE / "bootstrap-common.sh"  # the steps every cloud shares, rendered into its file
+CLOUD_PART = "# -- 2. who am I: the cloud's own part sets INSTANCE_ID"  # where COMMON is cut in two
 WATCHER = HERE / "nodewatch.py"
 TOKEN_SCHEMES = ("file:", "ssm:", "gcpsecret:")
 SECRET_SCHEME = {"aws": "ssm:", "gcp": "gcpsecret:"}  # a bare secret name, per cloud
@@ -155,8 +158,20 @@ def render(launch: NodeLaunch, join: ClusterJoin, api_url: str, credential: str,
     }
     quoted = {k: shlex.quote(v) for k, v in values.items()}
     watcher = WATCHER.read_text()
-    return BootTemplate(template.read_text()).substitute(
+    return BootTemplate(cloud_script(template)).substitute(
         quoted, nodewatch=watcher.rstrip("\n"), boot_hook=hook_body(hook))
+
+
+def cloud_script(template: Path) -> str:
+    """The cloud's file with the shared steps (``COMMON``) put in: the part before step 2 at
+    ``@@{common_setup}``, the part after it at ``@@{common_join}``."""
+    head, cut, tail = COMMON.read_text().partition(CLOUD_PART)
+    if not cut:
+        raise InvalidInput("template", f"{COMMON.name} has no '{CLOUD_PART}' line",
+                           fix="keep the step-2 line that says where the cloud's part goes")
+    tail = tail.split("\n", 1)[1] if "\n" in tail else ""
+    return BootTemplate(template.read_text()).safe_substitute(
+        common_setup=head.rstrip("\n"), common_join=tail.rstrip("\n"))
 
 
 @dataclass(frozen=True)
