@@ -16,7 +16,7 @@ from clusters.headlaunch import (
     removal_fleet,
 )
 from controlplane.cli.control import _client_options, _print_json, _table, client_of
-from controlplane.core.errors import InvalidInput
+from controlplane.core.errors import Conflict, InvalidInput
 
 API = "/v1/clusters"
 
@@ -165,7 +165,10 @@ def cmd_add_launched(args: argparse.Namespace) -> int:
     """Launch the head, wait until it answers, register the cluster at its address."""
     request = head_request(args)
     with client_of(args) as client:
-        client.request("GET", API)  # the API answers and the caller is the admin, before launching
+        known = client.request("GET", API)  # the API answers, the caller is the admin, the name is free
+        if any(c.get("name") == request.name for c in known):
+            raise Conflict(f"cluster {request.name} is already registered",
+                           fix="pick another name, or clusters remove it first")
         fleet = head_fleet(request, fleet_options(args.fleet_options))
         head = launch_head(fleet, request, HeadWait(timeout_s=args.launch_timeout,
                                                     progress=lambda line: print(line, flush=True)))

@@ -85,3 +85,16 @@ def test_fleet_options_are_json_or_text() -> None:
         "endpoint_url": "http://x:1", "subnet_by_zone": [["a", "s"]], "seed": 3}
     with pytest.raises(InvalidInput):
         fleet_options(["novalue"])
+
+
+def test_launch_flags_are_checked_before_anything_is_launched(capsys: pytest.CaptureFixture[str]) -> None:
+    from controlplane.cli.main import main
+
+    base = ["clusters", "add", "east", "--cloud", "aws", "--region", "us-east-1"]
+    assert main([*base, "--launch", "--zone", "us-east-1a", "--token-ref", "t"]) != 0
+    assert "--instance-type" in capsys.readouterr().err
+    assert main([*base, "--launch", "--zone", "us-east-1a", "--instance-type", "m5.xlarge",
+                 "--token-ref", "t", "--gcs-address", "10.0.0.1:6379"]) != 0
+    assert "--gcs-address" in capsys.readouterr().err
+    assert main(base) != 0  # by hand, the address is needed
+    assert "--gcs-address" in capsys.readouterr().err
