@@ -12,7 +12,7 @@ import pytest
 
 from clusters.bootstrap import TEMPLATES, HeadPorts, render_head
 from clusters.fleet import Instance, InstanceState, LaunchRequest
-from clusters.headlaunch import HeadDidNotAnswer, HeadRequest, HeadWait, launch_head
+from clusters.headlaunch import HeadDidNotAnswer, HeadRequest, HeadWait, head_fleet, launch_head
 from controlplane.cli.clusters import fleet_options
 from controlplane.core.errors import InvalidInput
 from controlplane.core.models import Market
@@ -98,3 +98,31 @@ def test_launch_flags_are_checked_before_anything_is_launched(capsys: pytest.Cap
     assert "--gcs-address" in capsys.readouterr().err
     assert main(base) != 0  # by hand, the address is needed
     assert "--gcs-address" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_gcp_head_is_launched_on_demand_with_the_head_script_and_found_at_its_ip() -> None:
+    from tests.clusters import test_gcp_controller as gcp
+
+    fake = gcp.gce_fake.GceFake(project="spotplane-test", zones=("us-central1-a",))
+    request = HeadRequest("central", "gcp", "us-central1-a", "n1-standard-8", "ray-token")
+    with gcp.gce_fake.GceServer(fake) as server:
+        fleet = head_fleet(request, {"project": "spotplane-test", "credentials": "anonymous",
+                                     "api_endpoint": server.endpoint})
+        lines: list[str] = []
+        probed: list[str] = []
+
+        def boot(_: float) -> None:  # while the command waits, GCE finishes booting the VM
+            for _zone, name in list(fake.instances):
+                fake.set_status(name, "RUNNING")
+
+        wait = HeadWait(timeout_s=30, poll_s=0.01, progress=lines.append, sleep=boot,
+                        probe=lambda ip, ports: probed.append(ip) is None)
+        head = launch_head(fleet, request, wait)
+        [vm] = [v for (_, name), v in fake.instances.items() if name == head.instance_id]
+    items = {i["key"]: i["value"] for i in vm["metadata"]["items"]}
+    assert "\nROLE=head\n" in items["startup-script"] and "\nCLOUD=gcp\n" in items["startup-script"]
+    assert "\nTOKEN_REF=gcpsecret:ray-token\n" in items["startup-script"]
+    assert vm["scheduling"].get("provisioningModel") != "SPOT"
+    assert head.private_ip == vm["networkInterfaces"][0]["networkIP"] == probed[-1]
+    assert head.gcs_address == f"{head.private_ip}:6379"
