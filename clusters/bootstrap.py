@@ -1,7 +1,8 @@
 """Nodes that boot into their workload cluster: the bootstrap every launched instance runs.
 
 One template per cloud, readable in the repository (``clusters/aws/bootstrap.sh`` for EC2
-``user_data``, ``clusters/gcp/startup.sh`` for the GCE ``startup-script``), rendered per launch
+``user_data``, ``clusters/gcp/startup.sh`` for the GCE ``startup-script``: each cloud's
+metadata reads), the steps they share in ``clusters/bootstrap-common.sh``, rendered per launch
 by :func:`render` with the instance type, accelerator, GPU count, market, the region's
 :class:`ClusterJoin`, the launch's report credential and the API's URL. Every value is
 shell-quoted into one assignment at the top of the script; the operator's hook is the one raw
@@ -25,6 +26,8 @@ from controlplane.core.workloadclusters import ClusterState, WorkloadCluster
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = {"aws": HERE / "aws" / "bootstrap.sh", "gcp": HERE / "gcp" / "startup.sh"}
+COMMON = HERE / "bootstrap-common.sh"  # the steps every cloud shares, rendered into its file
+CLOUD_PART = "# -- 2. who am I: the cloud's own part sets INSTANCE_ID"  # where COMMON is cut in two
 WATCHER = HERE / "nodewatch.py"
 TOKEN_SCHEMES = ("file:", "ssm:", "gcpsecret:")
 SECRET_SCHEME = {"aws": "ssm:", "gcp": "gcpsecret:"}  # a bare secret name, per cloud
@@ -135,23 +138,62 @@ def hook_body(hook: str) -> str:
 
 
 def render(launch: NodeLaunch, join: ClusterJoin, api_url: str, credential: str,
-           hook: str = "", ray_version: str | None = None) -> str:
-    """The cloud's template with this launch's values, each shell-quoted."""
+           hook: str = "", ray_version: str | None = None, *,
+           head: HeadPorts | None = None) -> str:
+    """The cloud's template with this launch's values, each shell-quoted; with ``head``, the
+    head variant (``ROLE=head``: ``ray start --head`` on those ports, the dashboard on)."""
     template = TEMPLATES.get(launch.cloud)
     if template is None:
         raise InvalidInput("cloud", f"no bootstrap template for {launch.cloud!r}",
                            fix=f"use one of {', '.join(sorted(TEMPLATES))}")
     values = {
-        "cluster_name": join.name, "gcs_address": join.gcs_address, "token_ref": join.token_ref,
+        "cluster_name": join.name, "gcs_address": "" if head else join.gcs_address, "token_ref": join.token_ref,
         "api_url": api_url.rstrip("/"), "node_credential": credential,
         "instance_type": launch.instance_type, "accelerator": launch.accelerator,
         "gpu_count": str(int(launch.gpu_count)), "market": launch.market.value,
         "ray_version": ray_version or pinned_ray(),
+        "role": "head" if head else "worker",
+        "ray_port": str(head.ray_port) if head else "",
+        "dashboard_port": str(head.dashboard_port) if head else "",
     }
     quoted = {k: shlex.quote(v) for k, v in values.items()}
     watcher = WATCHER.read_text()
-    return BootTemplate(template.read_text()).substitute(
+    return BootTemplate(cloud_script(template)).substitute(
         quoted, nodewatch=watcher.rstrip("\n"), boot_hook=hook_body(hook))
+
+
+def cloud_script(template: Path) -> str:
+    """The cloud's file with the shared steps (``COMMON``) put in: the part before step 2 at
+    ``@@{common_setup}``, the part after it at ``@@{common_join}``."""
+    head, cut, tail = COMMON.read_text().partition(CLOUD_PART)
+    if not cut:
+        raise InvalidInput("template", f"{COMMON.name} has no '{CLOUD_PART}' line",
+                           fix="keep the step-2 line that says where the cloud's part goes")
+    tail = tail.split("\n", 1)[1] if "\n" in tail else ""
+    return BootTemplate(template.read_text()).safe_substitute(
+        common_setup=head.rstrip("\n"), common_join=tail.rstrip("\n"))
+
+
+@dataclass(frozen=True)
+class HeadPorts:
+    """Where a launched head listens: its GCS (Ray) port and its dashboard (job API) port."""
+
+    ray_port: int = 6379
+    dashboard_port: int = 8265
+
+    def __post_init__(self) -> None:
+        for name, port in (("ray_port", self.ray_port), ("dashboard_port", self.dashboard_port)):
+            if not 1 <= port <= 65535:
+                raise InvalidInput(name, f"{port} is not a port", fix="a port in 1..65535")
+
+
+def render_head(cloud: str, name: str, instance_type: str, token_ref: str, hook: str = "",
+                ports: HeadPorts | None = None, ray_version: str | None = None) -> str:
+    """The bootstrap of a workload cluster's head on one on-demand instance: the cloud's
+    template as ``ROLE=head`` (no GCS to join, no API to report to, no credential)."""
+    launch = NodeLaunch(cloud, f"head-{name}", instance_type, "", 0, Market.ON_DEMAND)
+    join = ClusterJoin(name, "0.0.0.0:0", token_ref_for(cloud, token_ref))
+    return render(launch, join, "", "", hook, ray_version, head=ports or HeadPorts())
 
 
 def token_ref_for(cloud: str, ref: str) -> str:

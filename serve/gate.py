@@ -28,6 +28,7 @@ from serve.errors import HTTP_FIX, error_response, spotplane_error_response
 from serve.fairness import InFlight
 from serve.limits import ApiLimits, TokenBuckets
 from serve.metrics import ApiMetrics
+from serve.nodelimits import NodeReportLimiter, NodeReportsLimited
 from serve.service import ControlPlaneService
 
 API = "/v1"
@@ -112,6 +113,8 @@ class Gate:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
+            if scope["path"].startswith(NODE_PATHS):  # before the credential: refusing is cheap
+                gate.admit_node_report(scope)
             tenant = await gate.admit(scope["path"], bearer_token(headers.get("authorization")),
                                       scope["method"])
             gate.check_length(headers.get("content-length"), scope["path"])
@@ -142,6 +145,16 @@ class GateState:
         self.buckets = TokenBuckets(limits.rate_per_s, limits.burst)
         self.in_flight = InFlight(limits.max_in_flight_per_tenant, wait_s=limits.in_flight_wait_s)
         self.replica, self.node_id = "", ""  # which replica answers (REPLICA_HEADER), on which Ray node
+        self.node_reports = NodeReportLimiter(limits)
+
+    def admit_node_report(self, scope: Scope) -> None:
+        """Take from the reporting instance's and client's buckets; 429, counted, when empty."""
+        client = scope.get("client")
+        try:
+            self.node_reports.admit(scope["path"], client[0] if client else None)
+        except NodeReportsLimited as refused:
+            api_metrics(Request(scope)).node_reports_limited.labels(refused.limit).inc()
+            raise
 
     async def admit(self, path: str, token: str | None, method: str = "GET") -> str | None:
         """Authenticate ``token`` for ``path``, take one from the tenant's rate bucket, and

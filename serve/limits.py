@@ -39,6 +39,14 @@ class ApiLimits(BaseModel):
     max_package_bytes: int = Field(default=512 << 20, ge=1024,
                                    description="bytes of one uploaded code package (413 above)")
     metrics_token_hash: str | None = Field(default=None, description="SHA-256 of the /metrics token")
+    node_report_rate_per_s: float = Field(default=0.1, gt=0,
+                                          description="/v1/nodes/* reports per second per instance id")
+    node_report_burst: int = Field(default=20, ge=1,
+                                   description="/v1/nodes/* reports one instance id may send at once")
+    node_client_rate_per_s: float = Field(default=5.0, gt=0,
+                                          description="/v1/nodes/* reports per second per client address")
+    node_client_burst: int = Field(default=100, ge=1,
+                                   description="/v1/nodes/* reports one client address may send at once")
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> ApiLimits:
@@ -51,6 +59,10 @@ class ApiLimits(BaseModel):
             max_jobs_in_flight=s.api_max_jobs_in_flight, max_bag_jobs=s.api_max_bag_jobs,
             max_list_bytes=s.api_max_list_bytes, idempotency_ttl_s=s.api_idempotency_ttl_s,
             metrics_token_hash=hash_token(s.metrics_token) if s.metrics_token else None,
+            node_report_rate_per_s=s.api_node_report_rate_per_s,
+            node_report_burst=s.api_node_report_burst,
+            node_client_rate_per_s=s.api_node_client_rate_per_s,
+            node_client_burst=s.api_node_client_burst,
         )
 
 

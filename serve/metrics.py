@@ -269,6 +269,10 @@ class ApiMetrics:
         self.latency = Histogram(f"{PREFIX}api_request_duration_seconds", "HTTP request "
                                  "latency by route template and method.", ["route", "method"],
                                  buckets=API_BUCKETS, registry=None)
+        self.node_reports_limited = Counter(
+            f"{PREFIX}api_node_reports_limited", "Node reports (/v1/nodes/*) refused by their "
+            "rate limit before the credential was checked, by the bucket that refused them.",
+            ["limit"], registry=None)
 
     def record(self, route: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(route, method, str(status)).inc()
@@ -304,6 +308,7 @@ def build_registry(store: Store, api: ApiMetrics | None = None) -> CollectorRegi
         registry.register(ApiStoreCollector(store))
         registry.register(api.requests)
         registry.register(api.latency)
+        registry.register(api.node_reports_limited)
     return registry
 
 

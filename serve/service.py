@@ -675,14 +675,17 @@ class ControlPlaneService:
                     body: dict[str, Any]) -> None:
         """Keep a node's report (a notice, a failed boot) for the controller, once its
         credential proves it is of the launch that made ``instance_id``
-        (``controlplane.core.nodecreds``); any other node's is refused (403)."""
+        (``controlplane.core.nodecreds``); an instance no live node holds is 404, any other
+        node's credential is refused (403)."""
         if not credential:
             raise Unauthorized("missing node credential",
                                fix="send `Authorization: Bearer <the node's report credential>`")
-        node = next((n for n in self.store.list_nodes(live_only=True)
-                     if n.instance_id == instance_id), None)
+        node = self.store.node_by_instance(instance_id)
+        if node is None:
+            raise NotFound(f"no live node holds instance {instance_id}",
+                           fix="a node reports for its own instance while the fleet holds it")
         secret = report_secret(self._admin_hash)
-        if node is None or not credential_matches(secret, node.intent_id, credential):
+        if not credential_matches(secret, node.intent_id, credential):
             raise Forbidden(f"this credential may not report for {instance_id}",
                             fix="a node reports for its own instance, with its own credential")
         self.store.put_node_report(instance_id, kind, body)

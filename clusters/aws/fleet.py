@@ -22,6 +22,8 @@ Calls made (and nothing else): ``run_instances``, ``describe_instances``, ``term
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -419,6 +421,18 @@ class AwsFleet(FleetProvider):
             return
         self._states.ended_by_us(live)
         self._call("terminate_instances", InstanceIds=live)
+
+    def private_address(self, instance_id: str) -> str | None:
+        """The instance's private IPv4 address (None while it has none)."""
+        raws = self._raw([instance_id])
+        return raws[0].get("PrivateIpAddress") if raws else None
+
+    def console_tail(self, instance_id: str, lines: int = 20) -> str:
+        """The last ``lines`` of the instance's console output (its user_data's log)."""
+        out = self._call("get_console_output", InstanceId=instance_id, Latest=True).get("Output") or ""
+        with contextlib.suppress(ValueError):  # not base64: already text
+            out = base64.b64decode(out, validate=True).decode(errors="replace")
+        return "\n".join(out.splitlines()[-lines:])
 
     # ---------------------------------------------------------------- views and events
     def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:

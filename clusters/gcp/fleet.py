@@ -480,6 +480,24 @@ class GcpFleet(FleetProvider):
                 return zone
         return None
 
+    def private_address(self, instance_id: str) -> str | None:
+        """The VM's internal IPv4 address (its first network interface's; None while it has none)."""
+        zone = self._zone_of.get(instance_id) or self._find_zone(instance_id)
+        if zone is None:
+            return None
+        found = self._list(zone, f'name = "{instance_id}"')
+        nics = list(found[0].network_interfaces) if found else []
+        return str(nics[0].network_i_p) or None if nics else None
+
+    def console_tail(self, instance_id: str, lines: int = 20) -> str:
+        """The last ``lines`` of the VM's serial console (its startup-script's log)."""
+        zone = self._zone_of.get(instance_id) or self._find_zone(instance_id)
+        if zone is None:
+            return ""
+        out = self.instances.get_serial_port_output(project=self.project, zone=zone,
+                                                    instance=instance_id)
+        return "\n".join(str(out.contents or "").splitlines()[-lines:])
+
     # ---------------------------------------------------------------- views and events
     def _all(self) -> list[Any]:
         out = []

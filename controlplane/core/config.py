@@ -86,6 +86,11 @@ class Settings(BaseSettings):
     gcp_machine_types: str | None = Field(default=None, description="GCP machine types, comma-separated.")
     ray_config: str | None = Field(default=None, description="The `ray up` cluster config of --fleet ray.")
     node_cloud: str | None = Field(default=None, description="The cloud a Ray fleet's node agents watch.")
+    # the rate of launched nodes' reports (/v1/nodes/*), bounded before their credential is checked
+    api_node_report_rate_per_s: float = Field(default=0.1, gt=0, description="Node reports/s per instance id (429).")
+    api_node_report_burst: int = Field(default=20, ge=1, description="Node reports one instance id may send at once.")
+    api_node_client_rate_per_s: float = Field(default=5.0, gt=0, description="Node reports/s per client address (429).")
+    api_node_client_burst: int = Field(default=100, ge=1, description="Node reports one client address may send at once.")
 
 
 #: What each setting must hold, for the fix of a message about a bad environment variable.

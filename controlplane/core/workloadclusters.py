@@ -62,6 +62,10 @@ class WorkloadClusterSpec(BaseModel):
                                    description="Zones the cluster's nodes run in.")
     node_types: list[PlaceName] = Field(default_factory=list, max_length=64,
                                         description="Instance types the cluster offers.")
+    head_instance_id: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$",
+        description="The head's instance when spotplane launched it (clusters add --launch): "
+                    "removing the cluster terminates it.")
 
     @field_validator("zones", "node_types")
     @classmethod

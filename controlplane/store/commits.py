@@ -155,11 +155,12 @@ class ControllerRows(JobRows, ViewRows):
                      j.model_dump_json(exclude={"cancel_requested"}), j.id) for j in jobs])
             if nodes:
                 db.executemany(
-                    "INSERT INTO nodes (id, state, job_id, intent_id, body) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET "
-                    "state = excluded.state, job_id = excluded.job_id, body = excluded.body",
-                    [(n.id, n.state.value, n.job_id, n.intent_id, n.model_dump_json())
-                     for n in nodes])
+                    "INSERT INTO nodes (id, state, job_id, intent_id, body, instance_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                    "state = excluded.state, job_id = excluded.job_id, body = excluded.body, "
+                    "instance_id = excluded.instance_id",
+                    [(n.id, n.state.value, n.job_id, n.intent_id, n.model_dump_json(),
+                      n.instance_id) for n in nodes])
             if events:
                 db.executemany(
                     "INSERT INTO events (at, tenant_id, job_id, node_id, kind, src, dst, cause) "

@@ -255,6 +255,17 @@ CREATE TABLE IF NOT EXISTS tenant_budgets (
     Migration(6, "each tenant's fair-share weight and nominal GPUs per pool, apart from its row",
               "CREATE TABLE IF NOT EXISTS tenant_shares (tenant_id TEXT PRIMARY KEY, "
               "body TEXT NOT NULL)"),
+    Migration(7, "a node's report finds its node by instance id through an index, not a scan "
+                 "of the live nodes (the column is kept by every node write, backfilled here)",
+              """
+ALTER TABLE nodes ADD COLUMN instance_id TEXT;
+UPDATE nodes SET instance_id = json_extract(body, '$.instance_id');
+CREATE INDEX IF NOT EXISTS nodes_instance ON nodes (instance_id);
+""", postgres="""
+ALTER TABLE nodes ADD COLUMN IF NOT EXISTS instance_id TEXT;
+UPDATE nodes SET instance_id = body::jsonb ->> 'instance_id';
+CREATE INDEX IF NOT EXISTS nodes_instance ON nodes (instance_id);
+"""),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version if MIGRATIONS else BASELINE
 

@@ -74,6 +74,17 @@ class ViewRows(StoreBase):
                        f"{in_list(len(ids))} ORDER BY rowid", [job_id, *ids])
         return log_bad(*split_bad(self._node_row(r) for r in rows))
 
+    def node_by_instance(self, instance_id: str, *, live_only: bool = True) -> Node | None:
+        """The node that holds ``instance_id`` (the newest if several did), through the
+        ``nodes_instance`` index; ``live_only`` leaves out gone nodes."""
+        scope, args = "instance_id = ?", [instance_id]
+        if live_only:
+            scope += f" AND state IN {in_list(len(LIVE_NODE_STATES))}"
+            args += LIVE_NODE_STATES
+        rows = self._q(f"SELECT {NODE_COLUMNS} FROM nodes WHERE {scope} ORDER BY rowid DESC", args)
+        found = log_bad(*split_bad(self._node_row(r) for r in rows))
+        return found[0] if found else None
+
     @staticmethod
     def _node_row(r: tuple[Any, ...]) -> Node | BadRow:
         """A node from its row (``NODE_COLUMNS``), or the reason it does not load."""

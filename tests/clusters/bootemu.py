@@ -240,15 +240,17 @@ class Booted:
 
 ScriptOf = Callable[[], Iterator[tuple[str, str, str]]]  # (instance id, type, script) per live instance
 Gone = Callable[[str], bool]
+IpOf = Callable[[str], str | None]  # an instance's private address as its cloud reports it
 
 
 class BootEmulator:
     """Boots each new instance's script in a namespace; kills those the cloud says are gone."""
 
     def __init__(self, bridge: Bridge, workdir: Path, scripts: ScriptOf, gone: Gone,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, ip_of: IpOf | None = None) -> None:
         self.bridge, self.workdir = bridge, workdir
         self.scripts, self.gone = scripts, gone
+        self.ip_of = ip_of  # the cloud's private address: the namespace's when on the bridge
         self.extra_env = extra_env or {}
         self.booted: dict[str, Booted] = {}
         self._n = 0
@@ -278,7 +280,9 @@ class BootEmulator:
         self._n += 1
         n = self._n
         netns = f"{self.bridge.name}n{n}"
-        ip = f"{self.bridge.subnet}.{n + 10}"
+        cloud_ip = self.ip_of(iid) if self.ip_of is not None else None
+        on_bridge = bool(cloud_ip and cloud_ip.startswith(f"{self.bridge.subnet}."))
+        ip = cloud_ip if on_bridge and cloud_ip else f"{self.bridge.subnet}.{n + 10}"
         state = self.workdir / netns
         (state / "node").mkdir(parents=True)
         (state / "instance-id").write_text(iid)
@@ -349,6 +353,14 @@ def ec2_scripts(ec2: Any, cluster: str = "spotplane") -> ScriptOf:
     return scripts
 
 
+def ec2_private_ip(ec2: Any) -> IpOf:
+    """The instance's ``PrivateIpAddress`` as EC2 reports it (through boto3)."""
+    def ip_of(iid: str) -> str | None:
+        found = ec2.describe_instances(InstanceIds=[iid])["Reservations"]
+        return next((i.get("PrivateIpAddress") for r in found for i in r["Instances"]), None)
+    return ip_of
+
+
 def ec2_gone(ec2: Any) -> Gone:
     """Whether EC2 shows the instance shutting down or terminated."""
     def gone(iid: str) -> bool:
@@ -394,5 +406,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-__all__ = ["BootEmulator", "Booted", "Bridge", "WorkloadHead", "booted_ok", "ec2_gone", "ec2_scripts",
+__all__ = ["BootEmulator", "Booted", "Bridge", "WorkloadHead", "booted_ok", "ec2_gone", "ec2_private_ip",
+           "ec2_scripts",
            "free_port", "gce_gone", "gce_scripts", "require_netns", "run"]

@@ -259,3 +259,19 @@ def test_watcher_reports_a_failed_boot_with_the_log_tail(fakes: tuple[Fakes, str
     [(path, _, body)] = state.posts
     assert path == "/v1/nodes/i-0abc/boot-failure" and body["reason"] == "bootstrap failed"
     assert body["log_tail"].endswith("authentication failed\n") and len(body["log_tail"]) == nodewatch.TAIL_CHARS
+
+
+def test_the_clouds_share_one_common_part_and_keep_their_own_metadata_reads() -> None:
+    from clusters.bootstrap import COMMON
+
+    common = COMMON.read_text()
+    assert "report_failure()" in common and "operator_hook()" in common and "imds" not in common
+    scripts = {cloud: rendered(NodeLaunch(cloud, "launch-abc", "g5.12xlarge", "A10G", 4, Market.SPOT))
+               for cloud in TEMPLATES}
+    for cloud, path in TEMPLATES.items():
+        own = path.read_text()
+        assert "report_failure" not in own and "ray.scripts.scripts" not in own  # not copied
+        assert "@@{common_setup}" in own and "@@{common_join}" in own
+        assert scripts[cloud].count("report_failure() {") == 1
+    shared = scripts["aws"][scripts["aws"].index("CLUSTER_NAME="):scripts["aws"].index("# -- 2. who am I")]
+    assert shared in scripts["gcp"]

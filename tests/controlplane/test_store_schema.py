@@ -136,3 +136,45 @@ def test_processes_opening_an_old_store_at_once_upgrade_it_once(store_url: str) 
     st = Store(store_url)
     assert st.get_meta("schema_version") == str(SCHEMA_VERSION)
     assert st.metrics()['jobs{state="QUEUED"}'] == 1.0  # backfilled once, not once a process
+
+
+V1_NODE = ('{"id": "node-old", "provider": "aws", "cloud": "aws", "zone": "us-east-1a", '
+           '"instance_type": "g5.xlarge", "accelerator": "A10G", "accelerator_count": 1, '
+           '"market": "spot", "price_per_hour": 0.4, "on_demand_price_per_hour": 1.0, '
+           '"state": "READY", "intent_id": "launch-old", "instance_id": "i-0old", '
+           '"requested_at": 1.0}')
+
+
+def test_an_older_stores_nodes_are_found_by_instance_once_upgraded(store_url: str) -> None:
+    _previous_release(store_url)
+    _run_raw(store_url, "", [("INSERT INTO nodes (id, state, job_id, intent_id, body) "
+                              "VALUES (?, ?, ?, ?, ?)", ("node-old", "READY", None, "launch-old",
+                                                         V1_NODE))])
+    st = Store(store_url)
+    assert _has_index(st, "nodes_instance")
+    found = st.node_by_instance("i-0old")
+    assert found is not None and found.id == "node-old"
+    assert st.node_by_instance("i-0new") is None
+
+
+CRASHER = """
+import os, sys
+from controlplane.core.models import Market, Node, NodeState
+from controlplane.store import Store
+st = Store(sys.argv[1])
+st.commit(nodes=[Node(id=f"node-{i}", provider="aws", cloud="aws", zone="us-east-1a",
+                      instance_type="g5.xlarge", accelerator="A10G", accelerator_count=1,
+                      market=Market.SPOT, price_per_hour=0.4, on_demand_price_per_hour=1.0,
+                      state=NodeState.READY, intent_id=f"launch-{i}", instance_id=f"i-{i:04d}",
+                      requested_at=0.0) for i in range(50)])
+os._exit(9)
+"""
+
+
+def test_a_store_reopened_after_a_crash_finds_a_node_by_instance(store_url: str) -> None:
+    Store(store_url).close()
+    crashed = subprocess.run([sys.executable, "-c", CRASHER, store_url], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert crashed.returncode == 9, crashed.stderr
+    found = Store(store_url).node_by_instance("i-0042")
+    assert found is not None and (found.id, found.intent_id) == ("node-42", "launch-42")

@@ -25,7 +25,9 @@ from serve.auth import hash_token
 from serve.limits import ApiLimits
 
 ADMIN_TOKEN = "spa_bare-admin-token"
-UNTHROTTLED = ApiLimits(rate_per_s=1e6, burst=1_000_000)
+UNTHROTTLED = ApiLimits(rate_per_s=1e6, burst=1_000_000, node_report_rate_per_s=1e6,
+                        node_report_burst=1_000_000, node_client_rate_per_s=1e6,
+                        node_client_burst=1_000_000)
 
 
 @dataclass
