@@ -179,6 +179,10 @@ class RayAutoscalerFleet(FleetProvider):
                              fix="is this process connected to the cluster (ray.init(address='auto'))?") from exc
         self.requested = bundles
 
+    def resend(self) -> None:
+        """Send the bundles of every live slot again (a send that failed is made good)."""
+        self._send()
+
     def terminate(self, instance_ids: Sequence[str]) -> None:
         changed = False
         for iid in instance_ids:
