@@ -62,6 +62,10 @@ class WorkloadClusterSpec(BaseModel):
                                    description="Zones the cluster's nodes run in.")
     node_types: list[PlaceName] = Field(default_factory=list, max_length=64,
                                         description="Instance types the cluster offers.")
+    ray_config: str | None = Field(
+        default=None, min_length=1, max_length=1024, pattern=r"^[^\s]+$",
+        description="The cluster-launcher YAML `ray up` started it from: its autoscaler is "
+                    "asked for nodes (fleet ray-clusters).")
 
     @field_validator("zones", "node_types")
     @classmethod
