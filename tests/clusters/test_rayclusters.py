@@ -192,6 +192,24 @@ def test_options_build_each_cluster_from_its_own_yaml(tmp_path: Path) -> None:
         make_provider("ray-clusters", nope=1)
 
 
+def test_a_cluster_added_with_its_ray_config_is_zoned_as_the_fleet_zones_it() -> None:
+    import argparse
+
+    from controlplane.cli.clusters import spec_of
+    from controlplane.core.workloadclusters import WorkloadClusterSpec
+
+    args = argparse.Namespace(name="gcp-central", cloud="gcp", region="us-central1",
+                              gcs_address="10.1.0.2:6379", dashboard_url="http://10.1.0.2:8265",
+                              token_ref=None, zones=[], node_types=[],
+                              ray_config=str(ROOT / "clusters" / "ray-cluster-gcp.yaml"))
+    spec = WorkloadClusterSpec(**spec_of(args))
+    assert spec.zones == ["gcp-central.us-central1-a"] and "gpu_spot_l4" in spec.node_types
+    record = WorkloadCluster(**spec.model_dump())
+    fleet = RayClustersFleet(registry=lambda: [record])  # drivers start at the first request
+    assert {o.zone for o in fleet.offers()} == set(spec.zones)
+    assert {o.instance_type for o in fleet.offers()} == set(spec.node_types)
+
+
 # --------------------------------------------------------------------------- two real clusters
 def distinct_ports(n: int) -> list[int]:
     """``n`` different free TCP ports (held open together while picked)."""
