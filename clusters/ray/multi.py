@@ -100,7 +100,6 @@ class Member:
     fleet: FleetProvider
     closes: Closeable | None = None
     down: str = ""
-    unsent: bool = False  # a terminate's withdrawal did not reach the cluster yet
 
 
 MemberMaker = Callable[[RayClusterRef], Member]
@@ -237,8 +236,7 @@ class RayClustersFleet(FleetProvider):
             member = self.members[name]
             try:
                 member.fleet.terminate(ids)
-            except CloudError as exc:
-                member.unsent = True
+            except CloudError as exc:  # the withdrawal is sent again at the cluster's next poll
                 self._down(member, str(exc))
 
     def _by_member(self, instance_ids: Sequence[str]) -> dict[str, list[str]]:
@@ -264,23 +262,15 @@ class RayClustersFleet(FleetProvider):
         for member in self.members.values():
             try:
                 events += member.fleet.poll_events()
-                if member.unsent:
-                    self._resend(member)
             except CloudError as exc:
                 self._down(member, str(exc))
                 continue
-            if member.down:
+            if getattr(member.fleet, "send_pending", False):
+                self._down(member, "its autoscaler was not reached")
+            elif member.down:
                 log.warning("ray-clusters: cluster %s answers again", member.ref.name)
                 member.down = ""
         return sorted(events, key=lambda e: e.at)
-
-    @staticmethod
-    def _resend(member: Member) -> None:
-        """Send the cluster's standing request again (after a withdrawal that did not reach it)."""
-        fleet = member.fleet
-        if isinstance(fleet, RayAutoscalerFleet):
-            fleet.resend()
-        member.unsent = False
 
     def lose(self, instance_id: str, detail: str = "node lost") -> None:
         """Report the slot lost through the cluster that holds it."""

@@ -62,7 +62,8 @@ class FlakyState(FakeState):
 
     def __init__(self) -> None:
         super().__init__()
-        self.answers = True
+        self.answers = True  # the dashboard and the driver
+        self.driver_answers = True
 
     def list_nodes(self) -> list[dict[str, Any]]:
         if not self.answers:
@@ -70,7 +71,7 @@ class FlakyState(FakeState):
         return self.nodes
 
     def request(self, bundles: list[dict[str, float]]) -> None:
-        if not self.answers:
+        if not (self.answers and self.driver_answers):
             raise ConnectionError("GCS unreachable")
         self.requests.append(bundles)
 
@@ -150,6 +151,20 @@ def test_a_launch_whose_request_fails_marks_the_cluster_down() -> None:
     assert not fleet.spot_available(B_ZONE, SPOT) and fleet.spot_available(A_ZONE, SPOT)
 
 
+def test_a_preemption_is_reported_even_when_its_withdrawal_does_not_reach_the_autoscaler() -> None:
+    fleet, states = two_clusters(SimClock())
+    east = states["aws-east"]
+    fleet.launch(LaunchRequest("job-a", A_ZONE, SPOT, Market.SPOT))
+    east.add("node-a", {"spot": 1, "accelerator_type:FAKE": 1})
+    assert [e.kind for e in fleet.poll_events()] == [EventKind.READY]
+    east.nodes[0]["state"], east.driver_answers = "DEAD", False
+    assert [(e.kind, e.instance_id) for e in fleet.poll_events()] == [(EventKind.PREEMPTED, "job-a/0")]
+    assert not fleet.spot_available(A_ZONE, SPOT) and east.requests[-1] == [SPOT_RESOURCES]
+    east.driver_answers = True
+    assert fleet.poll_events() == []  # nothing new to say, and the withdrawal goes now
+    assert east.requests[-1] == [] and fleet.spot_available(A_ZONE, SPOT)
+
+
 def registered(name: str, ray_config: str | None) -> WorkloadCluster:
     return WorkloadCluster(name=name, cloud="aws", region="us-east-1", gcs_address="10.0.0.1:6379",
                            dashboard_url="http://10.0.0.1:8265", ray_config=ray_config)
@@ -208,6 +223,47 @@ def test_a_cluster_added_with_its_ray_config_is_zoned_as_the_fleet_zones_it() ->
     fleet = RayClustersFleet(registry=lambda: [record])  # drivers start at the first request
     assert {o.zone for o in fleet.offers()} == set(spec.zones)
     assert {o.instance_type for o in fleet.offers()} == set(spec.node_types)
+
+
+def test_registered_clusters_are_the_fleets_zones_the_executors_clusters_and_the_gates(tmp_path: Path) -> None:
+    """What the controller wires: the fleet from the store's registry, gated by its drained
+    clusters, and the executor finding the cluster of a node the fleet launched."""
+    import argparse
+
+    from actors.execution import ExecutorConfig
+    from actors.execution.multicluster import MultiClusterExecutor, closed_zones
+    from clusters.clusterfleet import ClusterGatedFleet
+    from clusters.providers import make_provider
+    from clusters.workloadhealth import ClusterHealth
+    from controlplane.cli.clusters import spec_of
+    from controlplane.core.models import Node
+    from controlplane.core.workloadclusters import WorkloadClusterSpec
+    from controlplane.store import Store
+
+    store = Store(tmp_path / "spotplane.db")
+    for name, region, zone in (("east", "us-east-1", "us-east-1a"), ("central", "us-central1", "us-central1-a")):
+        config = fake_cluster_config("unused")
+        config["provider"]["availability_zone"] = zone
+        (tmp_path / f"{name}.yaml").write_text(json.dumps(config))
+        args = argparse.Namespace(name=name, cloud="aws", region=region, gcs_address="127.0.0.1:6379",
+                                  dashboard_url=f"http://{name}:8265", token_ref=None, zones=[],
+                                  node_types=[], ray_config=str(tmp_path / f"{name}.yaml"))
+        store.add_cluster(WorkloadClusterSpec(**spec_of(args)))
+    clock = SimClock()
+    inner = make_provider("ray-clusters", clock=clock, registry=store.list_clusters)
+    fleet = ClusterGatedFleet(inner, closed_zones(store, ttl_s=0.0))
+    assert {o.zone for o in fleet.offers()} == {"east.us-east-1a", "central.us-central1-a"}
+    store.drain_cluster("east")
+    assert not fleet.spot_available("east.us-east-1a", SPOT)
+    assert fleet.spot_available("central.us-central1-a", SPOT)
+    executor = MultiClusterExecutor(ExecutorConfig(artifact_uri=str(tmp_path / "a")), store,
+                                    make=lambda c: None,  # type: ignore[arg-type,return-value]
+                                    checker=lambda c: ClusterHealth(True, 1))
+    node = Node(id="n1", provider="ray-clusters", cloud="ray", zone="central.us-central1-a",
+                instance_type=SPOT, accelerator="FAKE", accelerator_count=1, market=Market.SPOT,
+                price_per_hour=0.3, on_demand_price_per_hour=1.0, intent_id="i-1", requested_at=0.0)
+    assert executor.cluster_of(node) == "central"
+    store.close()
 
 
 # --------------------------------------------------------------------------- two real clusters
