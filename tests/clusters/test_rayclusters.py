@@ -102,6 +102,14 @@ def test_offers_are_every_clusters_with_its_name_in_the_zone() -> None:
         fleet.launch(LaunchRequest("x", "fake-zone-a", SPOT, Market.SPOT))
 
 
+def test_a_fresh_process_knows_the_fleet_by_name() -> None:
+    """Registered by importing the ``clusters.ray`` package, as the controller's process does."""
+    code = "from clusters.providers import provider_names; print(' '.join(provider_names()))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert "ray-clusters" in out and "ray" in out
+
+
 def test_launch_terminate_and_events_stay_in_their_cluster() -> None:
     clock = SimClock()
     fleet, states = two_clusters(clock)
