@@ -146,6 +146,14 @@ class RayAutoscalerFleet(FleetProvider):
             return False
         return self._live_slots(instance_type) < spec.max_workers
 
+    def spot_availability(self) -> dict[str, bool]:
+        """Every zone's spot availability in one call (no cloud call): a zone is available while
+        one of its spot node types has a worker left under its ``max_workers``."""
+        out: dict[str, bool] = {}
+        for spec in self.node_types.values():
+            out[spec.zone] = out.get(spec.zone, False) or self.spot_available(spec.zone, spec.name)
+        return out
+
     # ---------------------------------------------------------------- launch / terminate
     def launch(self, request: LaunchRequest) -> list[Instance]:
         spec = self.node_types.get(request.instance_type)

@@ -214,6 +214,17 @@ class RayClustersFleet(FleetProvider):
         member = self.members.get(name) if name is not None else None
         return member is not None and not member.down and member.fleet.spot_available(zone, instance_type)
 
+    def spot_availability(self) -> dict[str, bool]:
+        """Every cluster's zones: its own answer, or none available while it does not answer."""
+        out: dict[str, bool] = {}
+        for member in self.members.values():
+            found = member.fleet.spot_availability()
+            if found is None:
+                found = {o.zone: member.fleet.spot_available(o.zone, o.instance_type)
+                         for o in member.fleet.offers() if o.spot_price == o.spot_price}
+            out.update({zone: up and not member.down for zone, up in found.items()})
+        return out
+
     # ---------------------------------------------------------------- launch / terminate
     def launch(self, request: LaunchRequest) -> list[Instance]:
         member = self._member_of_zone(request.zone)

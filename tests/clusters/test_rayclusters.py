@@ -76,12 +76,15 @@ class FlakyState(FakeState):
         self.requests.append(bundles)
 
 
+PRICES = {SPOT: (0.35, 1.0), "gpu_on_demand_fake": (0.35, 1.0)}  # (spot, on-demand) USD/hour
+
+
 def two_clusters(clock: SimClock) -> tuple[RayClustersFleet, dict[str, FlakyState]]:
     states = {"aws-east": FlakyState(), "gcp-central": FlakyState()}
 
     def make(ref: RayClusterRef) -> Member:
         state = states[ref.name]
-        types = in_cluster(node_types_from_config(fake_cluster_config("unused")), ref.name)
+        types = in_cluster(node_types_from_config(fake_cluster_config("unused"), PRICES), ref.name)
         return Member(ref, RayAutoscalerFleet(types, clock=clock, list_nodes=state.list_nodes,
                                               request=state.request, launch_timeout_s=600))
 
@@ -171,6 +174,60 @@ def test_a_preemption_is_reported_even_when_its_withdrawal_does_not_reach_the_au
     east.driver_answers = True
     assert fleet.poll_events() == []  # nothing new to say, and the withdrawal goes now
     assert east.requests[-1] == [] and fleet.spot_available(A_ZONE, SPOT)
+
+
+def test_a_zone_is_open_while_one_of_its_spot_types_has_room() -> None:
+    """The on-demand type of a zone says nothing of its spot: the zone's availability is its
+    spot types' (the loop reads it per zone)."""
+    fleet, _ = two_clusters(SimClock())
+    assert fleet.spot_availability() == {A_ZONE: True, B_ZONE: True}
+    fleet.launch(LaunchRequest("full", A_ZONE, SPOT, Market.SPOT, 2))  # max_workers 2
+    assert fleet.spot_availability() == {A_ZONE: False, B_ZONE: True}
+
+
+def test_the_reconcile_loop_places_in_the_clusters_that_answer(tmp_path: Path) -> None:
+    from controlplane.core.models import JobSpec, JobState
+    from controlplane.reconcile.contracts import ControllerSettings
+    from controlplane.reconcile.controller import Controller
+    from controlplane.store import Store
+
+    clock = SimClock(start=0.0)
+    fleet, states = two_clusters(clock)
+    store = Store(tmp_path / "spotplane.db")
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"FAKE": 4}),
+                     epoch=store.take_controller_lease())
+    tenant, _ = store.create_tenant("t", max_gpus=100)
+
+    def run(minutes: int) -> None:
+        for _ in range(minutes):
+            clock.advance(60.0)
+            ctl.tick()
+            for name, state in states.items():  # each autoscaler starts a node per live slot
+                member = fleet.members[name].fleet
+                assert isinstance(member, RayAutoscalerFleet)
+                for slot in member.slots.values():
+                    node_id = f"{name}-{slot.slot_id}"
+                    if state.answers and not slot.released and node_id not in {n["node_id"] for n in state.nodes}:
+                        state.add(node_id, dict(slot.spec.resources))
+
+    def zone_of(job_id: str) -> str:
+        zones = {n.zone for n in store.list_nodes() if n.job_id == job_id}
+        assert len(zones) == 1, zones
+        return zones.pop()
+
+    first = store.submit_job(tenant.id, JobSpec(name="a", kind="spot", compute_hours=5, accelerator="FAKE"), now=0.0)
+    run(10)
+    assert store.get_job(first.id).state is JobState.RUNNING
+    landed = fleet.zones[zone_of(first.id)]
+    other = next(name for name in states if name != landed)
+    states[landed].answers = False  # that cluster's dashboard and GCS are gone
+    asked = len(states[landed].requests)
+    second = store.submit_job(tenant.id, JobSpec(name="b", kind="spot", compute_hours=5, accelerator="FAKE"),
+                              now=clock.now())
+    run(10)
+    assert store.get_job(second.id).state is JobState.RUNNING
+    assert fleet.zones[zone_of(second.id)] == other and len(states[landed].requests) == asked
+    store.close()
 
 
 def registered(name: str, ray_config: str | None) -> WorkloadCluster:
