@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -167,7 +168,12 @@ class RayClustersFleet(FleetProvider):
         if ref.name in self.members:
             return
         member = self.make(ref)
-        zones = {o.zone for o in member.fleet.offers()}
+        offers = member.fleet.offers()
+        unpriced = sorted(o.instance_type for o in offers if not math.isfinite(o.on_demand_price))
+        if unpriced:
+            raise ConfigError(f"ray-clusters: cluster {ref.name}: node type {unpriced[0]} has no price",
+                              fix="give its node_config an InstanceType/machineType the catalogs know")
+        zones = {o.zone for o in offers}
         taken = sorted(z for z in zones if z in self.zones)
         if taken:
             raise ConfigError(f"ray-clusters: zone {taken[0]} of cluster {ref.name} is already "

@@ -259,6 +259,9 @@ RAY_CONFIG: dict[str, Any] = {
 }
 
 
+RAY_PRICES = {"gpu_spot_fake": (0.35, 1.0), "gpu_on_demand_fake": (0.35, 1.0)}
+
+
 @dataclass
 class RayHarness(Harness):
     nodes: list[dict[str, Any]] = field(default_factory=list)  # what the state API lists
@@ -326,7 +329,7 @@ class RayClustersHarness(RayHarness):
 
         return make_provider("ray-clusters", clock=self.clock, clusters=[
             {"name": "east", "config": str(self.config_path), "dashboard_url": "http://127.0.0.1:1",
-             "gcs_address": "127.0.0.1:2"}])
+             "gcs_address": "127.0.0.1:2", "prices": RAY_PRICES}])
 
 
 def _memory(request: pytest.FixtureRequest, clock: SimClock) -> Harness:
@@ -384,7 +387,7 @@ def _ray_clusters(request: pytest.FixtureRequest, clock: SimClock) -> Harness:
 
     nodes: list[dict[str, Any]] = []
     requests: list[list[dict[str, float]]] = []
-    prices = {"gpu_spot_fake": (0.35, 1.0), "gpu_on_demand_fake": (0.35, 1.0)}
+    prices = RAY_PRICES
 
     def make(ref: RayClusterRef) -> Member:
         types = in_cluster(node_types_from_config(RAY_CONFIG, prices), ref.name)

@@ -43,7 +43,7 @@ from clusters.ray.multi import (  # noqa: E402
     refs_from,
 )
 from controlplane.core.clock import SimClock, WallClock  # noqa: E402
-from controlplane.core.errors import CapacityUnavailable, CloudError, InvalidInput  # noqa: E402
+from controlplane.core.errors import CapacityUnavailable, CloudError, ConfigError, InvalidInput  # noqa: E402
 from controlplane.core.workloadclusters import WorkloadCluster  # noqa: E402
 from tests.clusters.test_rayfleet import (  # noqa: E402
     FakeState,
@@ -244,7 +244,7 @@ def test_clusters_come_from_the_registry_as_they_are_registered(tmp_path: Path) 
 
     def make(ref: RayClusterRef) -> Member:
         made.append(ref.name)
-        types = in_cluster(node_types_from_config(fake_cluster_config("unused")), ref.name)
+        types = in_cluster(node_types_from_config(fake_cluster_config("unused"), PRICES), ref.name)
         return Member(ref, RayAutoscalerFleet(types, list_nodes=list, request=lambda b: None))
 
     fleet = RayClustersFleet(registry=lambda: records, make=make, refresh_every_s=0)
@@ -264,10 +264,12 @@ def test_options_build_each_cluster_from_its_own_yaml(tmp_path: Path) -> None:
         config["provider"]["availability_zone"] = zone
         paths.append(tmp_path / f"{name}.yaml")
         paths[-1].write_text(json.dumps(config))
-    fleet = make_provider("ray-clusters", clusters=[
-        {"name": "east", "config": str(paths[0]), "dashboard_url": "http://h:1", "gcs_address": "h:2"},
-        {"name": "central", "config": str(paths[1]), "dashboard_url": "http://g:1", "gcs_address": "g:2"}])
+    east = {"name": "east", "config": str(paths[0]), "dashboard_url": "http://h:1", "gcs_address": "h:2"}
+    central = {"name": "central", "config": str(paths[1]), "dashboard_url": "http://g:1", "gcs_address": "g:2"}
+    fleet = make_provider("ray-clusters", clusters=[{**east, "prices": PRICES}, {**central, "prices": PRICES}])
     assert {o.zone for o in fleet.offers()} == {"east.us-east-1a", "central.us-central1-a"}
+    with pytest.raises(ConfigError, match="cluster east: node type gpu_on_demand_fake has no price"):
+        make_provider("ray-clusters", clusters=[east])  # its machine types are in no catalog
     with pytest.raises(InvalidInput, match="fleet_options.nope"):
         make_provider("ray-clusters", nope=1)
 
@@ -309,6 +311,8 @@ def test_registered_clusters_are_the_fleets_zones_the_executors_clusters_and_the
     for name, region, zone in (("east", "us-east-1", "us-east-1a"), ("central", "us-central1", "us-central1-a")):
         config = fake_cluster_config("unused")
         config["provider"]["availability_zone"] = zone
+        for node_type in (SPOT, "gpu_on_demand_fake"):  # priced from the AWS catalog
+            config["available_node_types"][node_type]["node_config"] = {"InstanceType": "g5.xlarge"}
         (tmp_path / f"{name}.yaml").write_text(json.dumps(config))
         args = argparse.Namespace(name=name, cloud="aws", region=region, gcs_address="127.0.0.1:6379",
                                   dashboard_url=f"http://{name}:8265", token_ref=None, zones=[],
@@ -418,7 +422,7 @@ def test_two_fake_autoscaling_clusters_one_provider_each() -> None:
     try:
         for name, zone in (("a", "fake-zone-a"), ("b", "fake-zone-b")):
             heads[name] = start_head(tmps[name], zone, env)
-        refs = [RayClusterRef(name, info["config"], info["dashboard"], info["gcs"])
+        refs = [RayClusterRef(name, info["config"], info["dashboard"], info["gcs"], prices=PRICES)
                 for name, (_, info) in heads.items()]
         fleet = RayClustersFleet(refs, clock=WallClock(), launch_timeout_s=240)
         assert {o.zone for o in fleet.offers()} == {"a.fake-zone-a", "b.fake-zone-b"}
