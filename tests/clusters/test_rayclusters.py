@@ -33,6 +33,7 @@ if __name__ == "__main__":
 from clusters.fleet import EventKind, FleetEvent, LaunchRequest, Market  # noqa: E402
 from clusters.providers import Capability, provider_entry  # noqa: E402
 from clusters.ray.catalog import node_types_from_config  # noqa: E402
+from clusters.ray.driver import ClusterDriver, driver_env  # noqa: E402
 from clusters.ray.fleet import RayAutoscalerFleet  # noqa: E402
 from clusters.ray.multi import (  # noqa: E402
     Member,
@@ -103,6 +104,17 @@ def test_offers_are_every_clusters_with_its_name_in_the_zone() -> None:
     assert provider_entry("ray-clusters").can(Capability.RAY_NODES)
     with pytest.raises(InvalidInput, match="in no Ray cluster"):
         fleet.launch(LaunchRequest("x", "fake-zone-a", SPOT, Market.SPOT))
+
+
+def test_the_driver_child_gets_no_secret_and_no_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPOTPLANE_ADMIN_TOKEN", "secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    env = driver_env(None)
+    assert not {"SPOTPLANE_ADMIN_TOKEN", "AWS_SECRET_ACCESS_KEY", "RAY_ADDRESS"} & set(env)
+    assert env["RAY_AUTH_MODE"] == "disabled" and env["PYTHONPATH"] == str(ROOT)
+    token = driver_env("/etc/spotplane/east.token")
+    assert (token["RAY_AUTH_MODE"], token["RAY_AUTH_TOKEN_PATH"]) == ("token", "/etc/spotplane/east.token")
 
 
 def test_a_fresh_process_knows_the_fleet_by_name() -> None:
@@ -464,6 +476,11 @@ def test_two_fake_autoscaling_clusters_one_provider_each() -> None:
         assert [(e.instance_id, e.zone) for e in preempted] == [("job-b/0", "b.fake-zone-b")]
         assert members["b"].requested == []
         assert not ray.is_initialized()  # this process is a driver of neither cluster
+        drivers = [m.closes for m in fleet.members.values()]
+        assert all(isinstance(d, ClusterDriver) and d._proc is not None for d in drivers)
+        pids = [d._proc.pid for d in drivers if isinstance(d, ClusterDriver) and d._proc]
+        fleet.close()
+        assert not any(Path(f"/proc/{pid}").exists() for pid in pids)  # each cluster's own driver, gone
     finally:
         if fleet is not None:
             fleet.close()
