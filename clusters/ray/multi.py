@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 NAME = "ray-clusters"
 REFRESH_EVERY_S = 10.0  # wall seconds between two reads of the registry
+LIST_TIMEOUT_S = 10  # a cluster's node list answers within this, or the cluster is down this poll
 
 
 def cluster_zone(cluster: str, zone: str) -> str:
@@ -66,7 +67,8 @@ def dashboard_nodes(dashboard_url: str, token_ref: str | None = None) -> list[di
     from ray.util.state.common import ListApiOptions, StateResource
 
     client = StateApiClient(address=dashboard_url, headers=token_headers(token_ref))
-    rows = client.list(StateResource.NODES, options=ListApiOptions(detail=True, limit=10_000),
+    options = ListApiOptions(detail=True, limit=10_000, timeout=LIST_TIMEOUT_S)
+    rows = client.list(StateResource.NODES, options=options,
                        raise_on_missing_output=False)
     return [n if isinstance(n, dict) else dataclasses.asdict(n) for n in rows]
 

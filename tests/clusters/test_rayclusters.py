@@ -475,6 +475,16 @@ def test_two_fake_autoscaling_clusters_one_provider_each() -> None:
         preempted = [e for e in events if e.kind == EventKind.PREEMPTED]
         assert [(e.instance_id, e.zone) for e in preempted] == [("job-b/0", "b.fake-zone-b")]
         assert members["b"].requested == []
+
+        head_a = heads["a"][0]  # cluster A goes away whole: only its zones close
+        assert head_a.stdin is not None
+        head_a.stdin.close()
+        head_a.wait(timeout=60)
+        kill_ours(tmps["a"])
+        wait_for(polled(lambda: bool(fleet and fleet.members["a"].down)), 60, "A seen down")
+        assert fleet.spot_availability() == {"a.fake-zone-a": False, "b.fake-zone-b": True}
+        with pytest.raises(CapacityUnavailable, match="cluster a does not answer"):
+            fleet.launch(LaunchRequest("job-c", "a.fake-zone-a", SPOT, Market.SPOT))
         assert not ray.is_initialized()  # this process is a driver of neither cluster
         drivers = [m.closes for m in fleet.members.values()]
         assert all(isinstance(d, ClusterDriver) and d._proc is not None for d in drivers)
