@@ -97,12 +97,21 @@ class Closeable(Protocol):
 
 @dataclass
 class Member:
-    """One cluster's provider, what closes with it, and why it is down ('' when it answers)."""
+    """One cluster's provider, what closes with it, why it is down ('' when it answers), and
+    whether it was removed from the registry (what runs there stays; nothing new goes there)."""
 
     ref: RayClusterRef
     fleet: FleetProvider
     closes: Closeable | None = None
     down: str = ""
+    removed: bool = False
+
+    @property
+    def closed(self) -> str:
+        """Why no new node goes to this cluster now ('' when it takes them)."""
+        if self.removed:
+            return "it is no longer registered"
+        return f"it does not answer: {self.down}" if self.down else ""
 
 
 MemberMaker = Callable[[RayClusterRef], Member]
@@ -151,6 +160,8 @@ class RayClustersFleet(FleetProvider):
         self.zones: dict[str, str] = {}  # zone -> the cluster it is in
         self.owner: dict[str, str] = {}  # slot id -> the cluster that holds it
         self._refreshed_at = float("-inf")
+        self.from_registry: set[str] = set()  # the clusters the registry gave (not the options)
+        self.refused: dict[str, str] = {}  # registered clusters not taken in, and why
         for ref in refs:
             self.add(ref)
         self.refresh()
@@ -185,7 +196,8 @@ class RayClustersFleet(FleetProvider):
         log.info("ray-clusters: cluster %s (zones %s)", ref.name, ", ".join(sorted(zones)))
 
     def refresh(self, *, force: bool = False) -> None:
-        """Take in the clusters registered since the last read (at most every ``refresh_every_s``)."""
+        """Take in the clusters registered since the last read, close those no longer registered
+        (at most every ``refresh_every_s``)."""
         if self.registry is None or (not force and time.monotonic() - self._refreshed_at < self.refresh_every_s):
             return
         self._refreshed_at = time.monotonic()
@@ -198,7 +210,13 @@ class RayClustersFleet(FleetProvider):
             try:
                 self.add(ref)
             except (ConfigError, CloudError) as exc:
-                log.error("ray-clusters: cluster %s not taken in: %s", ref.name, exc)
+                if self.refused.get(ref.name) != str(exc):  # once per reason, not every read
+                    log.error("ray-clusters: cluster %s not taken in: %s", ref.name, exc)
+                self.refused[ref.name] = str(exc)
+        registered = {ref.name for ref in refs}
+        for name in self.from_registry:
+            self.members[name].removed = name not in registered
+        self.from_registry |= registered & set(self.members)
 
     def _member_of_zone(self, zone: str) -> Member:
         name = self.zones.get(zone)
@@ -220,7 +238,7 @@ class RayClustersFleet(FleetProvider):
     def spot_available(self, zone: str, instance_type: str) -> bool:
         name = self.zones.get(zone)
         member = self.members.get(name) if name is not None else None
-        return member is not None and not member.down and member.fleet.spot_available(zone, instance_type)
+        return member is not None and not member.closed and member.fleet.spot_available(zone, instance_type)
 
     def spot_availability(self) -> dict[str, bool]:
         """Every cluster's zones: its own answer, or none available while it does not answer."""
@@ -230,15 +248,15 @@ class RayClustersFleet(FleetProvider):
             if found is None:
                 found = {o.zone: member.fleet.spot_available(o.zone, o.instance_type)
                          for o in member.fleet.offers() if o.spot_price == o.spot_price}
-            out.update({zone: up and not member.down for zone, up in found.items()})
+            out.update({zone: up and not member.closed for zone, up in found.items()})
         return out
 
     # ---------------------------------------------------------------- launch / terminate
     def launch(self, request: LaunchRequest) -> list[Instance]:
         member = self._member_of_zone(request.zone)
-        if member.down:
+        if member.closed:
             raise CapacityUnavailable(request.zone, request.instance_type,
-                                      f"cluster {member.ref.name} does not answer: {member.down}")
+                                      f"cluster {member.ref.name}: {member.closed}")
         try:
             launched = member.fleet.launch(request)
         except CloudError as exc:

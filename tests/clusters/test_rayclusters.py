@@ -156,7 +156,7 @@ def test_a_cluster_that_does_not_answer_closes_only_its_zones() -> None:
     states["aws-east"].answers = False
     assert fleet.poll_events() == []  # B answered, with nothing to say
     assert not fleet.spot_available(A_ZONE, SPOT) and fleet.spot_available(B_ZONE, SPOT)
-    with pytest.raises(CapacityUnavailable, match="aws-east does not answer"):
+    with pytest.raises(CapacityUnavailable, match="aws-east: it does not answer"):
         fleet.launch(LaunchRequest("job-c", A_ZONE, SPOT, Market.SPOT))
     fleet.launch(LaunchRequest("job-b", B_ZONE, SPOT, Market.SPOT))
     fleet.terminate(["job-a/0"])  # does not reach A now ...
@@ -265,6 +265,15 @@ def test_clusters_come_from_the_registry_as_they_are_registered(tmp_path: Path) 
     fleet.poll_events()
     fleet.poll_events()
     assert made == ["east"] and {o.zone for o in fleet.offers()} == {"east.fake-zone-a"}
+    assert fleet.spot_available("east.fake-zone-a", SPOT)
+    records.pop()  # spotplane clusters remove east: nothing new goes there
+    fleet.poll_events()
+    assert not fleet.spot_available("east.fake-zone-a", SPOT)
+    with pytest.raises(CapacityUnavailable, match="east: it is no longer registered"):
+        fleet.launch(LaunchRequest("job-e", "east.fake-zone-a", SPOT, Market.SPOT))
+    records.append(registered("east", str(config)))
+    fleet.poll_events()
+    assert fleet.spot_available("east.fake-zone-a", SPOT) and made == ["east"]
 
 
 def test_options_build_each_cluster_from_its_own_yaml(tmp_path: Path) -> None:
@@ -483,7 +492,7 @@ def test_two_fake_autoscaling_clusters_one_provider_each() -> None:
         kill_ours(tmps["a"])
         wait_for(polled(lambda: bool(fleet and fleet.members["a"].down)), 60, "A seen down")
         assert fleet.spot_availability() == {"a.fake-zone-a": False, "b.fake-zone-b": True}
-        with pytest.raises(CapacityUnavailable, match="cluster a does not answer"):
+        with pytest.raises(CapacityUnavailable, match="cluster a: it does not answer"):
             fleet.launch(LaunchRequest("job-c", "a.fake-zone-a", SPOT, Market.SPOT))
         assert not ray.is_initialized()  # this process is a driver of neither cluster
         drivers = [m.closes for m in fleet.members.values()]
