@@ -8,6 +8,7 @@ from typing import Any
 
 from clusters.ray.multi import cluster_catalog
 from controlplane.cli.control import _client_options, _print_json, _table, client_of
+from controlplane.core.errors import ConfigError
 
 API = "/v1/clusters"
 
@@ -56,8 +57,12 @@ def ray_cluster_spec(spec: dict[str, Any], ray_config: str) -> dict[str, Any]:
     cluster, as fleet ray-clusters names them) and node types of that YAML where none are given."""
     path = str(Path(ray_config).expanduser().resolve())
     catalog = cluster_catalog(spec["name"], path)
-    return {**spec, "ray_config": path,
-            "zones": spec["zones"] or list(dict.fromkeys(t.zone for t in catalog.values())),
+    zones = list(dict.fromkeys(t.zone for t in catalog.values()))
+    strange = [z for z in spec["zones"] if z not in zones]
+    if strange:
+        raise ConfigError(f"--zone {strange[0]}: the fleet names the zones of {path} {', '.join(zones)}",
+                          fix="drop --zone: --ray-config fills them in")
+    return {**spec, "ray_config": path, "zones": spec["zones"] or zones,
             "node_types": spec["node_types"] or list(catalog)}
 
 

@@ -307,6 +307,8 @@ def test_a_cluster_added_with_its_ray_config_is_zoned_as_the_fleet_zones_it() ->
                               ray_config=str(ROOT / "clusters" / "ray-cluster-gcp.yaml"))
     spec = WorkloadClusterSpec(**spec_of(args))
     assert spec.zones == ["gcp-central.us-central1-a"] and "gpu_spot_l4" in spec.node_types
+    with pytest.raises(ConfigError, match="--zone us-central1-a: the fleet names the zones of .* gcp-central.us-central1-a"):
+        spec_of(argparse.Namespace(**{**vars(args), "zones": ["us-central1-a"]}))
     record = WorkloadCluster(**spec.model_dump())
     fleet = RayClustersFleet(registry=lambda: [record])  # drivers start at the first request
     assert {o.zone for o in fleet.offers()} == set(spec.zones)
