@@ -83,11 +83,13 @@ class RayClusterRef:
     gcs_address: str
     token_ref: str | None = None
     prices: Mapping[str, tuple[float, float]] | None = None
+    region: str = ""  # the cluster's region, on its offers
 
 
 def refs_from(registered: Sequence[WorkloadCluster]) -> list[RayClusterRef]:
     """The registered workload clusters that name a ``ray_config`` and a GCS address."""
-    return [RayClusterRef(c.name, c.ray_config, c.dashboard_url, c.gcs_address, c.token_ref)
+    return [RayClusterRef(c.name, c.ray_config, c.dashboard_url, c.gcs_address, c.token_ref,
+                          region=c.region)
             for c in registered if c.ray_config and c.gcs_address]
 
 
@@ -233,7 +235,9 @@ class RayClustersFleet(FleetProvider):
 
     # ---------------------------------------------------------------- catalog
     def offers(self) -> list[Offer]:
-        return [o for m in self.members.values() for o in m.fleet.offers()]
+        """Every cluster's offers, in its region."""
+        return [dataclasses.replace(o, region=o.region or m.ref.region)
+                for m in self.members.values() for o in m.fleet.offers()]
 
     def spot_available(self, zone: str, instance_type: str) -> bool:
         name = self.zones.get(zone)

@@ -312,6 +312,7 @@ def test_a_cluster_added_with_its_ray_config_is_zoned_as_the_fleet_zones_it() ->
     record = WorkloadCluster(**spec.model_dump())
     fleet = RayClustersFleet(registry=lambda: [record])  # drivers start at the first request
     assert {o.zone for o in fleet.offers()} == set(spec.zones)
+    assert {o.region for o in fleet.offers()} == {"us-central1"}
     assert {o.instance_type for o in fleet.offers()} == set(spec.node_types)
 
 
