@@ -94,6 +94,8 @@ def refs_from(registered: Sequence[WorkloadCluster]) -> list[RayClusterRef]:
 
 
 class Closeable(Protocol):
+    """What stops with the fleet (a cluster's driver child)."""
+
     def close(self) -> None: ...
 
 
