@@ -127,6 +127,9 @@ class ControllerActor:
         if fleet_opts.get("api_url") and not fleet_opts.get("cluster_joins"):
             # launched nodes boot into the registered workload cluster of their region
             fleet_opts["cluster_joins"] = joins_from(self.store.list_clusters(), config.fleet)
+        if config.fleet == "ray-clusters":
+            # each registered cluster with a ray_config is asked for nodes by its own autoscaler
+            fleet_opts.setdefault("registry", self.store.list_clusters)
         # a zone of a workload cluster that takes no new work (draining, unhealthy) is closed
         self.fleet = ClusterGatedFleet(make_provider(config.fleet, clock=self.clock, **fleet_opts),
                                        closed_zones(self.store))

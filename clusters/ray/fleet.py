@@ -112,6 +112,7 @@ class RayAutoscalerFleet(FleetProvider):
         self.launch_timeout_s = launch_timeout_s
         self.slots: dict[str, Slot] = {}
         self.requested: list[Bundle] = []
+        self.send_pending = False  # the last request did not reach the autoscaler: sent again at the next poll
 
     @classmethod
     def from_options(cls, **options: Any) -> RayAutoscalerFleet:
@@ -145,6 +146,14 @@ class RayAutoscalerFleet(FleetProvider):
             return False
         return self._live_slots(instance_type) < spec.max_workers
 
+    def spot_availability(self) -> dict[str, bool]:
+        """Every zone's spot availability in one call (no cloud call): a zone is available while
+        one of its spot node types has a worker left under its ``max_workers``."""
+        out: dict[str, bool] = {}
+        for spec in self.node_types.values():
+            out[spec.zone] = out.get(spec.zone, False) or self.spot_available(spec.zone, spec.name)
+        return out
+
     # ---------------------------------------------------------------- launch / terminate
     def launch(self, request: LaunchRequest) -> list[Instance]:
         spec = self.node_types.get(request.instance_type)
@@ -175,9 +184,10 @@ class RayAutoscalerFleet(FleetProvider):
         try:
             self._request(bundles)
         except Exception as exc:
+            self.send_pending = True
             raise CloudError(f"ray: request_resources failed: {exc}",
                              fix="is this process connected to the cluster (ray.init(address='auto'))?") from exc
-        self.requested = bundles
+        self.requested, self.send_pending = bundles, False
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
         changed = False
@@ -214,8 +224,11 @@ class RayAutoscalerFleet(FleetProvider):
         events = self._deaths(by_id, now)
         events += self._bindings(nodes, now)
         events += self._timeouts(now)
-        if any(e.kind in (EventKind.PREEMPTED, EventKind.LAUNCH_FAILED) for e in events):
-            self._send()  # withdraw the bundles of slots that are over
+        if self.send_pending or any(e.kind in (EventKind.PREEMPTED, EventKind.LAUNCH_FAILED) for e in events):
+            try:
+                self._send()  # withdraw the bundles of slots that are over
+            except CloudError as exc:  # the events stand; the withdrawal goes with the next poll
+                log.warning("%s", exc)
         return events
 
     def _event(self, slot: Slot, kind: EventKind, now: float, detail: str = "") -> list[FleetEvent]:

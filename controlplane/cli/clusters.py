@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from clusters.bootstrap import HeadPorts
@@ -15,8 +16,9 @@ from clusters.headlaunch import (
     launch_head,
     removal_fleet,
 )
+from clusters.ray.multi import cluster_catalog
 from controlplane.cli.control import _client_options, _print_json, _table, client_of
-from controlplane.core.errors import Conflict, InvalidInput
+from controlplane.core.errors import ConfigError, Conflict, InvalidInput
 
 API = "/v1/clusters"
 
@@ -38,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add.add_argument("--zone", dest="zones", action="append", default=[], help="a zone (repeat)")
     add.add_argument("--node-type", dest="node_types", action="append", default=[],
                      help="an instance type (repeat)")
+    add.add_argument("--ray-config", default=None, metavar="FILE",
+                     help="the YAML `ray up` started the cluster from: its autoscaler is asked for "
+                          "nodes (--fleet ray-clusters); its zones and node types unless given")
     add.set_defaults(handler=cmd_add)
     add_launch_options(add)
     listing = verbs.add_parser("list", parents=[common], help="every cluster and its health")
@@ -55,9 +60,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def spec_of(args: argparse.Namespace) -> dict[str, Any]:
     """The registration body the flags describe."""
-    return {"name": args.name, "cloud": args.cloud, "region": args.region,
+    spec = {"name": args.name, "cloud": args.cloud, "region": args.region,
             "gcs_address": args.gcs_address, "dashboard_url": args.dashboard_url,
             "token_ref": args.token_ref, "zones": args.zones, "node_types": args.node_types}
+    ray_config = getattr(args, "ray_config", None)
+    return spec if ray_config is None else ray_cluster_spec(spec, ray_config)
+
+
+def ray_cluster_spec(spec: dict[str, Any], ray_config: str) -> dict[str, Any]:
+    """``spec`` of a ``ray up`` cluster: its YAML's absolute path, and the zones (named in the
+    cluster, as fleet ray-clusters names them) and node types of that YAML where none are given."""
+    path = str(Path(ray_config).expanduser().resolve())
+    catalog = cluster_catalog(spec["name"], path)
+    zones = list(dict.fromkeys(t.zone for t in catalog.values()))
+    strange = [z for z in spec["zones"] if z not in zones]
+    if strange:
+        raise ConfigError(f"--zone {strange[0]}: the fleet names the zones of {path} {', '.join(zones)}",
+                          fix="drop --zone: --ray-config fills them in")
+    return {**spec, "ray_config": path, "zones": spec["zones"] or zones,
+            "node_types": spec["node_types"] or list(catalog)}
 
 
 def _rows(clusters: list[dict[str, Any]]) -> None:

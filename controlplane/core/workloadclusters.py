@@ -66,6 +66,10 @@ class WorkloadClusterSpec(BaseModel):
         default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$",
         description="The head's instance when spotplane launched it (clusters add --launch): "
                     "removing the cluster terminates it.")
+    ray_config: str | None = Field(
+        default=None, min_length=1, max_length=1024, pattern=r"^[^\s]+$",
+        description="The cluster-launcher YAML `ray up` started it from: its autoscaler is "
+                    "asked for nodes (fleet ray-clusters).")
 
     @field_validator("zones", "node_types")
     @classmethod

@@ -10,7 +10,9 @@ the parametrized :func:`provider` fixture:
 - ``gcp``: ``GcpFleet`` with the real google-cloud-compute client against the local Compute API
   (``gce_fake.py``);
 - ``ray``: ``RayAutoscalerFleet`` with the state API and ``request_resources`` stubbed (the real
-  autoscaler runs only in ``test_rayfleet``'s slow test).
+  autoscaler runs only in ``test_rayfleet``'s slow test);
+- ``ray-clusters``: ``RayClustersFleet`` over two such stubbed clusters, driven in the first
+  (two real ones: ``test_rayclusters``'s slow test).
 
 A harness knows what the contract cannot say for every cloud: a launchable request, a request
 the cloud will refuse, how instances finish booting, and an id the provider never made.
@@ -19,6 +21,7 @@ the cloud will refuse, how instances finish booting, and an id the provider neve
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -42,7 +45,7 @@ from controlplane.core.errors import CapacityUnavailable, InvalidInput
 from controlplane.core.models import Market
 
 TAGS = {"node_id": "n-7", "job_id": "job-3", "tenant_id": "acme"}
-PROVIDERS = ["memory", "sim", "aws", "gcp", "ray"]
+PROVIDERS = ["memory", "sim", "aws", "gcp", "ray", "ray-clusters"]
 
 
 def load_sibling(name: str) -> Any:
@@ -256,6 +259,9 @@ RAY_CONFIG: dict[str, Any] = {
 }
 
 
+RAY_PRICES = {"gpu_spot_fake": (0.35, 1.0), "gpu_on_demand_fake": (0.35, 1.0)}
+
+
 @dataclass
 class RayHarness(Harness):
     nodes: list[dict[str, Any]] = field(default_factory=list)  # what the state API lists
@@ -284,6 +290,46 @@ class RayHarness(Harness):
                                "is_head_node": False, "resources_total": dict(spec.resources),
                                "state_message": None})
         self.clock.advance(60.0)
+
+
+@dataclass
+class RayClustersHarness(RayHarness):
+    """Two stubbed clusters, ``east`` (driven) and ``west``; every node is listed by both."""
+
+    config_path: Path = field(default=Path("unused.yaml"))  # RAY_CONFIG, for from_options
+
+    def request(self, intent: str, count: int = 1, market: Market = Market.SPOT) -> LaunchRequest:
+        itype = "gpu_spot_fake" if market is Market.SPOT else "gpu_on_demand_fake"
+        return LaunchRequest(intent, "east.fake-zone-a", itype, market, count, dict(TAGS))
+
+    def _east(self) -> Any:
+        from clusters.ray.multi import RayClustersFleet
+
+        assert isinstance(self.fleet, RayClustersFleet)
+        return self.fleet.members["east"].fleet
+
+    def refused(self, intent: str) -> LaunchRequest:
+        east = self._east()
+        left = east.node_types["gpu_spot_fake"].max_workers - east._live_slots("gpu_spot_fake")
+        if left > 0:
+            self.fleet.launch(self.request(f"{intent}-fill", left))
+        return self.request(intent)
+
+    def boot(self, instance_ids: Sequence[str]) -> None:
+        east = self._east()
+        for iid in instance_ids:
+            spec = east.slots[iid].spec
+            self.nodes.append({"node_id": f"node-{len(self.nodes)}", "state": "ALIVE",
+                               "is_head_node": False, "resources_total": dict(spec.resources),
+                               "state_message": None})
+        self.clock.advance(60.0)
+
+    def rebuilt(self) -> FleetProvider:
+        from clusters.providers import make_provider
+
+        return make_provider("ray-clusters", clock=self.clock, clusters=[
+            {"name": "east", "config": str(self.config_path), "dashboard_url": "http://127.0.0.1:1",
+             "gcs_address": "127.0.0.1:2", "prices": RAY_PRICES}])
 
 
 def _memory(request: pytest.FixtureRequest, clock: SimClock) -> Harness:
@@ -334,11 +380,34 @@ def _ray(request: pytest.FixtureRequest, clock: SimClock) -> Harness:
     return RayHarness(fleet, clock, "never-made/0", nodes, requests)
 
 
+def _ray_clusters(request: pytest.FixtureRequest, clock: SimClock) -> Harness:
+    from clusters.ray.catalog import node_types_from_config
+    from clusters.ray.fleet import RayAutoscalerFleet
+    from clusters.ray.multi import Member, RayClusterRef, RayClustersFleet, in_cluster
+
+    nodes: list[dict[str, Any]] = []
+    requests: list[list[dict[str, float]]] = []
+    prices = RAY_PRICES
+
+    def make(ref: RayClusterRef) -> Member:
+        types = in_cluster(node_types_from_config(RAY_CONFIG, prices), ref.name)
+        return Member(ref, RayAutoscalerFleet(types, clock=clock, list_nodes=lambda: nodes,
+                                              request=requests.append, launch_timeout_s=900))
+
+    refs = [RayClusterRef(name, "unused.yaml", "http://127.0.0.1:1", "127.0.0.1:2")
+            for name in ("east", "west")]
+    fleet = RayClustersFleet(refs, clock=clock, make=make)
+    config_path = request.getfixturevalue("tmp_path") / "cluster.json"
+    config_path.write_text(json.dumps(RAY_CONFIG))
+    return RayClustersHarness(fleet, clock, "never-made/0", nodes, requests, config_path)
+
+
 @pytest.fixture(params=PROVIDERS)
 def provider(request: pytest.FixtureRequest) -> Iterator[Harness]:
     """Each fleet provider in turn, fresh for every test."""
     clock = SimClock(start=1_700_000_000.0)
-    made = {"memory": _memory, "sim": _sim, "aws": _aws, "gcp": _gcp, "ray": _ray}[request.param](
+    made = {"memory": _memory, "sim": _sim, "aws": _aws, "gcp": _gcp, "ray": _ray,
+            "ray-clusters": _ray_clusters}[request.param](
         request, clock)
     if isinstance(made, Harness):
         yield made

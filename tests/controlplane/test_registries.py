@@ -95,7 +95,7 @@ def test_the_real_policies_and_providers_are_registered() -> None:
                                     "up_eager_failover", "greedy", "time_sliced",
                                     "uniform_progress_loose", "semi_markov_dp", "on_demand",
                                     "spotplane_egress"}
-    assert set(provider_names()) == {"sim", "aws", "gcp", "ray"} == set(_fleet_choices())
+    assert set(provider_names()) == {"sim", "aws", "gcp", "ray", "ray-clusters"} == set(_fleet_choices())
 
 
 def test_a_toy_policy_is_listed_and_runs_when_a_job_names_it() -> None:
