@@ -51,6 +51,9 @@ class ControllerSettings:
     zone_memory_seconds: float = 3 * HOUR
     refused_seconds: float = 600.0  # skip a zone this long after it refused a spot launch
     zones_every_ticks: int = 10  # how often the zone snapshot is written for the API
+    # how often the fleet's offers (zones, instance types, prices) are read again: the zones of a
+    # workload cluster registered since, a cloud's new spot prices
+    catalog_every_ticks: int = 60
     # How the controller knows a zone's spot availability. 'free': the provider's view of every
     # zone (the simulated fleet's truth; a real cloud probed zone by zone every zones_every_ticks
     # ticks). 'evidence': only from where nodes run or were preempted, launches it tried (a

@@ -64,6 +64,8 @@ class SyncFleet:
 
     def run(self, now: float) -> None:
         s = self.state
+        if s.ticks and s.ticks % self.settings.catalog_every_ticks == 0:
+            self._read_catalog()
         self._take_node_reports(now)
         self._fold_external(now)
         s.fleet.closed = self.fleet.closed_zones()
@@ -95,15 +97,32 @@ class SyncFleet:
                          spot_available=s.fleet.availability.get(o.zone, False), updated_at=now)
                 for o in s.offers])
 
+    def _read_catalog(self) -> None:
+        """The fleet's offers again; a change replaces the loop's and empties the offers cached
+        by job shape. A fleet that does not answer keeps the catalog it had."""
+        s = self.state
+        try:
+            offers = self.fleet.offers()
+        except CloudError as exc:
+            log.warning("reading the fleet's offers: %s (the last catalog stands)", exc)
+            return
+        if offers != s.offers:
+            s.offers = offers
+            s.caches.offers.clear()
+
     def _observe_every_zone(self) -> None:
         s = self.state
         avail = self.fleet.spot_availability()
         if avail is not None:
             s.fleet.availability = avail
         elif not s.fleet.availability or s.ticks % self.settings.zones_every_ticks == 0:
-            # a real cloud's probe is an API call per zone: every few ticks, not every tick
-            s.fleet.availability = {o.zone: self.fleet.spot_available(o.zone, o.instance_type)
-                              for o in s.offers}
+            # a real cloud's probe is an API call per zone and type: every few ticks, not every
+            # tick; a zone is up when any of its instance types has spot (the first that does)
+            up: dict[str, bool] = {}
+            for o in s.offers:
+                if not up.get(o.zone, False):
+                    up[o.zone] = self.fleet.spot_available(o.zone, o.instance_type)
+            s.fleet.availability = up
 
     def _buy_probes(self) -> None:
         """The probes policies asked for at the last tick: one provider probe per zone, of its
