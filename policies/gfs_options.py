@@ -24,10 +24,11 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "queue": ("size", "size_release", "fcfs"),
     "hp_react": ("off", "queued"),
     "eta_max": ("4", "1"),
-    "spot_score": ("packing", "fragmentation"),
+    "spot_score": ("packing", "fragmentation", "hp_nodes_first"),
     "hp_score": ("packing", "hp_colocate"),
-    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph"),
-    "hp_reserve": ("off", "head"),
+    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
+                   "oldest_calm3_4h_1ph"),
+    "hp_reserve": ("off", "head", "drain", "drain_keep"),
 })
 
 
@@ -85,6 +86,12 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_eta_max_1_hp_reserve": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head"),
     "fcfs_eta_max_1_reserve_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head",
                                                  spot_guard="oldest_calm"),
+    "live_drain": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph", hp_reserve="drain"),
+    "live_drain_keep": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
+                               hp_reserve="drain_keep"),
+    "live_spot_hp_nodes": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
+                                  spot_score="hp_nodes_first"),
+    "live_calm3": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm3_4h_1ph"),
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
 #: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run"): fcfs_eta_max_1
