@@ -27,7 +27,8 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "spot_score": ("packing", "fragmentation", "hp_nodes_first"),
     "hp_score": ("packing", "hp_colocate"),
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
-                   "oldest_calm3_4h_1ph"),
+                   "oldest_calm3_4h_1ph",
+                   "oldest_calm_4h_2ph"),
     "hp_reserve": ("off", "head", "drain", "drain_keep"),
 })
 
@@ -92,6 +93,7 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "live_spot_hp_nodes": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
                                   spot_score="hp_nodes_first"),
     "live_calm3": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm3_4h_1ph"),
+    "fcfs_eta_max_1_calm_guard_4h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_2ph"),
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
 #: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run"): fcfs_eta_max_1

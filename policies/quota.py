@@ -167,7 +167,8 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
 
 #: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm
 #: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
-SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph")
+SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
+               "oldest_calm_4h_2ph")
 #: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).
 CALM3_RATE = 0.03
 
@@ -191,8 +192,10 @@ def spot_guard_wait_s(mode: str, theta_s: float) -> float:
 
 
 def spot_guard_gap_s(mode: str, horizon_hours: float) -> float:
-    """The least time between two quota steps the guard raises: H (``*_1ph``), else none."""
-    return horizon_hours * 3600.0 if mode.endswith("_1ph") else 0.0
+    """The least time between two quota steps the guard raises: H (``*_1ph``), H / 2 (``*_2ph``), else none."""
+    if mode.endswith("_1ph"):
+        return horizon_hours * 3600.0
+    return horizon_hours * 1800.0 if mode.endswith("_2ph") else 0.0
 
 
 @dataclass

@@ -231,3 +231,14 @@ def test_calm3_guard_acts_under_three_percent_and_waits_four_hours() -> None:
     assert spot_guard_acts("oldest_calm3_4h_1ph", 0.029, 0.1) and not spot_guard_acts("oldest_calm3_4h_1ph", 0.03, 0.1)
     assert spot_guard_acts("oldest_calm_4h_1ph", 0.03, 0.1)  # the 5% guard still acts there
     assert spot_guard_wait_s("oldest_calm3_4h_1ph", H) == 4 * H and spot_guard_gap_s("oldest_calm3_4h_1ph", 1) == H
+
+
+def test_spot_guard_2ph_raises_the_quota_once_per_half_hour() -> None:
+    from policies.gfs_options import GFS_VARIANTS
+
+    # as the 4 h guard above: s1 admitted at 29 h, s2 half an hour later (the 1ph guard: an hour)
+    tasks = [task("a", "hp", 6, 0, 24.5), task("s1", "spot", 4, 25, 10), task("s2", "spot", 3, 25.05, 10)]
+    r = simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"),
+                 SimConfig.for_options(GFS_VARIANTS["fcfs_eta_max_1_calm_guard_4h_2ph"]))
+    assert r.records["s1"].jqt_s == pytest.approx(4 * H)
+    assert r.records["s2"].jqt_s == pytest.approx((29.5 - 25.05) * H)
