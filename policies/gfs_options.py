@@ -87,12 +87,12 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_eta_max_1_hp_reserve": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head"),
     "fcfs_eta_max_1_reserve_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head",
                                                  spot_guard="oldest_calm"),
-    "live_drain": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph", hp_reserve="drain"),
-    "live_drain_keep": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
+    "fcfs_4h_1ph_drain": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph", hp_reserve="drain"),
+    "fcfs_4h_1ph_drain_keep": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
                                hp_reserve="drain_keep"),
-    "live_spot_hp_nodes": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
+    "fcfs_4h_1ph_spot_hp_nodes": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
                                   spot_score="hp_nodes_first"),
-    "live_calm3": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm3_4h_1ph"),
+    "fcfs_eta_max_1_calm3_guard_4h_1ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm3_4h_1ph"),
     "fcfs_eta_max_1_calm_guard_4h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_2ph"),
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
