@@ -95,6 +95,8 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
                                          spot_score="hp_nodes_first"),
     "fcfs_eta_max_1_calm3_guard_4h_1ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm3_4h_1ph"),
     "fcfs_eta_max_1_calm_guard_4h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_2ph"),
+    "fcfs_eta_max_1_colocate_calm_guard_4h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
+                                                         spot_guard="oldest_calm_4h_2ph"),
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
 #: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run"): fcfs_eta_max_1
