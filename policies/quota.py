@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -168,7 +169,7 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
 #: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm
 #: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
 SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
-               "oldest_calm_4h_2ph")
+               "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph")
 #: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).
 CALM3_RATE = 0.03
 
@@ -187,15 +188,15 @@ def spot_guard_acts(mode: str, eviction_rate: float | None, tolerated_rate: floa
 
 def spot_guard_wait_s(mode: str, theta_s: float) -> float:
     """How long the oldest spot task waits before :func:`starvation_guard` admits it: Eq. 11's
-    theta, or 4 theta (``oldest_calm_4h*``, with theta = 1 h)."""
-    return 4.0 * theta_s if "_4h" in mode else theta_s
+    theta, or n theta (``oldest_calm_<n>h*``, with theta = 1 h)."""
+    got = re.search(r"_(\d+)h(?:_|$)", mode)
+    return int(got.group(1)) * theta_s if got else theta_s
 
 
 def spot_guard_gap_s(mode: str, horizon_hours: float) -> float:
-    """The least time between two quota steps the guard raises: H (``*_1ph``), H / 2 (``*_2ph``), else none."""
-    if mode.endswith("_1ph"):
-        return horizon_hours * 3600.0
-    return horizon_hours * 1800.0 if mode.endswith("_2ph") else 0.0
+    """The least time between two quota steps the guard raises: H / n (``*_<n>ph``), else none."""
+    got = re.search(r"_(\d+)ph$", mode)
+    return horizon_hours * 3600.0 / int(got.group(1)) if got else 0.0
 
 
 @dataclass

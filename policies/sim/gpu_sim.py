@@ -94,9 +94,9 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
     # the quota admits the oldest spot task once it waited theta (_4h: 4 theta; oldest_calm*: only while
     # the pool's eviction rate is below Eq. 11's growth threshold 0.5 (1 - p), calm3: below 3%;
-    # _1ph: once per H at most, _2ph: once per H / 2)
+    # _<n>h: after n theta; _<n>ph: once per H / n at most)
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
-                   "oldest_calm_4h_2ph"),
+                   "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph"),
     # head: the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods;
     # drain: the oldest HP task of whole-node pods that waited a tick drains the nodes of least HP
     # (nothing lands there, their spot pods are evicted at once; drain_keep: they run on) until it
