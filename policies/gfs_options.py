@@ -103,6 +103,6 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
 #: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run"): fcfs_eta_max_1
-#: with the spot guard that admits the oldest spot task starving 4 h, at most once per H / 2.
-LIVE_DEFAULT_NAME = "fcfs_eta_max_1_calm_guard_4h_2ph"
+#: with the spot guard that admits the oldest spot task starving 2 h, at most once per H / 2.
+LIVE_DEFAULT_NAME = "fcfs_eta_max_1_calm_guard_2h_2ph"
 LIVE_DEFAULT: GfsOptions = GFS_VARIANTS[LIVE_DEFAULT_NAME]
