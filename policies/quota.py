@@ -169,7 +169,8 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
 #: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm
 #: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
 SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
-               "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph")
+               "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
+               "oldest_calm_3h_2ph")
 #: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).
 CALM3_RATE = 0.03
 

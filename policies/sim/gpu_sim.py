@@ -96,7 +96,8 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     # the pool's eviction rate is below Eq. 11's growth threshold 0.5 (1 - p), calm3: below 3%;
     # _<n>h: after n theta; _<n>ph: once per H / n at most)
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
-                   "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph"),
+                   "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
+                   "oldest_calm_3h_2ph"),
     # head: the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods;
     # drain: the oldest HP task of whole-node pods that waited a tick drains the nodes of least HP
     # (nothing lands there, their spot pods are evicted at once; drain_keep: they run on) until it
