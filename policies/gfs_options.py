@@ -29,7 +29,7 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
                    "oldest_calm3_4h_1ph",
                    "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
-                   "oldest_calm_3h_2ph"),
+                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq"),
     "hp_reserve": ("off", "head", "drain", "drain_keep"),
 })
 
@@ -100,6 +100,10 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_eta_max_1_calm_guard_2h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_2h_2ph"),
     "fcfs_eta_max_1_calm_guard_2h_1ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_2h_1ph"),
     "fcfs_eta_max_1_calm_guard_3h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_3h_2ph"),
+    "fcfs_eta_max_1_calm_guard_2h_2ph_hpq": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                    spot_guard="oldest_calm_2h_2ph_hpq"),
+    "fcfs_eta_max_1_calm_guard_4h_2ph_hpq": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                    spot_guard="oldest_calm_4h_2ph_hpq"),
     "fcfs_eta_max_1_colocate_calm_guard_4h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
                                                          spot_guard="oldest_calm_4h_2ph"),
 })

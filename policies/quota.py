@@ -170,7 +170,7 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
 #: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
 SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
                "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
-               "oldest_calm_3h_2ph")
+               "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq")
 #: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).
 CALM3_RATE = 0.03
 
@@ -196,8 +196,14 @@ def spot_guard_wait_s(mode: str, theta_s: float) -> float:
 
 def spot_guard_gap_s(mode: str, horizon_hours: float) -> float:
     """The least time between two quota steps the guard raises: H / n (``*_<n>ph``), else none."""
-    got = re.search(r"_(\d+)ph$", mode)
+    got = re.search(r"_(\d+)ph(?:_|$)", mode)
     return horizon_hours * 3600.0 / int(got.group(1)) if got else 0.0
+
+
+def spot_guard_yields_to_hp(mode: str) -> bool:
+    """Whether the guard stands down while an HP task that may use the pool is queued (``*_hpq``):
+    a spot task let in then is the first an arriving HP placement evicts."""
+    return mode.endswith("_hpq")
 
 
 @dataclass

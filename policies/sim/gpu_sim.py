@@ -64,6 +64,7 @@ from policies.quota import (
     spot_guard_acts,
     spot_guard_gap_s,
     spot_guard_wait_s,
+    spot_guard_yields_to_hp,
     starvation_guard,
 )
 from policies.sim.workloads import SimTask, Workload
@@ -94,10 +95,10 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
     # the quota admits the oldest spot task once it waited theta (_4h: 4 theta; oldest_calm*: only while
     # the pool's eviction rate is below Eq. 11's growth threshold 0.5 (1 - p), calm3: below 3%;
-    # _<n>h: after n theta; _<n>ph: once per H / n at most)
+    # _<n>h: after n theta; _<n>ph: once per H / n at most; _hpq: not while HP for the pool queues)
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
                    "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
-                   "oldest_calm_3h_2ph"),
+                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq"),
     # head: the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods;
     # drain: the oldest HP task of whole-node pods that waited a tick drains the nodes of least HP
     # (nothing lands there, their spot pods are evicted at once; drain_keep: they run on) until it
@@ -869,7 +870,7 @@ class GpuSimulator:
             idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
             rate = self._eviction_rate(i)
             q = ql.update(rate, longest, idle, float(self.spot_pool[i]))
-            if q is not None and self._guard_on(rate):
+            if q is not None and self._guard_on(rate) and not self._hp_waits_for(i):
                 q = ql.quota = self._guarded(i, q, idle)
             if self.cfg.hp_react == "queued":
                 q = ql.quota = self._hp_react_cap(i, q)
@@ -882,6 +883,10 @@ class GpuSimulator:
     def _guard_on(self, eviction_rate: float | None) -> bool:
         """Whether ``spot_guard`` acts this tick (:func:`policies.quota.spot_guard_acts`)."""
         return spot_guard_acts(self.cfg.spot_guard, eviction_rate, self.cfg.quota.tolerated_eviction_rate)
+
+    def _hp_waits_for(self, pool: int) -> bool:
+        """``spot_guard='*_hpq'``: an HP task that may use the pool is queued (the guard stands down)."""
+        return spot_guard_yields_to_hp(self.cfg.spot_guard) and float(self.hp_queued[pool].sum()) > EPS
 
     def _guarded(self, pool: int, quota: float, idle: float) -> float:
         """``spot_guard``: :func:`policies.quota.starvation_guard` for the oldest spot task queued for

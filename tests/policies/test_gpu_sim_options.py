@@ -242,3 +242,21 @@ def test_spot_guard_2ph_raises_the_quota_once_per_half_hour() -> None:
                  SimConfig.for_options(GFS_VARIANTS["fcfs_eta_max_1_calm_guard_4h_2ph"]))
     assert r.records["s1"].jqt_s == pytest.approx(4 * H)
     assert r.records["s2"].jqt_s == pytest.approx((29.5 - 25.05) * H)
+
+
+def test_hpq_guard_stands_down_while_hp_for_the_pool_is_queued() -> None:
+    from policies.gfs_options import GFS_VARIANTS
+    from policies.quota import spot_guard_gap_s, spot_guard_wait_s, spot_guard_yields_to_hp
+
+    assert spot_guard_yields_to_hp("oldest_calm_2h_2ph_hpq") and not spot_guard_yields_to_hp("oldest_calm_2h_2ph")
+    assert spot_guard_wait_s("oldest_calm_2h_2ph_hpq", H) == 2 * H and spot_guard_gap_s("oldest_calm_2h_2ph_hpq", 1) == H / 2
+    # as the 4 h guard above (quota 2 of 8 for a week), with HP "c" (1 GPU) from 24.6 h to 40 h,
+    # so the 8-GPU HP "big" queues from 25 h to 40 h: the 2 h guard admits the 4-GPU spot "s1" at
+    # 27 h and "big" evicts it at 40 h; the _hpq guard keeps it out while "big" waits
+    tasks = [task("a", "hp", 6, 0, 24.5), task("c", "hp", 1, 24.6, 15.4), task("s1", "spot", 4, 25, 20),
+             task("big", "hp", 8, 25, 0.5)]
+    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+            for v in ("fcfs_eta_max_1_calm_guard_2h_2ph", "fcfs_eta_max_1_calm_guard_2h_2ph_hpq")}
+    plain, hpq = (runs[v].records["s1"] for v in runs)
+    assert plain.evictions == 1 and plain.jqt_s >= 2 * H
+    assert hpq.evictions == 0 and hpq.jqt_s >= 15 * H
