@@ -403,18 +403,21 @@ def plot(path: str, rep: dict[str, Any]) -> None:
 
     per = rep["per_trace_all"]
     traces = rep["traces"]
-    fig, axes = plt.subplots(1, 3, figsize=(18, 5))
+    live = f"gfs:{rep['live_default']}"
+    fig, axes = plt.subplots(1, 3, figsize=(20, 5.5))
     for ax, key in zip(axes, TARGETS, strict=True):
         for lab, rows in per.items():
             ys = [rows.get(t, {}).get(key, math.nan) for t in traces]
-            ax.plot(range(len(traces)), ys, marker="o" if lab.startswith("gfs") else ".",
-                    lw=2 if lab.startswith("gfs") else 0.8, label=lab)
-        ax.axhline(TARGETS[key], color="k", ls="--", lw=1)
+            style: dict[str, Any] = ({"color": "k", "lw": 3, "marker": "s", "zorder": 5} if lab == live else
+                                     {"marker": "o", "lw": 1.2, "alpha": 0.6} if lab.startswith("gfs") else
+                                     {"marker": ".", "lw": 0.8, "ls": ":"})
+            ax.plot(range(len(traces)), ys, label=lab + (" (live default)" if lab == live else ""), **style)
+        ax.axhline(TARGETS[key], color="r", ls="--", lw=1)
         ax.set_xticks(range(len(traces)), traces, rotation=60, fontsize=7)
         ax.set_title(key)
         if key != "eviction_over_median":
             ax.set_yscale("log")
-    axes[0].legend(fontsize=6)
+    axes[-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -24,10 +24,13 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "queue": ("size", "size_release", "fcfs"),
     "hp_react": ("off", "queued"),
     "eta_max": ("4", "1"),
-    "spot_score": ("packing", "fragmentation"),
+    "spot_score": ("packing", "fragmentation", "hp_nodes_first"),
     "hp_score": ("packing", "hp_colocate"),
-    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph"),
-    "hp_reserve": ("off", "head"),
+    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
+                   "oldest_calm3_4h_1ph",
+                   "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
+                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq"),
+    "hp_reserve": ("off", "head", "drain", "drain_keep"),
 })
 
 
@@ -85,9 +88,27 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_eta_max_1_hp_reserve": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head"),
     "fcfs_eta_max_1_reserve_calm_guard": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_reserve="head",
                                                  spot_guard="oldest_calm"),
+    "fcfs_4h_1ph_drain": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
+                                 hp_reserve="drain"),
+    "fcfs_4h_1ph_drain_keep": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
+                                      hp_reserve="drain_keep"),
+    "fcfs_4h_1ph_spot_hp_nodes": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_1ph",
+                                         spot_score="hp_nodes_first"),
+    "fcfs_eta_max_1_calm3_guard_4h_1ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm3_4h_1ph"),
+    "fcfs_eta_max_1_calm_guard_4h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_2ph"),
+    "fcfs_eta_max_1_calm_guard_4h_3ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_4h_3ph"),
+    "fcfs_eta_max_1_calm_guard_2h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_2h_2ph"),
+    "fcfs_eta_max_1_calm_guard_2h_1ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_2h_1ph"),
+    "fcfs_eta_max_1_calm_guard_3h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard="oldest_calm_3h_2ph"),
+    "fcfs_eta_max_1_calm_guard_2h_2ph_hpq": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                    spot_guard="oldest_calm_2h_2ph_hpq"),
+    "fcfs_eta_max_1_calm_guard_4h_2ph_hpq": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                    spot_guard="oldest_calm_4h_2ph_hpq"),
+    "fcfs_eta_max_1_colocate_calm_guard_4h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
+                                                         spot_guard="oldest_calm_4h_2ph"),
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
 #: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run"): fcfs_eta_max_1
-#: with the spot guard that admits the oldest starving spot task once per H.
-LIVE_DEFAULT_NAME = "fcfs_eta_max_1_calm_guard_4h_1ph"
+#: with the spot guard that admits the oldest spot task starving 2 h, at most once per H / 2.
+LIVE_DEFAULT_NAME = "fcfs_eta_max_1_calm_guard_2h_2ph"
 LIVE_DEFAULT: GfsOptions = GFS_VARIANTS[LIVE_DEFAULT_NAME]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -167,14 +168,20 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
 
 #: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm
 #: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
-SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph")
+SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
+               "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
+               "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq")
+#: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).
+CALM3_RATE = 0.03
 
 
 def spot_guard_acts(mode: str, eviction_rate: float | None, tolerated_rate: float) -> bool:
     """Whether :func:`starvation_guard` applies: ``oldest`` always, ``oldest_calm`` while the pool's
-    eviction rate is under Eq. 11's growth threshold 0.5 (1 - p), ``off`` never."""
+    eviction rate is under Eq. 11's growth threshold 0.5 (1 - p) (``oldest_calm3*``: under 3%), ``off`` never."""
     if mode not in SPOT_GUARDS:
         raise InvalidInput("spot_guard", f"unknown spot guard {mode!r}", fix=f"use one of {', '.join(SPOT_GUARDS)}")
+    if mode.startswith("oldest_calm3"):
+        return (eviction_rate or 0.0) < CALM3_RATE
     if mode.startswith("oldest_calm"):
         return (eviction_rate or 0.0) < 0.5 * tolerated_rate
     return mode == "oldest"
@@ -182,13 +189,21 @@ def spot_guard_acts(mode: str, eviction_rate: float | None, tolerated_rate: floa
 
 def spot_guard_wait_s(mode: str, theta_s: float) -> float:
     """How long the oldest spot task waits before :func:`starvation_guard` admits it: Eq. 11's
-    theta, or 4 theta (``oldest_calm_4h*``, with theta = 1 h)."""
-    return 4.0 * theta_s if mode.startswith("oldest_calm_4h") else theta_s
+    theta, or n theta (``oldest_calm_<n>h*``, with theta = 1 h)."""
+    got = re.search(r"_(\d+)h(?:_|$)", mode)
+    return int(got.group(1)) * theta_s if got else theta_s
 
 
 def spot_guard_gap_s(mode: str, horizon_hours: float) -> float:
-    """The least time between two quota steps the guard raises: H (``*_1ph``), else none."""
-    return horizon_hours * 3600.0 if mode.endswith("_1ph") else 0.0
+    """The least time between two quota steps the guard raises: H / n (``*_<n>ph``), else none."""
+    got = re.search(r"_(\d+)ph(?:_|$)", mode)
+    return horizon_hours * 3600.0 / int(got.group(1)) if got else 0.0
+
+
+def spot_guard_yields_to_hp(mode: str) -> bool:
+    """Whether the guard stands down while an HP task that may use the pool is queued (``*_hpq``):
+    a spot task let in then is the first an arriving HP placement evicts."""
+    return mode.endswith("_hpq")
 
 
 @dataclass

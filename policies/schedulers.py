@@ -37,6 +37,7 @@ import numpy as np
 from controlplane.core.errors import InvalidInput
 from policies.gfs_options import LIVE_DEFAULT
 from policies.placement import (
+    EPS,
     CapacityFilter,
     CircuitBreakerFilter,
     ClusterSnapshot,
@@ -127,6 +128,17 @@ class HpOnlyScore:
         return np.asarray(self.inner.score(snap, task, work)) if task.is_hp else np.zeros(snap.n_nodes)
 
 
+@dataclass(frozen=True)
+class HpHeldScore:
+    """1 on the nodes where HP holds GPUs, else 0: spot pods placed there first leave the nodes
+    free of HP whole for HP pods of a whole node (best fit, Eq. 13, breaks the tie)."""
+
+    name: str = "hp_held"
+
+    def score(self, snap: ClusterSnapshot, task: TaskRequest, work: WorkState) -> np.ndarray:
+        return (np.asarray(work.hp) > EPS).astype(float)
+
+
 def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = None,
                 score: ScorePlugin | None = None) -> FrameworkScheduler:
     """A copy of the scheduler with one more filter and/or score plugin (the score as the last,
@@ -141,7 +153,7 @@ def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: 
     behind GFS's spot quota (OrgLinear, adaptive eta), as the authors' release runs them;
     ``gfs_queue`` (one of :data:`GFS_QUEUES`) is the queue order of GFS and its ablations;
     ``spot_score='fragmentation'`` ranks GFS's nodes for spot tasks by FGD's fragmentation score
-    before Eq. 13-16 (HP placement unchanged); ``hp_score='hp_colocate'`` ranks GFS's nodes for HP
+    before Eq. 13-16 (HP placement unchanged), ``'hp_nodes_first'`` by whether HP holds GPUs there; ``hp_score='hp_colocate'`` ranks GFS's nodes for HP
     tasks by Eq. 14 (GPUs HP already holds) before Eq. 13, so that small HP pods gather on the nodes
     HP already uses and leave nodes that hold only spot (preemptible) whole for HP gangs."""
     if gfs_queue not in GFS_QUEUES:
@@ -153,8 +165,11 @@ def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: 
         s.queue = QueueRule(cast(QueueOrder, gfs_queue), strict=False)
         if spot_score == "fragmentation":
             s.scores = (SpotOnlyScore(FragmentationScore()), *s.scores)
+        elif spot_score == "hp_nodes_first":
+            s.scores = (SpotOnlyScore(HpHeldScore()), *s.scores)
         elif spot_score != "packing":
-            raise InvalidInput("spot_score", f"unknown spot score {spot_score!r}", fix="use packing or fragmentation")
+            raise InvalidInput("spot_score", f"unknown spot score {spot_score!r}",
+                               fix="use packing, fragmentation or hp_nodes_first")
         if hp_score == "hp_colocate":
             s.scores = (HpOnlyScore(CoLocationScore()), *s.scores)
         elif hp_score != "packing":

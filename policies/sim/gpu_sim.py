@@ -64,6 +64,7 @@ from policies.quota import (
     spot_guard_acts,
     spot_guard_gap_s,
     spot_guard_wait_s,
+    spot_guard_yields_to_hp,
     starvation_guard,
 )
 from policies.sim.workloads import SimTask, Workload
@@ -75,6 +76,8 @@ ARRIVE, FINISH, TICK = 0, 1, 2
 #: benchmark cells are keyed by it); a new option that leaves the others' results alone keeps it.
 SIM_VERSION = "2026-11-27.1"
 Shape = tuple[str, float, int, tuple[str, ...] | None]
+#: How long one drain mark of ``hp_reserve='drain*'`` holds its nodes before it is picked afresh.
+DRAIN_BOUND_S = 4 * 3600.0
 
 
 def shape_key(shape: Shape) -> tuple[str, float, int, bool, tuple[str, ...]]:
@@ -91,10 +94,16 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "pools": ("per_model", "cluster"),  # one quota per GPU model, or one for the whole cluster
     "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
     # the quota admits the oldest spot task once it waited theta (_4h: 4 theta; oldest_calm*: only while
-    # the pool's eviction rate is below Eq. 11's growth threshold 0.5 (1 - p); _1ph: once per H at most)
-    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph"),
-    # the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods
-    "hp_reserve": ("off", "head"),
+    # the pool's eviction rate is below Eq. 11's growth threshold 0.5 (1 - p), calm3: below 3%;
+    # _<n>h: after n theta; _<n>ph: once per H / n at most; _hpq: not while HP for the pool queues)
+    "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
+                   "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
+                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq"),
+    # head: the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods;
+    # drain: the oldest HP task of whole-node pods that waited a tick drains the nodes of least HP
+    # (nothing lands there, their spot pods are evicted at once; drain_keep: they run on) until it
+    # starts or DRAIN_BOUND_S passes
+    "hp_reserve": ("off", "head", "drain", "drain_keep"),
 }
 
 
@@ -402,6 +411,7 @@ class GpuSimulator:
         self._lease_s = self.cfg.lease_release_s or getattr(scheduler, "lease_release_s", None)
         self._ticks = 0
         self._reserve: tuple[str, np.ndarray] | None = None
+        self._drain_since = -np.inf  # when the current drain mark of hp_reserve='drain*' was set
         self._guard_at = np.full(n_pools, -np.inf)  # when spot_guard last raised each pool's quota
         self.preemption = PreemptionStats()
         self.quota_stats = QuotaStats()
@@ -767,6 +777,8 @@ class GpuSimulator:
             self._quota_tick()
         if self.cfg.hp_reserve == "head":
             self._reserve = self._reservation()
+        elif self.cfg.hp_reserve.startswith("drain"):
+            self._drain_tick()
         if self._lease_s and self._at_multiple(self._lease_s):
             self._release_leases()
 
@@ -794,6 +806,48 @@ class GpuSimulator:
         mask[order] = True
         return req.id, _ro(mask)
 
+    def _whole_node_head(self) -> TaskRecord | None:
+        """The oldest queued HP task whose pods each need a whole node of every eligible model."""
+        head: TaskRecord | None = None
+        for (_, g, _, models), d in self.queues["hp"].items():
+            if not d or g < 1 - EPS:
+                continue
+            ok = self.gpus >= round(g)
+            if models:
+                ok &= np.isin(np.asarray(self.w.nodes.gpu_model), models)
+            if ok.any() and np.all(self.gpus[ok] == round(g)):
+                rec = self.records[d[0]]
+                if head is None or rec.queued_since < head.queued_since:
+                    head = rec
+        return head
+
+    def _drain_tick(self) -> None:
+        """``hp_reserve='drain*'``: keep the drain mark while its HP task waits (up to
+        :data:`DRAIN_BOUND_S`), else mark the nodes of least HP GPUs (most free next) for the oldest
+        whole-node HP task that waited a tick; ``drain`` evicts the marked nodes' spot tasks at once."""
+        if self._reserve is not None and self.now - self._drain_since < DRAIN_BOUND_S - EPS \
+                and self._reserve[0] not in self.running:
+            return
+        self._reserve = None
+        head = self._whole_node_head()
+        if head is None or self.now - head.queued_since < self.cfg.tick_s - EPS:
+            return
+        req = head.task.request
+        ok = self.gpus >= round(req.gpus)
+        if req.gpu_model:
+            ok &= np.isin(np.asarray(self.w.nodes.gpu_model), req.gpu_model)
+        cand = np.flatnonzero(ok)
+        if len(cand) < req.pods:
+            return
+        nodes = cand[np.lexsort((-self.free[cand], self.hp[cand]))][: req.pods]
+        mask = np.zeros(self.n, dtype=bool)
+        mask[nodes] = True
+        self._reserve, self._drain_since = (req.id, _ro(mask)), self.now
+        if self.cfg.hp_reserve == "drain":
+            for n in nodes:
+                for tid in [t for t in self.node_tasks[int(n)] if self.running[t].priority == "spot"]:
+                    self._evict(tid)
+
     def _at_multiple(self, period: float) -> bool:
         r = self.now % period
         return r < 1e-6 or period - r < 1e-6
@@ -816,7 +870,7 @@ class GpuSimulator:
             idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
             rate = self._eviction_rate(i)
             q = ql.update(rate, longest, idle, float(self.spot_pool[i]))
-            if q is not None and self._guard_on(rate):
+            if q is not None and self._guard_on(rate) and not self._hp_waits_for(i):
                 q = ql.quota = self._guarded(i, q, idle)
             if self.cfg.hp_react == "queued":
                 q = ql.quota = self._hp_react_cap(i, q)
@@ -829,6 +883,10 @@ class GpuSimulator:
     def _guard_on(self, eviction_rate: float | None) -> bool:
         """Whether ``spot_guard`` acts this tick (:func:`policies.quota.spot_guard_acts`)."""
         return spot_guard_acts(self.cfg.spot_guard, eviction_rate, self.cfg.quota.tolerated_eviction_rate)
+
+    def _hp_waits_for(self, pool: int) -> bool:
+        """``spot_guard='*_hpq'``: an HP task that may use the pool is queued (the guard stands down)."""
+        return spot_guard_yields_to_hp(self.cfg.spot_guard) and float(self.hp_queued[pool].sum()) > EPS
 
     def _guarded(self, pool: int, quota: float, idle: float) -> float:
         """``spot_guard``: :func:`policies.quota.starvation_guard` for the oldest spot task queued for

@@ -201,7 +201,8 @@ def test_quota_actor_is_one_named_actor_per_namespace_built_from_its_arguments(
     assert fake.opts == expected
 
 
-@pytest.mark.parametrize("guard", ["off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph"])
+@pytest.mark.parametrize("guard", ["off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
+                                   "oldest_calm_4h_2ph", "oldest_calm_2h_2ph"])
 def test_the_spot_guard_admits_the_oldest_waiting_spot_job_after_theta(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: str) -> None:
     from dataclasses import replace
@@ -216,12 +217,12 @@ def test_the_spot_guard_admits_the_oldest_waiting_spot_job_after_theta(
     assert actor.oldest_waiting_spot(600.0) == {"V100": (4.0, 600.0)} and job.state is JobState.PENDING
     forecasts = {"V100": ([[8.0]], [[0.0]])}  # f = 10 - 8 = 2 GPUs, below the job's 4
     assert actor.update(forecasts, 600.0)[0].spot_quota_gpus == 2  # before theta (3600 s)
-    # after theta (4 theta: _4h) the guard gives it room (4 <= S0 + Sa = 10), unless off
-    t = 4 * 3600.0 if "_4h" in guard else 3600.0
+    # after theta (n theta: _<n>h) the guard gives it room (4 <= S0 + Sa = 10), unless off
+    t = 4 * 3600.0 if "_4h" in guard else 2 * 3600.0 if "_2h" in guard else 3600.0
     assert actor.update(forecasts, t - 300.0)[0].spot_quota_gpus == 2
     assert actor.update(forecasts, t)[0].spot_quota_gpus == (2 if guard == "off" else 4)
-    # _1ph: one raised step per H; the others raise it again at the next step
-    assert actor.update(forecasts, t + 300.0)[0].spot_quota_gpus == (2 if guard in ("off", "oldest_calm_4h_1ph") else 4)
+    # _1ph / _2ph: one raised step per H / per H / 2; the others raise it again at the next step
+    assert actor.update(forecasts, t + 300.0)[0].spot_quota_gpus == (2 if guard == "off" or guard.endswith("ph") else 4)
     store.incr("spot_placements_total", 1)  # e = 1 > 1.5 eps: eta 0.1, Eq. 10 gives int(0.2) = 0
     store.incr("hp_evictions_total", 1)
     # and the calm guard stands down (e above Eq. 11's growth threshold 0.5 eps)

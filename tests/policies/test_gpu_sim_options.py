@@ -198,3 +198,65 @@ def test_spot_guard_4h_admits_after_four_hours_and_1ph_once_an_hour() -> None:
         assert r.records["s1"].jqt_s == pytest.approx(4 * H)
     assert runs["fcfs_eta_max_1_calm_guard_4h"].records["s2"].jqt_s == pytest.approx((29 + 5 / 60 - 25.05) * H)
     assert runs["fcfs_eta_max_1_calm_guard_4h_1ph"].records["s2"].jqt_s == pytest.approx((30 - 25.05) * H)
+
+
+def test_hp_drain_marks_the_node_of_least_hp_and_evicts_its_spot_at_once_or_keeps_it() -> None:
+    # as above: the 8-GPU HP "big" (a whole node) waits; at the first tick after it waited a tick
+    # (0.25 h) the drain marks n1 (least HP): "c" goes to n0, "big" starts when "b" ends (1 h).
+    # drain evicts the spot "s" on n1 at 0.25 h; drain_keep lets it run until "big" preempts it
+    tasks = [task("a", "hp", 2, 0, 10, models=("A",)), task("b", "hp", 1, 0, 1, models=("B",)),
+             task("s", "spot", 4, 0, 20, models=("B",)), task("big", "hp", 8, 0.1, 1), task("c", "hp", 1, 0.5, 10)]
+    runs = {mode: simulate(wl(tasks, ("A", "B")), make_scheduler("gfs"), SimConfig(hp_reserve=mode))
+            for mode in ("drain", "drain_keep")}
+    for r in runs.values():
+        assert r.records["big"].jqt_s == pytest.approx(0.9 * H)
+        assert r.records["c"].jqt_s == 0.0 and r.records["s"].evictions == 1
+    assert runs["drain"].records["s"].jqt_s == pytest.approx(1.75 * H)  # evicted at 0.25 h, back at 2 h
+    assert runs["drain_keep"].records["s"].jqt_s == pytest.approx(1.0 * H)  # evicted at 1 h
+
+
+def test_hp_drain_waits_for_whole_node_pods_only() -> None:
+    # a 4-GPU HP pod on 8-GPU nodes does not need a whole node: no drain mark, as with off
+    tasks = [task("a", "hp", 6, 0, 3, models=("A",)), task("b", "hp", 6, 0, 3, models=("B",)),
+             task("s", "spot", 1, 0.05, 20, models=("B",)), task("mid", "hp", 4, 0.1, 1)]
+    off = simulate(wl(tasks, ("A", "B")), make_scheduler("gfs"), SimConfig(hp_reserve="off"))
+    on = simulate(wl(tasks, ("A", "B")), make_scheduler("gfs"), SimConfig(hp_reserve="drain"))
+    assert on.records["s"].evictions == off.records["s"].evictions
+    assert on.records["mid"].jqt_s == off.records["mid"].jqt_s
+
+
+def test_calm3_guard_acts_under_three_percent_and_waits_four_hours() -> None:
+    from policies.quota import spot_guard_acts, spot_guard_gap_s, spot_guard_wait_s
+
+    assert spot_guard_acts("oldest_calm3_4h_1ph", 0.029, 0.1) and not spot_guard_acts("oldest_calm3_4h_1ph", 0.03, 0.1)
+    assert spot_guard_acts("oldest_calm_4h_1ph", 0.03, 0.1)  # the 5% guard still acts there
+    assert spot_guard_wait_s("oldest_calm3_4h_1ph", H) == 4 * H and spot_guard_gap_s("oldest_calm3_4h_1ph", 1) == H
+
+
+def test_spot_guard_2ph_raises_the_quota_once_per_half_hour() -> None:
+    from policies.gfs_options import GFS_VARIANTS
+
+    # as the 4 h guard above: s1 admitted at 29 h, s2 half an hour later (the 1ph guard: an hour)
+    tasks = [task("a", "hp", 6, 0, 24.5), task("s1", "spot", 4, 25, 10), task("s2", "spot", 3, 25.05, 10)]
+    r = simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"),
+                 SimConfig.for_options(GFS_VARIANTS["fcfs_eta_max_1_calm_guard_4h_2ph"]))
+    assert r.records["s1"].jqt_s == pytest.approx(4 * H)
+    assert r.records["s2"].jqt_s == pytest.approx((29.5 - 25.05) * H)
+
+
+def test_hpq_guard_stands_down_while_hp_for_the_pool_is_queued() -> None:
+    from policies.gfs_options import GFS_VARIANTS
+    from policies.quota import spot_guard_gap_s, spot_guard_wait_s, spot_guard_yields_to_hp
+
+    assert spot_guard_yields_to_hp("oldest_calm_2h_2ph_hpq") and not spot_guard_yields_to_hp("oldest_calm_2h_2ph")
+    assert spot_guard_wait_s("oldest_calm_2h_2ph_hpq", H) == 2 * H and spot_guard_gap_s("oldest_calm_2h_2ph_hpq", 1) == H / 2
+    # as the 4 h guard above (quota 2 of 8 for a week), with HP "c" (1 GPU) from 24.6 h to 40 h,
+    # so the 8-GPU HP "big" queues from 25 h to 40 h: the 2 h guard admits the 4-GPU spot "s1" at
+    # 27 h and "big" evicts it at 40 h; the _hpq guard keeps it out while "big" waits
+    tasks = [task("a", "hp", 6, 0, 24.5), task("c", "hp", 1, 24.6, 15.4), task("s1", "spot", 4, 25, 20),
+             task("big", "hp", 8, 25, 0.5)]
+    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+            for v in ("fcfs_eta_max_1_calm_guard_2h_2ph", "fcfs_eta_max_1_calm_guard_2h_2ph_hpq")}
+    plain, hpq = (runs[v].records["s1"] for v in runs)
+    assert plain.evictions == 1 and plain.jqt_s >= 2 * H
+    assert hpq.evictions == 0 and hpq.jqt_s >= 15 * H

@@ -310,3 +310,16 @@ def test_hp_colocate_gathers_hp_pods_on_nodes_hp_already_uses() -> None:
         make_scheduler("gfs").schedule(s, TaskRequest("s", "spot", 1)).nodes
     with pytest.raises(InvalidInput, match="hp_score"):
         make_scheduler("gfs", hp_score="spread")
+
+
+def test_hp_nodes_first_places_spot_beside_hp_and_keeps_hp_free_nodes_whole() -> None:
+    # n0: 2 cards to HP; n1: 6 cards to spot. Packing sends a 1-GPU spot pod to the fuller n1;
+    # hp_nodes_first sends it to n0 (HP holds GPUs there), so n1 keeps no HP and less spot for an
+    # HP pod of a whole node. HP placement is unchanged.
+    s = snapshot([8, 8], [rt("a", "hp", 0, [0, 1]), rt("b", "spot", 1, [0, 1, 2, 3, 4, 5])])
+    assert make_scheduler("gfs").schedule(s, TaskRequest("s", "spot", 1)).nodes == ("n1",)
+    assert make_scheduler("gfs", spot_score="hp_nodes_first").schedule(s, TaskRequest("s", "spot", 1)).nodes == ("n0",)
+    assert make_scheduler("gfs", spot_score="hp_nodes_first").schedule(s, TaskRequest("h", "hp", 1)).nodes == \
+        make_scheduler("gfs").schedule(s, TaskRequest("h", "hp", 1)).nodes
+    with pytest.raises(InvalidInput, match="spot_score"):
+        make_scheduler("gfs", spot_score="spread")
