@@ -4,11 +4,14 @@
 a driver of one Ray at a time (the controller's is the control plane's). :class:`ClusterDriver`
 is a child process (``python -m clusters.ray.driver GCS``, started with a minimal environment)
 that is a driver of that one cluster and answers length-prefixed pickled requests on its
-stdin/stdout, the framing of :mod:`actors.actorbridge`.
+stdin/stdout, the framing of :mod:`actors.actorbridge`. Given the cluster's cloud, the child also
+keeps a preemption-notice watcher on each alive node of its cluster
+(:class:`~clusters.ray.nodewatch.ClusterNoticeWatch`) and hands their notices over when asked.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -18,8 +21,11 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
+
+from clusters.ray.nodewatch import ClusterNoticeWatch
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +75,11 @@ class ClusterDriver:
     is its driver (started at the first request, restarted when it died or hung)."""
 
     def __init__(self, gcs_address: str, token_path: str | None = None, *,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, notice_cloud: str | None = None,
+                 metadata_url: str | None = None) -> None:
         self.gcs_address = gcs_address
         self.python = python
+        self.notice_cloud, self.metadata_url = notice_cloud, metadata_url
         self.env = driver_env(token_path)
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
@@ -79,6 +87,22 @@ class ClusterDriver:
     def request(self, bundles: list[dict[str, float]]) -> None:
         """Replace the cluster's standing resource request with ``bundles``."""
         self._ask("request", bundles)
+
+    def notices(self) -> list[tuple[str, float]]:
+        """The (Ray node id, seconds left) notices the cluster's nodes reported since the last
+        call (none when the child watches no notices)."""
+        if self.notice_cloud is None:
+            return []
+        return list(self._ask("notices"))
+
+    def command(self) -> list[str]:
+        """How the child is started."""
+        cmd = [self.python, "-m", "clusters.ray.driver", self.gcs_address]
+        if self.notice_cloud is not None:
+            cmd += ["--notice-cloud", self.notice_cloud]
+        if self.metadata_url is not None:
+            cmd += ["--metadata-url", self.metadata_url]
+        return cmd
 
     def close(self) -> None:
         """Stop the child (its standing request stays with the cluster's autoscaler)."""
@@ -96,8 +120,7 @@ class ClusterDriver:
             proc.wait(timeout=5)
 
     def _start(self) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen([self.python, "-m", "clusters.ray.driver", self.gcs_address],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env,
+        proc = subprocess.Popen(self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env,
                                 cwd=PACKAGE_ROOT)
         assert proc.stdout is not None
         answer = self._answer(proc, CONNECT_TIMEOUT_S)
@@ -145,20 +168,21 @@ def _request(bundles: list[dict[str, float]]) -> None:
     request_resources(bundles=bundles)
 
 
-OPS = {"request": _request}
-
-
-def serve(gcs_address: str) -> int:
-    """The child: connect to the cluster, then answer requests until stdin closes."""
+def serve(gcs_address: str, notice_cloud: str | None = None, metadata_url: str | None = None) -> int:
+    """The child: connect to the cluster (and watch its nodes' notices when given their cloud),
+    then answer requests until stdin closes."""
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything Ray prints goes to stderr, never into the protocol
     try:
         import ray
 
         ray.init(address=gcs_address, log_to_driver=False, configure_logging=False)
+        watch = None if notice_cloud is None else _watch(notice_cloud, metadata_url)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
         send(out, ("error", f"{type(e).__name__}: {e}"))
         return 1
+    ops: dict[str, Callable[..., Any]] = {"request": _request,
+                                          "notices": watch.take if watch is not None else list}
     send(out, ("ok", None))
     while True:
         try:
@@ -166,12 +190,28 @@ def serve(gcs_address: str) -> int:
         except EOFError:
             break
         try:
-            send(out, ("ok", OPS[op](*args)))
+            send(out, ("ok", ops[op](*args)))
         except Exception as e:  # noqa: BLE001 - the parent raises it
             send(out, ("error", f"{type(e).__name__}: {e}"))
+    if watch is not None:
+        watch.stop()
     ray.shutdown()
     return 0
 
 
+def _watch(cloud: str, metadata_url: str | None) -> ClusterNoticeWatch:
+    return ClusterNoticeWatch(cloud, metadata_url).start()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m clusters.ray.driver GCS [--notice-cloud CLOUD] [--metadata-url URL]``."""
+    parser = argparse.ArgumentParser(prog="clusters.ray.driver")
+    parser.add_argument("gcs_address")
+    parser.add_argument("--notice-cloud", default=None)
+    parser.add_argument("--metadata-url", default=None)
+    args = parser.parse_args(argv)
+    return serve(args.gcs_address, args.notice_cloud, args.metadata_url)
+
+
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

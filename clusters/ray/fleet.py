@@ -12,7 +12,8 @@ replaces the last), so the provider always sends the bundles of every live slot.
 - READY: an alive node whose custom resources match the slot's node type and no other slot holds.
 - PREEMPTED: that node is DEAD in the state API and we did not release it (the state message,
   e.g. "Unexpected termination: health check failed", is the detail). The two-minute / 30 s
-  notice comes from the node's own metadata watcher (:mod:`clusters.notices`), not from here.
+  notice comes from the node's own metadata watcher (:mod:`clusters.notices`), not from here;
+  :meth:`RayAutoscalerFleet.notice` turns one, by Ray node id, into the slot's PREEMPTION_NOTICE.
 - LAUNCH_FAILED: no node came within ``launch_timeout_s``; the bundle is withdrawn.
 - TERMINATED: we released the slot (its bundle is withdrawn; the autoscaler removes the idle node).
 """
@@ -231,11 +232,27 @@ class RayAutoscalerFleet(FleetProvider):
                 log.warning("%s", exc)
         return events
 
-    def _event(self, slot: Slot, kind: EventKind, now: float, detail: str = "") -> list[FleetEvent]:
+    def notice(self, ray_node_id: str, seconds_left: float, detail: str = "metadata notice") -> list[FleetEvent]:
+        """The running slot filled by the Ray node ``ray_node_id`` got its preemption notice:
+        it is NOTICED, with its PREEMPTION_NOTICE event (once; none for an unknown node)."""
+        for slot in self.slots.values():
+            if slot.node_id == ray_node_id and not slot.released and slot.state == InstanceState.RUNNING:
+                slot.state = InstanceState.NOTICED
+                return self._event(slot, EventKind.PREEMPTION_NOTICE, self.clock.now(), detail,
+                                   seconds_left=float(seconds_left))
+        return []
+
+    def watched_slots(self) -> int:
+        """The slots a node fills now, whose node may get a notice."""
+        return sum(1 for s in self.slots.values() if s.node_id and not s.released
+                   and s.state in (InstanceState.RUNNING, InstanceState.NOTICED))
+
+    def _event(self, slot: Slot, kind: EventKind, now: float, detail: str = "",
+               seconds_left: float | None = None) -> list[FleetEvent]:
         if kind in slot.reported:
             return []
         slot.reported.add(kind)
-        return [FleetEvent(kind, slot.slot_id, slot.spec.zone, now, detail=detail)]
+        return [FleetEvent(kind, slot.slot_id, slot.spec.zone, now, seconds_left, detail)]
 
     def _deaths(self, by_id: dict[str, dict[str, Any]], now: float) -> list[FleetEvent]:
         events = []

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from clusters.fleet import FleetEvent, FleetProvider, Instance, LaunchRequest, Offer, typed_options
-from clusters.providers import Capability, fleet_provider
+from clusters.providers import Capability, fleet_provider, notice_clouds
 from clusters.ray.catalog import NodeTypeSpec, load_cluster_config, node_types_from_config
 from clusters.ray.driver import ClusterDriver
 from clusters.ray.fleet import RayAutoscalerFleet
@@ -84,13 +84,18 @@ class RayClusterRef:
     token_ref: str | None = None
     prices: Mapping[str, tuple[float, float]] | None = None
     region: str = ""  # the cluster's region, on its offers
+    cloud: str = ""  # whose metadata server its nodes have (aws, gcp): their notices are watched
+    metadata_url: str | None = None  # that metadata server elsewhere than the cloud's (tests)
 
 
 def refs_from(registered: Sequence[WorkloadCluster]) -> list[RayClusterRef]:
     """The registered workload clusters that name a ``ray_config`` and a GCS address."""
     return [RayClusterRef(c.name, c.ray_config, c.dashboard_url, c.gcs_address, c.token_ref,
-                          region=c.region)
+                          region=c.region, cloud=c.cloud)
             for c in registered if c.ray_config and c.gcs_address]
+
+
+NoticeSource = Callable[[], list[tuple[str, float]]]
 
 
 class Closeable(Protocol):
@@ -109,6 +114,7 @@ class Member:
     closes: Closeable | None = None
     down: str = ""
     removed: bool = False
+    notices: NoticeSource | None = None  # the (Ray node id, seconds left) its nodes reported
 
     @property
     def closed(self) -> str:
@@ -121,14 +127,26 @@ class Member:
 MemberMaker = Callable[[RayClusterRef], Member]
 
 
+def notice_cloud(ref: RayClusterRef) -> str | None:
+    """The cloud whose metadata server the cluster's nodes are watched on (None: not watched)."""
+    if ref.cloud in notice_clouds():
+        return ref.cloud
+    if ref.cloud:
+        log.warning("ray-clusters: cluster %s is on %s, whose nodes announce no preemption: "
+                    "its slots are seen lost only when their node dies", ref.name, ref.cloud)
+    return None
+
+
 def cluster_member(ref: RayClusterRef, *, clock: Clock, launch_timeout_s: float) -> Member:
     """A :class:`RayAutoscalerFleet` of the cluster ``ref``: nodes from its dashboard,
     resources asked through its own driver child."""
-    driver = ClusterDriver(ref.gcs_address, ref.token_ref)
+    cloud = notice_cloud(ref)
+    driver = ClusterDriver(ref.gcs_address, ref.token_ref, notice_cloud=cloud,
+                           metadata_url=ref.metadata_url)
     fleet = RayAutoscalerFleet(cluster_catalog(ref.name, ref.config, ref.prices), clock=clock,
                                list_nodes=lambda: dashboard_nodes(ref.dashboard_url, ref.token_ref),
                                request=driver.request, launch_timeout_s=launch_timeout_s)
-    return Member(ref, fleet, driver)
+    return Member(ref, fleet, driver, notices=driver.notices if cloud is not None else None)
 
 
 Registry = Callable[[], Sequence[WorkloadCluster]]
@@ -308,12 +326,27 @@ class RayClustersFleet(FleetProvider):
             except CloudError as exc:
                 self._down(member, str(exc))
                 continue
+            events += self._noticed(member)
             if getattr(member.fleet, "send_pending", False):
                 self._down(member, "its autoscaler was not reached")
             elif member.down:
                 log.warning("ray-clusters: cluster %s answers again", member.ref.name)
                 member.down = ""
         return sorted(events, key=lambda e: e.at)
+
+    @staticmethod
+    def _noticed(member: Member) -> list[FleetEvent]:
+        """The notices the cluster's nodes reported, as their slots' PREEMPTION_NOTICE events
+        (asked only while a node fills one of its slots)."""
+        fleet = member.fleet
+        if member.notices is None or not isinstance(fleet, RayAutoscalerFleet) or not fleet.watched_slots():
+            return []
+        try:
+            reported = member.notices()
+        except Exception as exc:  # noqa: BLE001 - the node list says when the cluster is down
+            log.warning("ray-clusters: cluster %s: notices not read: %s", member.ref.name, exc)
+            return []
+        return [e for node_id, left in reported for e in fleet.notice(node_id, left)]
 
     def lose(self, instance_id: str, detail: str = "node lost") -> None:
         """Report the slot lost through the cluster that holds it."""
