@@ -85,6 +85,14 @@ def node_types_from_config(config: dict[str, Any], prices: dict[str, tuple[float
     return out
 
 
+def unpriced(node_types: dict[str, NodeTypeSpec]) -> list[str]:
+    """The node types without a price of their market (and an on-demand one), sorted."""
+    def priced(s: NodeTypeSpec) -> bool:
+        return math.isfinite(s.on_demand_price) and (s.market != Market.SPOT or math.isfinite(s.spot_price))
+
+    return sorted(name for name, spec in node_types.items() if not priced(spec))
+
+
 def _machine_prices(machine: str) -> tuple[float, float]:
     """(spot, on-demand) USD/hour of the machine a node type runs on, from its cloud's catalog
     (spot at ``DEFAULT_SPOT_DISCOUNT`` of on-demand where the catalog has no spot price)."""

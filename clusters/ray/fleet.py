@@ -38,7 +38,13 @@ from clusters.fleet import (
     typed_options,
 )
 from clusters.providers import Capability, fleet_provider
-from clusters.ray.catalog import Bundle, NodeTypeSpec, load_cluster_config, node_types_from_config
+from clusters.ray.catalog import (
+    Bundle,
+    NodeTypeSpec,
+    load_cluster_config,
+    node_types_from_config,
+    unpriced,
+)
 from controlplane.core.clock import Clock, WallClock
 from controlplane.core.config import load_settings
 from controlplane.core.errors import CapacityUnavailable, CloudError, ConfigError, InvalidInput
@@ -127,6 +133,12 @@ class RayAutoscalerFleet(FleetProvider):
             bootstrap if bootstrap.exists() else Path("ray-cluster.yaml"))
         prices = dict(opts.prices) if opts.prices is not None else None
         node_types = node_types_from_config(load_cluster_config(path), prices)
+        missing = unpriced(node_types)
+        if missing:
+            raise ConfigError(f"ray fleet: node type {missing[0]} has no price (its machine type is in no "
+                              "cloud's catalog): a tenant's spend would not be a number",
+                              fix="give its node_config an InstanceType/machineType the catalogs know, "
+                                  f"or pass the fleet option prices={{{missing[0]!r}: [spot, on_demand]}} (USD/hour)")
         if not ray.is_initialized():
             ray.init(address=opts.address, log_to_driver=False)
         return cls(node_types, clock=opts.clock, launch_timeout_s=float(opts.launch_timeout_s))

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
-from controlplane.core.models import Job
+from controlplane.core.models import Job, Node
 
 #: Dollar lines, in the order a bill lists them.
 DOLLAR_LINES: tuple[str, ...] = (
@@ -114,3 +114,12 @@ def add(job: Job, amounts: Mapping[str, float]) -> None:
     for name, value in amounts.items():
         merged[name] = merged.get(name, 0.0) + value
     job.bill = merged
+
+
+def node_price(node: Node) -> float:
+    """The $/h a node is billed at: its price, else (not a number: a type no catalog priced) its
+    on-demand price, the most it can cost, else 0; never NaN."""
+    for price in (node.price_per_hour, node.on_demand_price_per_hour):
+        if math.isfinite(price) and price >= 0:
+            return float(price)
+    return 0.0

@@ -4,6 +4,7 @@ month (the ``tenant_month_spend_dollars_total`` counter and ``LoopState.spend``)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from controlplane.core import bills, counters
@@ -54,14 +55,14 @@ class Billing:
             served = (done - ready) / HOUR  # the job ran on it (changeover and checkpoints too)
             co = min(changeover, served)
             ck = min(checkpoint, served - co)
-            price = n.price_per_hour
+            price = bills.node_price(n)
             market = "spot" if n.market is Market.SPOT else "on_demand"
             _add(lines, "provisioning", price * ((ready - a) + (e - done)) / HOUR)
             _add(lines, "changeover", price * co)
             _add(lines, "checkpoint", price * ck)
             _add(lines, f"{market}_compute", price * (served - co - ck))
             _add(lines, f"{market}_gpu_hours", n.accelerator_count * (e - a) / HOUR)
-            cost += n.price_per_hour * (e - a) / HOUR
+            cost += price * (e - a) / HOUR
             gpu_h += n.accelerator_count * (e - a) / HOUR
         egress = job.egress_cost - job.bill.get("egress_counted", 0.0)  # written elsewhere
         if egress > 0:
@@ -79,7 +80,7 @@ class Billing:
         price paid (the job's nodes' $/h) move from its market's compute line to ``lost_work``."""
         if hours <= 0:
             return
-        rate = sum(n.price_per_hour for i in job.node_ids
+        rate = sum(bills.node_price(n) for i in job.node_ids
                    if (n := self.state.nodes.get(i)) is not None)
         line = "on_demand_compute" if job.market is Market.ON_DEMAND else "spot_compute"
         moved = min(hours * rate, job.bill.get(line, 0.0))
@@ -93,8 +94,8 @@ class Billing:
         self.spent(job.tenant_id, dollars, now)
 
     def spent(self, tenant_id: str, dollars: float, at: float) -> None:
-        """Count ``dollars`` of the tenant's spend in the month of ``at``."""
-        if dollars <= 0:
+        """Count ``dollars`` of the tenant's spend in the month of ``at`` (never a NaN)."""
+        if not math.isfinite(dollars) or dollars <= 0:
             return
         s = self.state
         month = month_of(at)
@@ -106,7 +107,7 @@ class Billing:
                        tenant=tenant_id, month=month)
 
     def _od_price(self, job: Job) -> float:
-        prices = [o.on_demand_price for o in self.state.offers_for(job)]
+        prices = [o.on_demand_price for o in self.state.offers_for(job) if math.isfinite(o.on_demand_price)]
         return min(prices, default=0.0)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from clusters.fleet import Offer
 from controlplane.core import counters
-from controlplane.core.bills import raw_lines
+from controlplane.core.bills import node_price, raw_lines
 from controlplane.core.models import Event, Job, JobState, Market, TenantBudget
 from controlplane.reconcile import workload
 from controlplane.reconcile.nodeops import NodeOps
@@ -73,7 +73,7 @@ class SpendGuard:
         self.rates = {}
         for n in s.nodes.values():
             if n.tenant_id is not None and n.job_id is not None and not n.gone:
-                self.rates[n.tenant_id] = self.rates.get(n.tenant_id, 0.0) + n.price_per_hour
+                self.rates[n.tenant_id] = self.rates.get(n.tenant_id, 0.0) + node_price(n)
 
     def month_spend(self, tenant_id: str, now: float) -> float:
         """Dollars the tenant spent this UTC month: the store's, plus what this tick counted."""

@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from clusters.fleet import FleetProvider, LaunchRequest, Offer
 from controlplane.core import counters
+from controlplane.core.bills import node_price
 from controlplane.core.models import (
     Event,
     Job,
@@ -119,7 +120,7 @@ class NodeOps:
         if node.idle_since is None:
             return 0.0
         w = self.state.work
-        cost = node.price_per_hour * max(0.0, now - node.idle_since) / HOUR
+        cost = node_price(node) * max(0.0, now - node.idle_since) / HOUR
         w.count("idle_cost_dollars", cost)
         if node.id in self.state.spares:
             w.count("spare_idle_cost_dollars", cost)
