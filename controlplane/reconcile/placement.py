@@ -133,7 +133,7 @@ class Place:
     def _pools(self) -> dict[str, Pool]:
         """This tick's pools, each with its spot quota in nodes."""
         s = self.state
-        pools = pools_of(list(s.nodes.values()), self._capacity())
+        pools = pools_of(list(s.nodes.values()), self._capacity(), s.fleet.closed)
         for acc, pool in pools.items():
             q = self.quota(acc)
             per_node = max((o.accelerator_count for o in open_offers(s.offers, s.fleet.closed)

@@ -9,7 +9,7 @@ under the spot quota, and which spot jobs an HP job evicts (Alg. 2, Eq. 17-19).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -44,6 +44,11 @@ class Pool:
     spot_quota_nodes: float | None = None
     _snap: ClusterSnapshot | None = field(default=None, repr=False)
     _slots: list[str | None] = field(default_factory=list, repr=False)
+    closed: frozenset[str] = frozenset()  # zones that take no new work: their idle nodes are no candidates
+
+    def reusable(self, node: Node) -> bool:
+        """An idle node a job may be placed on: not terminating, not in a closed zone."""
+        return node.job_id is None and node.state is not NodeState.TERMINATING and node.zone not in self.closed
 
     def snapshot(self, jobs: dict[str, Job], now: float) -> tuple[ClusterSnapshot, list[str | None]]:
         """A ClusterSnapshot (one card per slot) and, per slot, the node id (None = empty)."""
@@ -55,7 +60,7 @@ class Pool:
         """Slots a job could take without evicting anyone: empty ones and idle live nodes."""
         if self._snap is not None:
             return int(self._snap.card_free[:, 0].sum())
-        idle = sum(1 for n in self.nodes if n.job_id is None and n.state is not NodeState.TERMINATING)
+        idle = sum(1 for n in self.nodes if self.reusable(n))
         return idle + max(0, self.capacity - len(self.nodes))
 
     def add(self, nodes: Sequence[Node]) -> None:
@@ -86,7 +91,7 @@ class Pool:
         node_tasks: dict[int, list[str]] = {}
         for i, node in enumerate(self.nodes):
             if node.job_id is None:
-                free[i, 0] = 0.0 if node.state is NodeState.TERMINATING else 1.0
+                free[i, 0] = 1.0 if self.reusable(node) else 0.0
                 continue
             cards.setdefault(node.job_id, []).append((i, 0, 1.0))
             node_tasks.setdefault(i, []).append(node.job_id)
@@ -121,7 +126,7 @@ class Pool:
         keys = np.full(n, "", dtype=object)
         for i, node in enumerate(self.nodes):
             keys[i] = lifetime_key(node)
-            if node.job_id is None and node.state is NodeState.READY:
+            if self.reusable(node) and node.state is NodeState.READY:
                 hours[i] = node_age_hours(node, now)
         spot = [k for k in keys[: len(self.nodes)] if k]
         fresh = max(set(spot), key=spot.count) if spot else ""
@@ -246,9 +251,13 @@ def plan(scheduler: FrameworkScheduler, pool: Pool, jobs: dict[str, Job], job: J
                          tuple(p.node for p in placed.pods), tuple(launch_slots))
 
 
-def pools_of(nodes: Sequence[Node], capacity: dict[str, int]) -> dict[str, Pool]:
-    pools = {acc: Pool(acc, cap) for acc, cap in capacity.items()}
+def pools_of(nodes: Sequence[Node], capacity: dict[str, int],
+             closed: Collection[str] = ()) -> dict[str, Pool]:
+    """One pool per accelerator of the live nodes; idle nodes of ``closed`` zones are no
+    candidates for placement (they hold their slot until reaped)."""
+    shut = frozenset(closed)
+    pools = {acc: Pool(acc, cap, closed=shut) for acc, cap in capacity.items()}
     for n in nodes:
         if n.state in BUSY_STATES:
-            pools.setdefault(n.accelerator, Pool(n.accelerator, 0)).nodes.append(n)
+            pools.setdefault(n.accelerator, Pool(n.accelerator, 0, closed=shut)).nodes.append(n)
     return pools
