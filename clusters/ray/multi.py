@@ -283,6 +283,8 @@ class RayClustersFleet(FleetProvider):
                                       f"cluster {member.ref.name}: {member.closed}")
         try:
             launched = member.fleet.launch(request)
+        except CapacityUnavailable:
+            raise  # the cluster answered: that type is full there
         except CloudError as exc:
             self._down(member, str(exc))
             raise

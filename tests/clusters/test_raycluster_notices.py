@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from clusters.ray.fleet import RayAutoscalerFleet
 from clusters.ray.multi import Member, RayClusterRef, RayClustersFleet, in_cluster, notice_cloud
 from clusters.ray.nodewatch import plan_watchers
 from controlplane.core.clock import SimClock, WallClock
+from controlplane.core.errors import CapacityUnavailable
 from tests.clusters.test_notices import serve_metadata
 from tests.clusters.test_rayclusters import PRICES, ROOT, SPOT, start_head, wait_for
 from tests.clusters.test_rayfleet import FakeState, fake_cluster_config, kill_ours, our_processes
@@ -78,6 +80,19 @@ def test_a_notice_of_a_node_of_b_notices_bs_slot_only() -> None:
     reported["b"].append((NODE, 100.0))  # the same notice again, and one of no slot
     reported["a"].append(("unknown", 100.0))
     assert fleet.poll_events() == []
+
+
+def test_a_full_node_type_is_not_a_cluster_that_does_not_answer() -> None:
+    types = in_cluster(node_types_from_config(fake_cluster_config("unused"), PRICES), "a")
+    state = FakeState()
+    member = Member(RayClusterRef("a", "a.yaml", "http://h:1", "h:2"),
+                    RayAutoscalerFleet(types, list_nodes=lambda: state.nodes, request=state.requests.append))
+    fleet = RayClustersFleet([member.ref], make=lambda ref: member)
+    fleet.launch(LaunchRequest("full", "a.fake-zone-a", SPOT, Market.SPOT, 2))  # max_workers 2
+    with pytest.raises(CapacityUnavailable, match="max_workers=2 reached"):
+        fleet.launch(LaunchRequest("more", "a.fake-zone-a", SPOT, Market.SPOT))
+    assert member.down == ""
+    fleet.launch(LaunchRequest("od", "a.fake-zone-a", "gpu_on_demand_fake", Market.ON_DEMAND))
 
 
 @pytest.mark.ray
@@ -143,3 +158,58 @@ def test_a_metadata_notice_on_a_node_of_b_is_a_notice_of_bs_slot_only() -> None:
     for tmp in tmps.values():
         assert our_processes(tmp) == [], f"left running in {tmp}"
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_the_loop_notices_the_node_of_bs_slot(tmp_path: Path) -> None:
+    """What the controller makes of it: B's node is NOTICED with the seconds left; A's node of
+    the same Ray node id runs on."""
+    from controlplane.core.models import JobSpec, JobState, NodeState
+    from controlplane.reconcile.contracts import ControllerSettings
+    from controlplane.reconcile.controller import Controller
+    from controlplane.store import Store
+
+    clock = SimClock(start=0.0)
+    states = {"a": FakeState(), "b": FakeState()}
+    reported: dict[str, list[tuple[str, float]]] = {"a": [], "b": []}
+
+    def make(ref: RayClusterRef) -> Member:
+        types = in_cluster(node_types_from_config(fake_cluster_config("unused"), PRICES), ref.name)
+        state = states[ref.name]
+        fleet = RayAutoscalerFleet(types, clock=clock, list_nodes=lambda: state.nodes,
+                                   request=state.requests.append)
+
+        def take() -> list[tuple[str, float]]:
+            out, reported[ref.name][:] = list(reported[ref.name]), []
+            return out
+
+        return Member(ref, fleet, notices=take)
+
+    fleet = RayClustersFleet([RayClusterRef(n, f"{n}.yaml", "http://h:1", "h:2") for n in states], make=make)
+    store = Store(tmp_path / "spotplane.db")
+    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"FAKE": 4}),
+                     epoch=store.take_controller_lease())
+    tenant, _ = store.create_tenant("t", max_gpus=100)
+    jobs = [store.submit_job(tenant.id, JobSpec(name=n, kind="spot", compute_hours=5, accelerator="FAKE"),
+                             now=0.0) for n in ("x", "y", "z")]  # 3 > max_workers 2: both clusters
+
+    def run(minutes: int) -> None:
+        for _ in range(minutes):
+            clock.advance(60.0)
+            ctl.tick()
+            for name, member in fleet.members.items():  # each autoscaler numbers its nodes 0, 1..
+                assert isinstance(member.fleet, RayAutoscalerFleet)
+                live = [s for s in member.fleet.slots.values() if not s.released]
+                for i in range(len(states[name].nodes), len(live)):
+                    states[name].add(f"node-{i}", dict(live[i].spec.resources))
+
+    run(10)
+    assert all(store.get_job(j.id).state is JobState.RUNNING for j in jobs)
+    slots = {name: {s.slot_id: s.node_id for s in m.fleet.slots.values()}  # type: ignore[attr-defined]
+             for name, m in fleet.members.items()}
+    assert "node-0" in slots["a"].values() and "node-0" in slots["b"].values()
+    reported["b"].append(("node-0", 115.0))
+    run(2)  # the fleet's event at one tick, its state at the next
+    noticed = {n.instance_id: n.state for n in store.list_nodes()}
+    b_slot = next(sid for sid, nid in slots["b"].items() if nid == "node-0")
+    assert {sid for sid, st in noticed.items() if st is NodeState.NOTICED} == {b_slot}
+    store.close()
