@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import select
-import struct
 import subprocess
 import sys
 import threading
@@ -27,10 +26,10 @@ from typing import IO, Any, Protocol
 
 from actors.checkpoint import RemoteCheckpointActor
 from actors.raylocal import scrubbed_env
+from clusters.frames import recv, send
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">I")
 READY_TIMEOUT_S = 120.0  # a checkpoint actor placed and planned within this, or refused
 ANSWER_SLACK_S = 60.0  # the bridge answers within an op's own wait plus this, or is restarted
 
@@ -150,22 +149,10 @@ LocalActors = ActorOps
 def _send(out: IO[bytes], obj: Any) -> None:
     from ray import cloudpickle
 
-    data = cloudpickle.dumps(obj)
-    out.write(_HEADER.pack(len(data)) + data)
-    out.flush()
+    send(out, obj, cloudpickle.dumps)
 
 
-def _recv(inp: IO[bytes]) -> Any:
-    import pickle
-
-    head = inp.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        raise EOFError("the other side closed the pipe")
-    (size,) = _HEADER.unpack(head)
-    data = inp.read(size)
-    if len(data) < size:
-        raise EOFError("the other side closed the pipe mid-message")
-    return pickle.loads(data)
+_recv = recv
 
 
 class ActorBridge:

@@ -15,21 +15,19 @@ import argparse
 import contextlib
 import logging
 import os
-import pickle
 import select
-import struct
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from clusters.frames import recv, send
 from clusters.ray.nodewatch import ClusterNoticeWatch
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">I")
 ANSWER_TIMEOUT_S = 60.0  # the child answers a request within this, or is restarted
 CONNECT_TIMEOUT_S = 120.0  # the child is a driver of the cluster within this, or is refused
 KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME",
@@ -49,25 +47,6 @@ def driver_env(token_path: str | None) -> dict[str, str]:
         env["RAY_AUTH_MODE"] = "token"
         env["RAY_AUTH_TOKEN_PATH"] = str(Path(token_path).expanduser())
     return env
-
-
-def send(out: IO[bytes], obj: Any) -> None:
-    """Write one length-prefixed pickled message."""
-    data = pickle.dumps(obj)
-    out.write(_HEADER.pack(len(data)) + data)
-    out.flush()
-
-
-def recv(inp: IO[bytes]) -> Any:
-    """Read one length-prefixed pickled message (EOFError when the other side closed)."""
-    head = inp.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        raise EOFError("the other side closed the pipe")
-    (size,) = _HEADER.unpack(head)
-    data = inp.read(size)
-    if len(data) < size:
-        raise EOFError("the other side closed the pipe mid-message")
-    return pickle.loads(data)
 
 
 class ClusterDriver:
