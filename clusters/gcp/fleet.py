@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from clusters.bootstrap import BootConfig, ClusterJoin, NodeLaunch, boot_config
+from clusters.bootstrap import BootConfig, JoinSource, NodeLaunch, boot_config
 from clusters.cloudcalls import Backoff
 from clusters.fleet import (
     EventKind,
@@ -149,7 +149,7 @@ class GcpOptions:
     service_account: str | None = None
     startup_script: str | None = None
     termination_action: str | None = None
-    cluster_joins: Mapping[str, ClusterJoin] | None = None  # region -> its workload cluster
+    cluster_joins: JoinSource | None = None  # region -> its workload cluster (or a callable read per launch)
     api_url: str | None = None  # where the nodes' watcher reports
     node_report_secret: str | None = None  # controlplane.core.nodecreds.report_secret
     boot_hook: str | None = None  # the operator's shell lines (mounts, drivers) in the bootstrap
@@ -209,7 +209,7 @@ class GcpFleet(FleetProvider):
         self.backoff = backoff or Backoff(self.clock)
         self.wait_rounds = wait_rounds
         self.boot = boot  # every launch's startup-script is its rendered bootstrap
-        if boot is not None:
+        if boot is not None and boot.fixed:  # a source read per launch is checked at launch
             for zone in self.zones:
                 boot.join_for(zone_region(zone))
         self.page_size = 500  # instances.list page (max 500)
