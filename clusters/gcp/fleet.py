@@ -1,8 +1,9 @@
 """GCP Compute Engine fleet provider (google-cloud-compute, REST transport): Spot and standard VMs.
 
 Calls made (and nothing else): ``instances.insert``, ``instances.get``, ``instances.list``,
-``instances.delete``, ``zoneOperations.wait``, ``zoneOperations.list`` and
-``machineTypes.get``.
+``instances.delete``, ``zoneOperations.wait``, ``zoneOperations.list``,
+``machineTypes.get`` and, for a launched head that does not answer,
+``instances.getSerialPortOutput``.
 
 - Spot VMs carry ``scheduling.provisioningModel = SPOT`` and an
   ``instanceTerminationAction`` (``DELETE`` by default, like an AWS one-time spot request);
@@ -494,8 +495,9 @@ class GcpFleet(FleetProvider):
         zone = self._zone_of.get(instance_id) or self._find_zone(instance_id)
         if zone is None:
             return ""
-        out = self.instances.get_serial_port_output(project=self.project, zone=zone,
-                                                    instance=instance_id)
+        out = self._call("instances.getSerialPortOutput", self.instances.get_serial_port_output,
+                         {"project": self.project, "zone": zone, "instance": instance_id, "port": 1},
+                         zone)
         return "\n".join(str(out.contents or "").splitlines()[-lines:])
 
     # ---------------------------------------------------------------- views and events
