@@ -20,14 +20,17 @@ from controlplane.core.tokens import hash_token
 from controlplane.core.workloadclusters import WorkloadClusterSpec
 from controlplane.store import Store
 from tests.clusters import gce_fake
+from tests.clusters import test_aws_fleet as aws
+
+moto_port, proxy, aws_env = aws.moto_port, aws.proxy, aws.aws_env  # fixtures
 
 SECRET = report_secret(hash_token("sp_admin-token"))
 API = "https://spotplane.example:8443"
 ZONES = ("us-central1-a", "us-west1-a")
 
 
-def register(store: Store, name: str, region: str, gcs: str) -> None:
-    store.add_cluster(WorkloadClusterSpec(name=name, cloud="gcp", region=region, gcs_address=gcs,
+def register(store: Store, name: str, region: str, gcs: str, cloud: str = "gcp") -> None:
+    store.add_cluster(WorkloadClusterSpec(name=name, cloud=cloud, region=region, gcs_address=gcs,
                                           dashboard_url=f"http://{gcs.split(':')[0]}:8265",
                                           token_ref="projects/p/secrets/ray-token"))
 
@@ -108,3 +111,30 @@ def test_a_fixed_map_is_still_checked_when_the_fleet_is_built(gce: tuple[gce_fak
         make_provider("gcp", project="spotplane-test", zones=list(ZONES), credentials="anonymous",
                       api_endpoint=endpoint, machine_types=["g2-standard-4"], api_url=API,
                       node_report_secret=SECRET, cluster_joins={"us-central1": central})
+
+
+@pytest.mark.slow
+def test_aws_user_data_names_a_cluster_registered_after_the_fleet_is_built(
+        proxy: Any, aws_env: None, tmp_path: Path) -> None:
+    import base64
+
+    import boto3
+
+    _, url = proxy
+    store = Store(tmp_path / "spotplane.db")
+    try:
+        fleet: Any = make_provider(
+            "aws", endpoint_url=url, zones=["us-east-1a"], instance_types=["g5.xlarge"],
+            image_id="ami-12c6146b", api_url=API, node_report_secret=SECRET,
+            cluster_joins=RegistryJoins(store.list_clusters, "aws", ttl_s=0.0))
+        with pytest.raises(InvalidInput, match="us-east-1"):
+            fleet.launch(LaunchRequest("launch-1", "us-east-1a", "g5.xlarge", Market.SPOT))
+        assert fleet.describe() == []  # refused before anything was launched
+        register(store, "east", "us-east-1", "10.0.0.5:6379", cloud="aws")
+        [inst] = fleet.launch(LaunchRequest("launch-2", "us-east-1a", "g5.xlarge", Market.SPOT))
+        ec2 = boto3.client("ec2", endpoint_url=url, region_name="us-east-1")
+        attr = ec2.describe_instance_attribute(InstanceId=inst.instance_id, Attribute="userData")
+        script = base64.b64decode(attr["UserData"]["Value"]).decode()
+        assert "\nGCS_ADDRESS=10.0.0.5:6379\n" in script and "\nCLUSTER_NAME=east\n" in script
+    finally:
+        store.close()
