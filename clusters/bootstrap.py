@@ -106,6 +106,10 @@ class BootConfig:
         """The region -> join map as it is now (a callable source is read again)."""
         return self.joins() if callable(self.joins) else self.joins
 
+    def joinable(self, region: str) -> bool:
+        """Whether a launch in ``region`` has a workload cluster to join now."""
+        return region in self.current_joins()
+
     def join_for(self, region: str) -> ClusterJoin:
         """The region's workload cluster; a region without one is refused."""
         joins = self.current_joins()

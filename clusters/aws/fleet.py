@@ -331,6 +331,8 @@ class AwsFleet(FleetProvider):
         return {k: v for k, (_, v) in latest.items()}
 
     def offers(self) -> list[Offer]:
+        if self.boot is not None and not self.boot.joinable(self.region):
+            return []  # no workload cluster to join here (yet): nothing to place on
         prices = self._latest_spot_prices()
         out = []
         for zone, itype in sorted(self._offered()):

@@ -328,6 +328,8 @@ class GcpFleet(FleetProvider):
     def offers(self) -> list[Offer]:
         out = []
         for zone in self.zones:
+            if self.boot is not None and not self.boot.joinable(zone_region(zone)):
+                continue  # no workload cluster to join in its region (yet): nothing to place on
             for mt in self.machine_types_wanted:
                 acc = self._accelerator(zone, mt)
                 if acc is None:

@@ -86,12 +86,14 @@ def test_a_cluster_registered_after_the_fleet_is_built_is_joined_at_the_next_lau
             "gcp", project="spotplane-test", zones=list(ZONES), credentials="anonymous",
             api_endpoint=endpoint, machine_types=["g2-standard-4"], api_url=API,
             node_report_secret=SECRET, cluster_joins=RegistryJoins(store.list_clusters, "gcp", ttl_s=0.0))
-        # built with no cluster anywhere: refused only when a launch needs one
+        # built with no cluster anywhere: nothing offered, and a launch is refused
+        assert fleet.offers() == []
         with pytest.raises(InvalidInput, match="cluster_joins") as refused:
             fleet.launch(LaunchRequest("launch-1", "us-central1-a", "g2-standard-4", Market.SPOT))
         assert "clusters add" in (refused.value.fix or "") and fake.names() == []
 
         register(store, "central", "us-central1", "10.1.0.5:6379")
+        assert {o.zone for o in fleet.offers()} == {"us-central1-a"}
         [inst] = fleet.launch(LaunchRequest("launch-2", "us-central1-a", "g2-standard-4", Market.SPOT))
         script = startup_script(fake, inst.instance_id)
         assert "\nGCS_ADDRESS=10.1.0.5:6379\n" in script and "\nCLUSTER_NAME=central\n" in script
@@ -127,10 +129,12 @@ def test_aws_user_data_names_a_cluster_registered_after_the_fleet_is_built(
             "aws", endpoint_url=url, zones=["us-east-1a"], instance_types=["g5.xlarge"],
             image_id="ami-12c6146b", api_url=API, node_report_secret=SECRET,
             cluster_joins=RegistryJoins(store.list_clusters, "aws", ttl_s=0.0))
+        assert fleet.offers() == []
         with pytest.raises(InvalidInput, match="us-east-1"):
             fleet.launch(LaunchRequest("launch-1", "us-east-1a", "g5.xlarge", Market.SPOT))
         assert fleet.describe() == []  # refused before anything was launched
         register(store, "east", "us-east-1", "10.0.0.5:6379", cloud="aws")
+        assert {o.zone for o in fleet.offers()} == {"us-east-1a"}
         [inst] = fleet.launch(LaunchRequest("launch-2", "us-east-1a", "g5.xlarge", Market.SPOT))
         ec2 = boto3.client("ec2", endpoint_url=url, region_name="us-east-1")
         attr = ec2.describe_instance_attribute(InstanceId=inst.instance_id, Attribute="userData")
