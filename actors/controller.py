@@ -31,7 +31,7 @@ import ray
 from actors.deadline import RayDeadlineHost
 from actors.execution.config import ExecutorConfig
 from actors.execution.multicluster import closed_zones
-from clusters.bootstrap import joins_from
+from clusters.bootstrap import RegistryJoins
 from clusters.clusterfleet import ClusterGatedFleet
 from clusters.providers import make_provider
 from controlplane.core.clock import Clock, ManualClock, SimClock, WallClock
@@ -125,8 +125,9 @@ class ControllerActor:
             fleet_opts.setdefault("seed", config.seed)
             fleet_opts.setdefault("lifetime_model", default_gce_model())  # seed 001's GCE fit
         if fleet_opts.get("api_url") and not fleet_opts.get("cluster_joins"):
-            # launched nodes boot into the registered workload cluster of their region
-            fleet_opts["cluster_joins"] = joins_from(self.store.list_clusters(), config.fleet)
+            # launched nodes boot into the registered workload cluster of their region, read at
+            # each launch (a few seconds' cache): a cluster registered later is joined without a restart
+            fleet_opts["cluster_joins"] = RegistryJoins(self.store.list_clusters, config.fleet)
         if config.fleet == "ray-clusters":
             # each registered cluster with a ray_config is asked for nodes by its own autoscaler
             fleet_opts.setdefault("registry", self.store.list_clusters)

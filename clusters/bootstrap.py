@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import shlex
 import string
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -60,6 +61,10 @@ class ClusterJoin:
                                fix="e.g. 10.0.0.5:6379")
 
 
+JoinMap = Mapping[str, ClusterJoin]  # region -> the workload cluster its nodes join
+JoinSource = JoinMap | Callable[[], JoinMap]  # a fixed map, or one read again at each launch
+
+
 @dataclass(frozen=True)
 class NodeLaunch:
     """What one launch's bootstrap is rendered from."""
@@ -74,10 +79,11 @@ class NodeLaunch:
 
 @dataclass(frozen=True)
 class BootConfig:
-    """A provider's bootstrap settings: the workload cluster of each region, the API URL the
-    nodes report to, the control plane's report secret and the operator's hook."""
+    """A provider's bootstrap settings: the workload cluster of each region (a fixed map, or a
+    callable read at each launch), the API URL the nodes report to, the control plane's report
+    secret and the operator's hook."""
 
-    joins: Mapping[str, ClusterJoin]
+    joins: JoinSource
     api_url: str
     report_secret: str
     hook: str = ""
@@ -91,13 +97,32 @@ class BootConfig:
             raise InvalidInput("node_report_secret", "empty",
                                fix="controlplane.core.nodecreds.report_secret(admin token hash)")
 
+    @property
+    def fixed(self) -> bool:
+        """Whether the joins are a fixed map (checked when the fleet is built)."""
+        return not callable(self.joins)
+
+    def current_joins(self) -> JoinMap:
+        """The region -> join map as it is now (a callable source is read again)."""
+        return self.joins() if callable(self.joins) else self.joins
+
+    def joinable(self, region: str) -> bool:
+        """Whether a launch in ``region`` has a workload cluster to join now."""
+        return region in self.current_joins()
+
     def join_for(self, region: str) -> ClusterJoin:
         """The region's workload cluster; a region without one is refused."""
-        found = self.joins.get(region)
-        if found is None:
-            raise InvalidInput("cluster_joins", f"no workload cluster for region {region}",
-                               fix=f"add {region!r} to cluster_joins (one of {sorted(self.joins)})")
-        return found
+        joins = self.current_joins()
+        found = joins.get(region)
+        if found is not None:
+            return found
+        if self.fixed:
+            fix = f"add {region!r} to cluster_joins (one of {sorted(joins)})"
+        else:
+            fix = (f"register an active workload cluster in {region} with a GCS address and a "
+                   f"token_ref (spotplane clusters add NAME --region {region} ...); regions with "
+                   f"one: {sorted(joins) or 'none'}")
+        raise InvalidInput("cluster_joins", f"no workload cluster for region {region}", fix=fix)
 
     def render(self, launch: NodeLaunch, region: str) -> str:
         """The bootstrap of one launch into ``region``'s workload cluster."""
@@ -106,7 +131,7 @@ class BootConfig:
                       self.ray_version)
 
 
-def boot_config(joins: Mapping[str, ClusterJoin] | None, api_url: str | None,
+def boot_config(joins: JoinSource | None, api_url: str | None,
                 secret: str | None, hook: str | None,
                 script: tuple[str, str | None]) -> BootConfig | None:
     """A fleet's bootstrap settings from its options (None without ``cluster_joins``); a
@@ -121,7 +146,7 @@ def boot_config(joins: Mapping[str, ClusterJoin] | None, api_url: str | None,
     if not api_url or not secret:
         raise InvalidInput("api_url" if not api_url else "node_report_secret",
                            "needed with cluster_joins", fix="pass the API's URL and the report secret")
-    return BootConfig(dict(joins), api_url, secret, hook or "")
+    return BootConfig(joins if callable(joins) else dict(joins), api_url, secret, hook or "")
 
 
 def pinned_ray() -> str:
@@ -219,3 +244,24 @@ def joins_from(clusters: Iterable[WorkloadCluster], cloud: str) -> dict[str, Clu
             continue
         joins[c.region] = ClusterJoin(c.name, c.gcs_address, token_ref_for(cloud, c.token_ref))
     return joins
+
+
+class RegistryJoins:
+    """A join source over a registry of workload clusters, read again when its copy is older
+    than ``ttl_s``: a cluster registered after the fleet was built is joined at the next launch
+    past that age."""
+
+    def __init__(self, list_clusters: Callable[[], Iterable[WorkloadCluster]], cloud: str,
+                 ttl_s: float = 5.0, now: Callable[[], float] = time.monotonic) -> None:
+        self.list_clusters, self.cloud = list_clusters, cloud
+        self.ttl_s, self.now = ttl_s, now
+        self._read_at: float | None = None
+        self._joins: dict[str, ClusterJoin] = {}
+
+    def __call__(self) -> JoinMap:
+        """Region -> join (:func:`joins_from` of the registry), at most ``ttl_s`` old."""
+        now = self.now()
+        if self._read_at is None or now - self._read_at >= self.ttl_s:
+            self._joins = joins_from(self.list_clusters(), self.cloud)
+            self._read_at = now
+        return self._joins

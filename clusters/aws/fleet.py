@@ -34,7 +34,7 @@ from typing import Any
 
 from clusters.aws.catalog import ON_DEMAND_USD_PER_HOUR, list_prices
 from clusters.aws.notices import NOTICE_SECONDS, AwsSpotNoticeWatcher
-from clusters.bootstrap import BootConfig, ClusterJoin, NodeLaunch, boot_config
+from clusters.bootstrap import BootConfig, JoinSource, NodeLaunch, boot_config
 from clusters.cloudcalls import Backoff
 from clusters.fleet import (
     EventKind,
@@ -140,7 +140,7 @@ class AwsOptions:
     iam_instance_profile: str | None = None
     user_data: str | None = None
     spot_max_price: str | None = None
-    cluster_joins: Mapping[str, ClusterJoin] | None = None  # region -> its workload cluster
+    cluster_joins: JoinSource | None = None  # region -> its workload cluster (or a callable read per launch)
     api_url: str | None = None  # where the nodes' watcher reports
     node_report_secret: str | None = None  # controlplane.core.nodecreds.report_secret
     boot_hook: str | None = None  # the operator's shell lines (mounts, drivers) in the bootstrap
@@ -200,7 +200,7 @@ class AwsFleet(FleetProvider):
         self.backoff = backoff or Backoff(self.clock)
         self.catalog_ttl_s = catalog_ttl_s  # offerings and spot prices are re-read this often
         self.boot = boot  # every launch's user_data is its rendered bootstrap
-        if boot is not None:
+        if boot is not None and boot.fixed:  # a source read per launch is checked at launch
             boot.join_for(region)
         self.page_size = 1000  # describe_instances page (5..1000)
         self._catalog: dict[str, tuple[float, Any]] = {}
@@ -331,6 +331,8 @@ class AwsFleet(FleetProvider):
         return {k: v for k, (_, v) in latest.items()}
 
     def offers(self) -> list[Offer]:
+        if self.boot is not None and not self.boot.joinable(self.region):
+            return []  # no workload cluster to join here (yet): nothing to place on
         prices = self._latest_spot_prices()
         out = []
         for zone, itype in sorted(self._offered()):

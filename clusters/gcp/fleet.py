@@ -1,8 +1,9 @@
 """GCP Compute Engine fleet provider (google-cloud-compute, REST transport): Spot and standard VMs.
 
 Calls made (and nothing else): ``instances.insert``, ``instances.get``, ``instances.list``,
-``instances.delete``, ``zoneOperations.wait``, ``zoneOperations.list`` and
-``machineTypes.get``.
+``instances.delete``, ``zoneOperations.wait``, ``zoneOperations.list``,
+``machineTypes.get`` and, for a launched head that does not answer,
+``instances.getSerialPortOutput``.
 
 - Spot VMs carry ``scheduling.provisioningModel = SPOT`` and an
   ``instanceTerminationAction`` (``DELETE`` by default, like an AWS one-time spot request);
@@ -31,7 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from clusters.bootstrap import BootConfig, ClusterJoin, NodeLaunch, boot_config
+from clusters.bootstrap import BootConfig, JoinSource, NodeLaunch, boot_config
 from clusters.cloudcalls import Backoff
 from clusters.fleet import (
     EventKind,
@@ -149,7 +150,7 @@ class GcpOptions:
     service_account: str | None = None
     startup_script: str | None = None
     termination_action: str | None = None
-    cluster_joins: Mapping[str, ClusterJoin] | None = None  # region -> its workload cluster
+    cluster_joins: JoinSource | None = None  # region -> its workload cluster (or a callable read per launch)
     api_url: str | None = None  # where the nodes' watcher reports
     node_report_secret: str | None = None  # controlplane.core.nodecreds.report_secret
     boot_hook: str | None = None  # the operator's shell lines (mounts, drivers) in the bootstrap
@@ -209,7 +210,7 @@ class GcpFleet(FleetProvider):
         self.backoff = backoff or Backoff(self.clock)
         self.wait_rounds = wait_rounds
         self.boot = boot  # every launch's startup-script is its rendered bootstrap
-        if boot is not None:
+        if boot is not None and boot.fixed:  # a source read per launch is checked at launch
             for zone in self.zones:
                 boot.join_for(zone_region(zone))
         self.page_size = 500  # instances.list page (max 500)
@@ -327,6 +328,8 @@ class GcpFleet(FleetProvider):
     def offers(self) -> list[Offer]:
         out = []
         for zone in self.zones:
+            if self.boot is not None and not self.boot.joinable(zone_region(zone)):
+                continue  # no workload cluster to join in its region (yet): nothing to place on
             for mt in self.machine_types_wanted:
                 acc = self._accelerator(zone, mt)
                 if acc is None:
@@ -494,8 +497,9 @@ class GcpFleet(FleetProvider):
         zone = self._zone_of.get(instance_id) or self._find_zone(instance_id)
         if zone is None:
             return ""
-        out = self.instances.get_serial_port_output(project=self.project, zone=zone,
-                                                    instance=instance_id)
+        out = self._call("instances.getSerialPortOutput", self.instances.get_serial_port_output,
+                         {"project": self.project, "zone": zone, "instance": instance_id, "port": 1},
+                         zone)
         return "\n".join(str(out.contents or "").splitlines()[-lines:])
 
     # ---------------------------------------------------------------- views and events

@@ -264,6 +264,11 @@ class BootEmulator:
                 started.append(self.booted[iid])
         return started
 
+    def console(self, iid: str) -> str:
+        """What the instance's bootstrap wrote so far (its serial console); empty if not booted."""
+        booted = self.booted.get(iid)
+        return booted.output() if booted is not None else ""
+
     def reap(self) -> list[str]:
         """Kill the namespaces of instances the cloud shows terminated; their ids."""
         ended = [iid for iid in self.booted if self.gone(iid)]
@@ -392,6 +397,24 @@ def gce_gone(fake: Any) -> Gone:
     return gone
 
 
+def gce_private_ip(fake: Any) -> IpOf:
+    """The VM's first ``networkIP`` as the Compute fake reports it."""
+    def ip_of(name: str) -> str | None:
+        with fake.lock:
+            found = [v for (_, n), v in fake.instances.items() if n == name]
+        nics = found[0].get("networkInterfaces", []) if found else []
+        return str(nics[0]["networkIP"]) if nics else None
+    return ip_of
+
+
+def gce_boot_pending(fake: Any) -> None:
+    """GCE finishes booting every VM still provisioning or staging (RUNNING)."""
+    with fake.lock:
+        pending = [n for (_, n), v in fake.instances.items() if v["status"] in ("PROVISIONING", "STAGING")]
+    for name in pending:
+        fake.set_status(name, "RUNNING")
+
+
 def booted_ok(booted: Booted, timeout_s: float = 240.0) -> None:
     """The bootstrap ended well (its output in the failure otherwise)."""
     rc = booted.finished(timeout_s)
@@ -408,4 +431,4 @@ def free_port() -> int:
 
 __all__ = ["BootEmulator", "Booted", "Bridge", "WorkloadHead", "booted_ok", "ec2_gone", "ec2_private_ip",
            "ec2_scripts",
-           "free_port", "gce_gone", "gce_scripts", "require_netns", "run"]
+           "free_port", "gce_boot_pending", "gce_gone", "gce_private_ip", "gce_scripts", "require_netns", "run"]

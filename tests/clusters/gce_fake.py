@@ -10,7 +10,10 @@ misnamed field fails a test instead of being silently dropped.
 
 Endpoints (all under ``/compute/v1/projects/{project}/zones/{zone}``):
 ``POST|GET /instances``, ``GET|DELETE /instances/{name}``, ``GET /operations``,
-``POST /operations/{name}/wait``, ``GET /machineTypes/{name}``.
+``POST /operations/{name}/wait``, ``GET /machineTypes/{name}``,
+``GET /instances/{name}/serialPort`` (the ``SerialPortOutput`` of port 1: what
+:attr:`GceFake.serial_output` says the VM wrote, e.g. its startup-script's log as the boot
+emulator captured it).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import re
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,7 +31,7 @@ from typing import Any
 
 API = "https://www.googleapis.com/compute/v1"
 PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/"
-                  r"(?P<collection>instances|operations|machineTypes)(?:/(?P<name>[^/]+))?(?:/(?P<verb>wait))?$")
+                  r"(?P<collection>instances|operations|machineTypes)(?:/(?P<name>[^/]+))?(?:/(?P<verb>wait|serialPort))?$")
 FILTER_TERM = re.compile(r'^\(?\s*(?P<field>[A-Za-z][\w.-]*)\s*=\s*"?(?P<value>[^")]*)"?\s*\)?$')
 
 # name -> (guestCpus, memoryMb, accelerators as the API lists them)
@@ -76,6 +80,8 @@ class GceFake:
     calls: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     sent: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (resource kind, body)
     running_rounds: int = 1  # insert operations stay RUNNING for this many wait calls
+    network_prefix: str = "10.128.0"  # internal IPs are {network_prefix}.N (N from 2)
+    serial_output: Callable[[str], str] = lambda name: ""  # a VM's serial port 1, by its name
     now: datetime = field(default_factory=lambda: datetime(2026, 1, 5, 12, 0, tzinfo=UTC))
     lock: threading.RLock = field(default_factory=threading.RLock)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(4_100_000_000_000_000_001))
@@ -174,7 +180,7 @@ class GceFake:
             "networkInterfaces": [{
                 "kind": "compute#networkInterface",
                 "network": f"{API}/projects/{self.project}/global/networks/default",
-                "networkIP": f"10.128.0.{len(self.instances) + 2}", "name": "nic0",
+                "networkIP": f"{self.network_prefix}.{len(self.instances) + 2}", "name": "nic0",
                 "fingerprint": "ruOyFbP0K0M=", "stackType": "IPV4_ONLY",
             }],
             "disks": [{
@@ -237,7 +243,7 @@ class GceFake:
                 return 404, error_body(404, f"The resource 'projects/{self.project}/zones/{zone}/machineTypes/{name}' was not found", "notFound")
             return self._send("MachineType", 200, self.machine_type(zone, name))
         if collection == "instances":
-            return self._instances(method, zone, name, query, body)
+            return self._instances(method, zone, name, query, body, verb)
         if collection == "operations":
             if method == "GET" and not name:
                 try:
@@ -259,9 +265,26 @@ class GceFake:
                 return self._send("Operation", 200, op)
         return 400, error_body(400, f"unsupported {method} on {collection}", "invalid")
 
+    def _serial_port(self, zone: str, name: str, query: dict[str, str],
+                     not_found: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``instances.getSerialPortOutput``: port 1's contents from byte ``start`` on."""
+        if (zone, name) not in self.instances:
+            return 404, not_found
+        if query.get("port", "1") != "1":
+            return 400, error_body(400, "Invalid value for field 'port': only port 1 is emulated", "invalid")
+        text = self.serial_output(name)
+        start = min(int(query.get("start") or 0), len(text.encode()))
+        data = text.encode()[start:].decode(errors="replace")
+        return self._send("SerialPortOutput", 200, {
+            "kind": "compute#serialPortOutput", "contents": data, "start": str(start),
+            "next": str(start + len(data.encode())),
+            "selfLink": f"{self._zone_url(zone)}/instances/{name}/serialPort"})
+
     def _instances(self, method: str, zone: str, name: str | None, query: dict[str, str],
-                   body: bytes) -> tuple[int, dict[str, Any]]:
+                   body: bytes, verb: str | None = None) -> tuple[int, dict[str, Any]]:
         not_found = error_body(404, f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' was not found", "notFound")
+        if method == "GET" and name and verb == "serialPort":
+            return self._serial_port(zone, name, query, not_found)
         if method == "GET" and name:
             inst = self.instances.get((zone, name))
             return (404, not_found) if inst is None else self._send("Instance", 200, inst)

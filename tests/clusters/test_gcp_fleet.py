@@ -35,7 +35,7 @@ ZONES = ["us-central1-a", "us-central1-b", "us-central1-c"]
 PROJECT = "spotplane-test"
 MESSAGE_TYPES: dict[str, Any] = {"Instance": compute_v1.Instance, "InstanceList": compute_v1.InstanceList,
                  "Operation": compute_v1.Operation, "OperationList": compute_v1.OperationList,
-                 "MachineType": compute_v1.MachineType}
+                 "MachineType": compute_v1.MachineType, "SerialPortOutput": compute_v1.SerialPortOutput}
 
 
 @pytest.fixture
