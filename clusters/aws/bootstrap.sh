@@ -3,7 +3,7 @@
 # This file holds what only AWS does: where its instance metadata service is, how a token in SSM
 # is read (in this instance's region) and how the instance learns its id (IMDSv2, step 2). The
 # steps every cloud shares come from clusters/bootstrap-common.sh, rendered in below.
-set -euo pipefail
+set -Eeuo pipefail  # -E: the ERR trap names the failing line inside functions (the hook) too
 
 CLOUD=aws
 METADATA=${SPOTPLANE_METADATA_URL:-http://169.254.169.254}

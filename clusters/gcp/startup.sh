@@ -3,7 +3,7 @@
 # This file holds what only GCP does: where its metadata server is, how a token in SSM is read
 # and how the VM learns its name (instance/name, step 2). The steps every cloud shares come
 # from clusters/bootstrap-common.sh, rendered in below.
-set -euo pipefail
+set -Eeuo pipefail  # -E: the ERR trap names the failing line inside functions (the hook) too
 
 CLOUD=gcp
 METADATA=${SPOTPLANE_METADATA_URL:-http://metadata.google.internal}

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -275,3 +277,23 @@ def test_the_clouds_share_one_common_part_and_keep_their_own_metadata_reads() ->
         assert scripts[cloud].count("report_failure() {") == 1
     shared = scripts["aws"][scripts["aws"].index("CLUSTER_NAME="):scripts["aws"].index("# -- 2. who am I")]
     assert shared in scripts["gcp"]
+
+
+def test_a_failing_hook_is_reported_with_its_line(fakes: tuple[Fakes, str], tmp_path: Path) -> None:
+    """The real script, run as a program against the fake metadata server and API: the
+    operator's hook fails, the node reports its boot as failed, naming the hook's command."""
+    state, url = fakes
+    launch = NodeLaunch("aws", "launch-hook", "g5.12xlarge", "A10G", 4, Market.SPOT)
+    script = render(launch, EAST, url, node_credential(SECRET, launch.intent_id),
+                    "echo mounting scratch\ntest -d /no/such/scratch/disk")
+    path = tmp_path / "boot.sh"
+    path.write_text(script)
+    env = {"PATH": os.environ["PATH"], "SPOTPLANE_STATE_DIR": str(tmp_path / "state"),
+           "SPOTPLANE_METADATA_URL": url, "SPOTPLANE_PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(path)], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+    assert done.returncode != 0, done.stdout
+    [(where, auth, body)] = state.posts
+    assert where == "/v1/nodes/i-0abc/boot-failure" and auth == f"Bearer {node_credential(SECRET, 'launch-hook')}"
+    assert "mounting scratch" in body["log_tail"]
+    assert "test -d /no/such/scratch/disk" in body["log_tail"]  # the failing line, named
