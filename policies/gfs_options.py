@@ -29,7 +29,9 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
                    "oldest_calm3_4h_1ph",
                    "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
-                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq"),
+                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq",
+                   "oldest_calm_2h_2ph_bk", "oldest_calm_4h_2ph_bk",
+                   "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph"),
     "hp_reserve": ("off", "head", "drain", "drain_keep"),
 })
 
@@ -106,6 +108,13 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
                                                     spot_guard="oldest_calm_4h_2ph_hpq"),
     "fcfs_eta_max_1_colocate_calm_guard_4h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
                                                          spot_guard="oldest_calm_4h_2ph"),
+    "fcfs_eta_max_1_calm_guard_2h_2ph_bk": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                   spot_guard="oldest_calm_2h_2ph_bk"),
+    "fcfs_eta_max_1_calm_guard_4h_2ph_bk": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                   spot_guard="oldest_calm_4h_2ph_bk"),
+    # the guard grid around the third round's 4-miss guards (docs/gfs.md, "Fourth round")
+    **{f"fcfs_eta_max_1_calm_guard_{g}": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard=f"oldest_calm_{g}")
+       for g in ("2h_3ph", "3h_1ph", "1h_2ph", "5h_2ph")},
 })
 #: The preset the live plane runs: the one the robustness run picked by its worst case over the
 #: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run"): fcfs_eta_max_1

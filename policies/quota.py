@@ -170,7 +170,11 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
 #: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
 SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
                "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
-               "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq")
+               "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq",
+               "oldest_calm_2h_2ph_bk", "oldest_calm_4h_2ph_bk",
+               "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph")
+#: ``*_bk`` guards: the largest factor an eviction of a guard-admitted task multiplies the wait by.
+GUARD_BACKOFF_MAX = 8.0
 #: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).
 CALM3_RATE = 0.03
 
@@ -204,6 +208,18 @@ def spot_guard_yields_to_hp(mode: str) -> bool:
     """Whether the guard stands down while an HP task that may use the pool is queued (``*_hpq``):
     a spot task let in then is the first an arriving HP placement evicts."""
     return mode.endswith("_hpq")
+
+
+def spot_guard_backs_off(mode: str) -> bool:
+    """Whether the guard's wait doubles in a pool after a task it admitted there is evicted (``*_bk``)
+    and halves again after one it admitted finishes or holds its GPUs for a guarantee period H."""
+    return mode.endswith("_bk")
+
+
+def guard_backoff(factor: float, evicted: bool) -> float:
+    """The ``*_bk`` guard's next wait factor: doubled after an eviction of a task it admitted (at most
+    :data:`GUARD_BACKOFF_MAX`), halved (at least 1) after such a task finished or held its GPUs for H."""
+    return min(2.0 * factor, GUARD_BACKOFF_MAX) if evicted else max(0.5 * factor, 1.0)
 
 
 @dataclass
