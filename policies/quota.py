@@ -172,7 +172,8 @@ SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h
                "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
                "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq",
                "oldest_calm_2h_2ph_bk", "oldest_calm_4h_2ph_bk",
-               "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph")
+               "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph",
+               "oldest_calm_2h_2ph_bkall", "oldest_calm_4h_2ph_bkall")
 #: ``*_bk`` guards: the largest factor an eviction of a guard-admitted task multiplies the wait by.
 GUARD_BACKOFF_MAX = 8.0
 #: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).
@@ -211,9 +212,29 @@ def spot_guard_yields_to_hp(mode: str) -> bool:
 
 
 def spot_guard_backs_off(mode: str) -> bool:
-    """Whether the guard's wait doubles in a pool after a task it admitted there is evicted (``*_bk``)
-    and halves again after one it admitted finishes or holds its GPUs for a guarantee period H."""
-    return mode.endswith("_bk")
+    """Whether the guard's wait doubles in a pool after a task it admitted there is evicted (``*_bk``,
+    ``*_bkall``) and halves again after one it admitted finishes or holds its GPUs for a guarantee
+    period H; ``_bk`` counts the oldest task it raised the quota for, ``_bkall`` every spot task
+    that starts in the pool while the quota stands raised (:func:`spot_guard_counts_all_starts`)
+    and halves only per :data:`GUARD_QUIET_S` without such an eviction (:func:`guard_quiet_decay`)."""
+    return mode.endswith(("_bk", "_bkall"))
+
+
+#: ``*_bkall`` guards: the quiet time (no eviction of a task the guard admitted) that halves the wait.
+GUARD_QUIET_S = 24 * 3600.0
+
+
+def guard_quiet_decay(factor: float, quiet_s: float) -> tuple[float, float]:
+    """``*_bkall``: the wait factor after ``quiet_s`` without an eviction of a task the guard admitted,
+    halved once per :data:`GUARD_QUIET_S` (at least 1), and the quiet time those halvings used."""
+    steps = int(quiet_s // GUARD_QUIET_S)
+    got = max(factor / 2.0 ** steps, 1.0)
+    return got, steps * GUARD_QUIET_S
+
+
+def spot_guard_counts_all_starts(mode: str) -> bool:
+    """``*_bkall``: every spot task started under a raised quota counts as admitted by the guard."""
+    return mode.endswith("_bkall")
 
 
 def guard_backoff(factor: float, evicted: bool) -> float:
