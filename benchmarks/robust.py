@@ -254,8 +254,8 @@ def pick_key(per_trace: dict[str, dict[str, float]]) -> tuple[int, float, float]
 #: The picking rules of ``--pick`` (docs/gfs.md, "Robustness run"); the first is the default.
 PICK_RULES = ("misses", "neighbours", "hp_fair", "hp_fair_neighbours")
 #: The spot guard grid: ``oldest_calm[_<n>h][_<m>ph][_bk]``; n theta of wait, one raised step per H / m
-#: (none: every step), ``_bk``: the backing-off guard (its own family, not a neighbour setting).
-GUARD_GRID = re.compile(r"^oldest_calm(?:_(\d+)h)?(?:_(\d+)ph)?(_bk)?$")
+#: (none: every step), ``_bk``/``_bkall``: the backing-off guards (each its own family, not a neighbour setting).
+GUARD_GRID = re.compile(r"^oldest_calm(?:_(\d+)h)?(?:_(\d+)ph)?(_bk|_bkall)?$")
 #: The pace axis of the grid, from the most to the least raised steps per H (0 = every step).
 GUARD_PACES = (0, 3, 2, 1)
 
