@@ -251,8 +251,9 @@ def pick_key(per_trace: dict[str, dict[str, float]]) -> tuple[int, float, float]
     return misses, round(jqt, 6), round(w["eviction_over_median"], 6)
 
 
-#: The picking rules of ``--pick`` (docs/gfs.md, "Robustness run"); the first is the default.
-PICK_RULES = ("misses", "neighbours", "hp_fair", "hp_fair_neighbours")
+#: The picking rules of ``--pick`` (docs/gfs.md, "Robustness run"); the first is the default:
+#: ``neighbours`` since the fourth round (before it: ``misses``).
+PICK_RULES = ("neighbours", "misses", "hp_fair", "hp_fair_neighbours")
 #: The spot guard grid: ``oldest_calm[_<n>h][_<m>ph][_bk]``; n theta of wait, one raised step per H / m
 #: (none: every step), ``_bk``/``_bkall``: the backing-off guards (each its own family, not a neighbour setting).
 GUARD_GRID = re.compile(r"^oldest_calm(?:_(\d+)h)?(?:_(\d+)ph)?(_bk|_bkall)?$")
@@ -288,6 +289,15 @@ def guard_neighbours(name: str, names: Iterable[str]) -> list[str]:
     return out
 
 
+def neighbour_points(point: tuple[tuple[str, ...], int, int]) -> list[tuple[tuple[str, ...], int, int]]:
+    """Every grid point one step from ``point`` (:func:`guard_point`), run or not: the wait one theta
+    longer or shorter (at least theta), the pace one step along :data:`GUARD_PACES`."""
+    rest, wait, pace = point
+    at = GUARD_PACES.index(pace)
+    out = [(rest, w, pace) for w in (wait - 1, wait + 1) if w >= 1]
+    return out + [(rest, wait, GUARD_PACES[i]) for i in (at - 1, at + 1) if 0 <= i < len(GUARD_PACES)]
+
+
 def hp_fair_figures(r: dict[str, Any]) -> dict[str, Any]:
     """One trace's figures with the spot ratio taken to the best HP-fair quota'd baseline where the
     raw one's best quota'd baseline starves HP (an HP-fair one exists and differs from it)."""
@@ -302,22 +312,38 @@ def misses_of(per_trace: dict[str, dict[str, Any]], hp_fair: bool) -> int:
     return sum(not meets(hp_fair_figures(r) if hp_fair else r) for r in per_trace.values())
 
 
+def neighbour_misses(name: str, verdicts: dict[str, dict[str, Any]], hp_fair: bool) -> list[int]:
+    """Traces missed by each guard-grid neighbour of ``name`` (:func:`neighbour_points`); a neighbour
+    that did not run on every trace of ``name`` counts as missing all of them (not measured is not
+    robust); none for a variant off the grid."""
+    me = guard_point(GFS_VARIANTS[name])
+    if me is None:
+        return []
+    n_traces = len(verdicts[f"gfs:{name}"]["per_trace"])
+    ran = {}
+    for lab in verdicts:
+        v = lab.removeprefix("gfs:")
+        if lab.startswith("gfs:") and v in GFS_VARIANTS and len(verdicts[lab]["per_trace"]) >= n_traces:
+            pt = guard_point(GFS_VARIANTS[v])
+            if pt is not None:
+                ran[pt] = misses_of(verdicts[lab]["per_trace"], hp_fair)
+    return [ran.get(pt, n_traces) for pt in neighbour_points(me)]
+
+
 def rule_key(name: str, verdicts: dict[str, dict[str, Any]], rule: str) -> tuple[float, ...]:
     """The sort key of variant ``name`` under picking rule ``rule`` (:data:`PICK_RULES`).
 
     ``misses``: :func:`pick_key`. ``hp_fair``: the same with each trace's spot ratio taken by
     :func:`hp_fair_figures`. ``*neighbours``: first the most traces missed by the variant or any of
-    its guard-grid neighbours that ran (on the traces each ran: a lower bound for a partial run;
-    a variant off the grid counts its own), then the rule's own key."""
+    its guard-grid neighbours (:func:`neighbour_misses`; a variant off the grid counts its own),
+    then the rule's own key."""
     hp_fair = rule.startswith("hp_fair")
     per = verdicts[f"gfs:{name}"]["per_trace"]
     per_f = {t: hp_fair_figures(r) for t, r in per.items()} if hp_fair else per
     own = pick_key(per_f)
     if not rule.endswith("neighbours"):
         return own
-    ran = [v.removeprefix("gfs:") for v in verdicts if v.startswith("gfs:") and v.removeprefix("gfs:") in GFS_VARIANTS]
-    nb = [misses_of(verdicts[f"gfs:{o}"]["per_trace"], hp_fair) for o in guard_neighbours(name, ran)]
-    return (max([own[0], *nb]),) + own
+    return (max([own[0], *neighbour_misses(name, verdicts, hp_fair)]),) + own
 
 
 def picks(verdicts: dict[str, dict[str, Any]], variants: list[str], n_traces: int) -> dict[str, Any]:
@@ -331,7 +357,8 @@ def picks(verdicts: dict[str, dict[str, Any]], variants: list[str], n_traces: in
         best = min(full, key=lambda v: rule_key(v, verdicts, rule))
         out[rule] = {"variant": best, "key": list(rule_key(best, verdicts, rule)),
                      "neighbours": guard_neighbours(best, [v.removeprefix("gfs:") for v in verdicts
-                                                          if v.removeprefix("gfs:") in GFS_VARIANTS])}
+                                                          if v.removeprefix("gfs:") in GFS_VARIANTS]),
+                     "neighbour_misses": neighbour_misses(best, verdicts, rule.startswith("hp_fair"))}
     return out
 
 
@@ -457,7 +484,8 @@ def text(rep: dict[str, Any]) -> str:
                  f"(rule {rep['pick_rule']})")
     for rule, got in rep["picks"].items():
         if got:
-            lines.append(f"  rule {rule}: {got['variant']} key {got['key']} guard neighbours {got['neighbours']}")
+            lines.append(f"  rule {rule}: {got['variant']} key {got['key']} guard neighbours {got['neighbours']} "
+                         f"(misses of every grid neighbour, unmeasured = all: {got['neighbour_misses']})")
     lines.append(rep["seed_note"])
     return "\n".join(lines)
 

@@ -202,7 +202,7 @@ def test_quota_actor_is_one_named_actor_per_namespace_built_from_its_arguments(
 
 
 @pytest.mark.parametrize("guard", ["off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
-                                   "oldest_calm_4h_2ph", "oldest_calm_2h_2ph"])
+                                   "oldest_calm_4h_2ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph"])
 def test_the_spot_guard_admits_the_oldest_waiting_spot_job_after_theta(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: str) -> None:
     from dataclasses import replace

@@ -78,17 +78,21 @@ def test_the_guard_grid_neighbours_are_one_step_of_wait_or_pace() -> None:
 def test_pick_rules_neighbours_and_hp_fair() -> None:
     a, b, c = ("fcfs_eta_max_1_calm_guard_2h_2ph", "fcfs_eta_max_1_calm_guard_4h_2ph",
                "fcfs_eta_max_1_calm_guard_2h_1ph")
+    off_grid = "fcfs_eta_max_1"
     # a misses t1 only on the raw spot ratio (HP-fair 1.5x), b misses t2 on HP; a's neighbour c
-    # misses both traces, b has no neighbour that ran
+    # misses both traces, the other grid neighbours of a and b did not run (they count as two
+    # misses); the variant off the grid misses one trace and has no neighbours
     verdicts = {f"gfs:{a}": {"per_trace": {"t1": _ok(5.0, 1.5), "t2": _ok()}},
                 f"gfs:{b}": {"per_trace": {"t1": _ok(), "t2": {**_ok(), "hp_jqt_ratio": 1.3}}},
-                f"gfs:{c}": {"per_trace": {"t1": _ok(9.0), "t2": _ok(9.0)}}}
-    got = robust.picks(verdicts, [a, b, c], 2)
-    assert got["misses"]["variant"] == b  # one miss each; b's worst JQT excess 1.3 / 1.2 < 5 / 2
-    assert got["neighbours"]["variant"] == b and got["neighbours"]["key"][0] == 1
+                f"gfs:{c}": {"per_trace": {"t1": _ok(9.0), "t2": _ok(9.0)}},
+                f"gfs:{off_grid}": {"per_trace": {"t1": _ok(), "t2": _ok(6.0)}}}
+    got = robust.picks(verdicts, [a, b, c, off_grid], 2)
+    assert got["misses"]["variant"] == b  # one miss each; b's worst JQT excess 1.3 / 1.2 < 5 / 2 < 6 / 2
+    assert robust.neighbour_misses(a, verdicts, False) == [2, 2, 2, 2]  # 1h, 3h: not run; c (2h_1ph): 2
+    assert got["neighbours"]["variant"] == off_grid and got["neighbours"]["key"][0] == 1
     assert got["hp_fair"]["variant"] == a and got["hp_fair"]["key"][0] == 0
-    assert robust.rule_key(a, verdicts, "hp_fair_neighbours")[0] == 2  # c's two misses
-    assert got["hp_fair_neighbours"]["variant"] == b
+    assert robust.rule_key(a, verdicts, "hp_fair_neighbours")[0] == 2
+    assert got["hp_fair_neighbours"]["variant"] == off_grid
 
 
 def _tiny_pods(d: Path) -> Path:
