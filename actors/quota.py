@@ -26,7 +26,10 @@ from policies.quota import (
     SpotQuotaAllocator,
     aggregate_mean_demand,
     aggregate_upper_demand,
+    guard_backoff,
+    guard_quiet_decay,
     spot_guard_acts,
+    spot_guard_counts_all_starts,
     spot_guard_gap_s,
     spot_guard_wait_s,
     starvation_guard,
@@ -50,6 +53,13 @@ class QuotaAllocatorActor:
         self._last_counts: dict[str, float] = {}
         self._last_rate: float | None = None  # Eq. 11's e at the last update (the guard reads it)
         self._guard_at: dict[str, float] = {}  # when the spot guard last raised each pool's quota
+        # spot_guard='*_bkall' (policies.quota.spot_guard_backs_off): per pool the wait factor, since when
+        # no job the guard admitted was preempted, the spot jobs waiting at a raise, and the jobs admitted
+        # then (job id -> pool, preemptions at admission, admitted at)
+        self._guard_factor: dict[str, float] = {}
+        self._guard_quiet_since: dict[str, float] = {}
+        self._waiting_at_raise: dict[str, set[str]] = {}
+        self._guard_admitted: dict[str, tuple[str, int, float]] = {}
 
     def capacity_gpus(self, acc: str) -> float:
         return float(self.pools[acc] * self.per_node.get(acc, 1))
@@ -75,6 +85,8 @@ class QuotaAllocatorActor:
         usage = self.usage()
         self._adapt_eta(now)
         waiting = self.oldest_waiting_spot(now)
+        if spot_guard_counts_all_starts(LIVE_DEFAULT.spot_guard):
+            self._guard_outcomes(now)
         quotas, points = [], []
         for acc, alloc in self.allocators.items():
             mean, sigma = forecasts.get(acc, ([[0.0]], [[0.0]]))
@@ -105,11 +117,52 @@ class QuotaAllocatorActor:
         mode = LIVE_DEFAULT.spot_guard
         if now - self._guard_at.get(acc, -math.inf) < spot_guard_gap_s(mode, alloc.params.horizon_hours):
             return quota
+        factor = self._guard_wait_factor(acc, now)
         raised = starvation_guard(quota, oldest[0], oldest[1], spot, idle,
-                                  spot_guard_wait_s(mode, alloc.params.theta_seconds))
+                                  spot_guard_wait_s(mode, alloc.params.theta_seconds) * factor)
         if raised > quota:
             self._guard_at[acc] = now
+            if spot_guard_counts_all_starts(mode):
+                self._waiting_at_raise[acc] = self._waiting_spot_ids(acc)
         return raised
+
+    def _guard_wait_factor(self, acc: str, now: float) -> float:
+        """``*_bkall``: the pool's wait factor after its quiet-time halvings
+        (:func:`policies.quota.guard_quiet_decay`); 1 for the other guards."""
+        if not spot_guard_counts_all_starts(LIVE_DEFAULT.spot_guard):
+            return 1.0
+        since = self._guard_quiet_since.setdefault(acc, now)
+        factor, used = guard_quiet_decay(self._guard_factor.get(acc, 1.0), now - since)
+        self._guard_factor[acc] = factor
+        self._guard_quiet_since[acc] = since + used
+        return factor
+
+    def _waiting_spot_ids(self, acc: str) -> set[str]:
+        """The spot jobs waiting to be placed (PENDING or QUEUED) that may use pool ``acc``."""
+        return {j.id for j in self.store.active_jobs()
+                if j.kind is JobKind.SPOT and j.state in (JobState.PENDING, JobState.QUEUED)
+                and j.spec.accelerator in (None, acc)}
+
+    def _guard_outcomes(self, now: float) -> None:
+        """``*_bkall``: the jobs waiting at a pool's last raise that have started since count as the
+        guard's; one of them preempted doubles the pool's wait (:func:`policies.quota.guard_backoff`),
+        one that ended or held its nodes for H is dropped."""
+        jobs = {j.id: j for j in self.store.active_jobs()}
+        for acc, ids in self._waiting_at_raise.items():
+            for jid in ids:
+                job = jobs.get(jid)
+                if job is not None and job.state not in (JobState.PENDING, JobState.QUEUED):
+                    self._guard_admitted[jid] = (acc, job.preemptions, now)
+        self._waiting_at_raise.clear()
+        for jid, (acc, preemptions, at) in list(self._guard_admitted.items()):
+            job = jobs.get(jid)
+            horizon_s = self.allocators[acc].params.horizon_hours * 3600.0
+            if job is not None and job.preemptions > preemptions:
+                self._guard_factor[acc] = guard_backoff(self._guard_factor.get(acc, 1.0), True)
+                self._guard_quiet_since[acc] = now
+                del self._guard_admitted[jid]
+            elif job is None or now - at >= horizon_s:
+                del self._guard_admitted[jid]
 
     def oldest_waiting_spot(self, now: float) -> dict[str, tuple[float, float]]:
         """Per pool: (GPUs, seconds since submission) of the oldest spot job still waiting to be

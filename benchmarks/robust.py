@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -250,6 +251,117 @@ def pick_key(per_trace: dict[str, dict[str, float]]) -> tuple[int, float, float]
     return misses, round(jqt, 6), round(w["eviction_over_median"], 6)
 
 
+#: The picking rules of ``--pick`` (docs/gfs.md, "Robustness run"); the first is the default:
+#: ``neighbours`` since the fourth round (before it: ``misses``).
+PICK_RULES = ("neighbours", "misses", "hp_fair", "hp_fair_neighbours")
+#: The spot guard grid: ``oldest_calm[_<n>h][_<m>ph][_bk]``; n theta of wait, one raised step per H / m
+#: (none: every step), ``_bk``/``_bkall``: the backing-off guards (each its own family, not a neighbour setting).
+GUARD_GRID = re.compile(r"^oldest_calm(?:_(\d+)h)?(?:_(\d+)ph)?(_bk|_bkall)?$")
+#: The pace axis of the grid, from the most to the least raised steps per H (0 = every step).
+GUARD_PACES = (0, 3, 2, 1)
+
+
+def guard_point(options: GfsOptions) -> tuple[tuple[str, ...], int, int] | None:
+    """A variant's place on the guard grid: (its other options and the ``_bk`` flag, wait in theta,
+    pace), or None when its spot guard is not an ``oldest_calm`` guard of the grid."""
+    got = GUARD_GRID.match(options.spot_guard)
+    if got is None:
+        return None
+    rest = tuple(f"{k}={v}" for k, v in sorted(asdict(options).items()) if k != "spot_guard")
+    return rest + (got.group(3) or "",), int(got.group(1) or 1), int(got.group(2) or 0)
+
+
+def guard_neighbours(name: str, names: Iterable[str]) -> list[str]:
+    """The variants among ``names`` one grid step from ``name``: the wait one theta longer or shorter,
+    or the pace one step faster or slower, everything else the same."""
+    me = guard_point(GFS_VARIANTS[name])
+    if me is None:
+        return []
+    out = []
+    for other in names:
+        pt = guard_point(GFS_VARIANTS[other]) if other != name else None
+        if pt is None or pt[0] != me[0]:
+            continue
+        step_wait = abs(pt[1] - me[1]) == 1 and pt[2] == me[2]
+        step_pace = pt[1] == me[1] and abs(GUARD_PACES.index(pt[2]) - GUARD_PACES.index(me[2])) == 1
+        if step_wait or step_pace:
+            out.append(other)
+    return out
+
+
+def neighbour_points(point: tuple[tuple[str, ...], int, int]) -> list[tuple[tuple[str, ...], int, int]]:
+    """Every grid point one step from ``point`` (:func:`guard_point`), run or not: the wait one theta
+    longer or shorter (at least theta), the pace one step along :data:`GUARD_PACES`."""
+    rest, wait, pace = point
+    at = GUARD_PACES.index(pace)
+    out = [(rest, w, pace) for w in (wait - 1, wait + 1) if w >= 1]
+    return out + [(rest, wait, GUARD_PACES[i]) for i in (at - 1, at + 1) if 0 <= i < len(GUARD_PACES)]
+
+
+def hp_fair_figures(r: dict[str, Any]) -> dict[str, Any]:
+    """One trace's figures with the spot ratio taken to the best HP-fair quota'd baseline where the
+    raw one's best quota'd baseline starves HP (an HP-fair one exists and differs from it)."""
+    fair = r.get("spot_jqt_ratio_hp_fair")
+    if fair is None or fair >= r["spot_jqt_ratio"] - 1e-12:
+        return r
+    return {**r, "spot_jqt_ratio": fair}
+
+
+def misses_of(per_trace: dict[str, dict[str, Any]], hp_fair: bool) -> int:
+    """The traces where a target is missed (``hp_fair``: spot to the HP-fair quota'd baselines)."""
+    return sum(not meets(hp_fair_figures(r) if hp_fair else r) for r in per_trace.values())
+
+
+def neighbour_misses(name: str, verdicts: dict[str, dict[str, Any]], hp_fair: bool) -> list[int]:
+    """Traces missed by each guard-grid neighbour of ``name`` (:func:`neighbour_points`); a neighbour
+    that did not run on every trace of ``name`` counts as missing all of them (not measured is not
+    robust); none for a variant off the grid."""
+    me = guard_point(GFS_VARIANTS[name])
+    if me is None:
+        return []
+    n_traces = len(verdicts[f"gfs:{name}"]["per_trace"])
+    ran = {}
+    for lab in verdicts:
+        v = lab.removeprefix("gfs:")
+        if lab.startswith("gfs:") and v in GFS_VARIANTS and len(verdicts[lab]["per_trace"]) >= n_traces:
+            pt = guard_point(GFS_VARIANTS[v])
+            if pt is not None:
+                ran[pt] = misses_of(verdicts[lab]["per_trace"], hp_fair)
+    return [ran.get(pt, n_traces) for pt in neighbour_points(me)]
+
+
+def rule_key(name: str, verdicts: dict[str, dict[str, Any]], rule: str) -> tuple[float, ...]:
+    """The sort key of variant ``name`` under picking rule ``rule`` (:data:`PICK_RULES`).
+
+    ``misses``: :func:`pick_key`. ``hp_fair``: the same with each trace's spot ratio taken by
+    :func:`hp_fair_figures`. ``*neighbours``: first the most traces missed by the variant or any of
+    its guard-grid neighbours (:func:`neighbour_misses`; a variant off the grid counts its own),
+    then the rule's own key."""
+    hp_fair = rule.startswith("hp_fair")
+    per = verdicts[f"gfs:{name}"]["per_trace"]
+    per_f = {t: hp_fair_figures(r) for t, r in per.items()} if hp_fair else per
+    own = pick_key(per_f)
+    if not rule.endswith("neighbours"):
+        return own
+    return (max([own[0], *neighbour_misses(name, verdicts, hp_fair)]),) + own
+
+
+def picks(verdicts: dict[str, dict[str, Any]], variants: list[str], n_traces: int) -> dict[str, Any]:
+    """Per picking rule: the variant it picks among those that ran on every trace, and its key."""
+    full = [v for v in variants if f"gfs:{v}" in verdicts and len(verdicts[f"gfs:{v}"]["per_trace"]) == n_traces]
+    out: dict[str, Any] = {}
+    for rule in PICK_RULES:
+        if not full:
+            out[rule] = None
+            continue
+        best = min(full, key=lambda v: rule_key(v, verdicts, rule))
+        out[rule] = {"variant": best, "key": list(rule_key(best, verdicts, rule)),
+                     "neighbours": guard_neighbours(best, [v.removeprefix("gfs:") for v in verdicts
+                                                          if v.removeprefix("gfs:") in GFS_VARIANTS]),
+                     "neighbour_misses": neighbour_misses(best, verdicts, rule.startswith("hp_fair"))}
+    return out
+
+
 def summarise(results: dict[Cell, dict[str, float]]) -> dict[str, dict[str, dict[str, float]]]:
     """Per trace, per label: the mean and the spread (sd) of each metric over the seeds."""
     by: dict[str, dict[str, list[dict[str, float]]]] = {}
@@ -316,14 +428,13 @@ def build_cells(traces: Iterable[str], variants: Iterable[str], seeds: tuple[int
 
 
 def report(results: dict[Cell, dict[str, float]], variants: list[str], seeds: tuple[int, ...],
-           a100_days: float, warmup_h: float) -> dict[str, Any]:
-    """The ``--json`` object (see the module doc)."""
+           a100_days: float, warmup_h: float, pick: str = PICK_RULES[0]) -> dict[str, Any]:
+    """The ``--json`` object (see the module doc); ``picked`` by the rule ``pick``."""
     table = summarise(results)
     verdicts = assess(table)
     # a variant is picked only among those that ran on every trace of the run
-    gfs_labels = [f"gfs:{v}" for v in variants
-                  if f"gfs:{v}" in verdicts and len(verdicts[f"gfs:{v}"]["per_trace"]) == len(table)]
-    picked = min(gfs_labels, key=lambda lab: pick_key(verdicts[lab]["per_trace"])) if gfs_labels else None
+    by_rule = picks(verdicts, variants, len(table))
+    picked = by_rule[pick]["variant"] if by_rule[pick] else None
     live = f"gfs:{LIVE_DEFAULT_NAME}"
     d = verdicts.get(live, {})
     return {
@@ -339,7 +450,8 @@ def report(results: dict[Cell, dict[str, float]], variants: list[str], seeds: tu
         "live_default": LIVE_DEFAULT_NAME,
         "worst": d.get("worst"), "per_trace": d.get("per_trace"), "meets": d.get("meets"),
         "traces_missed": d.get("traces_missed"),
-        "picked": picked.removeprefix("gfs:") if picked else None,
+        "picked": picked,
+        "pick_rule": pick, "picks": by_rule,
         "table": table, "overall": overall(table),
         "schedulers": {lab: {"worst": v["worst"], "meets": v["meets"], "traces_missed": v["traces_missed"]}
                        for lab, v in verdicts.items()},
@@ -368,7 +480,12 @@ def text(rep: dict[str, Any]) -> str:
                      f"{w['spot_jqt_ratio']:7.2f}x ({w['spot_jqt_ratio_trace']}), eviction "
                      f"{w['eviction_over_median']:+6.2f} pp ({w['eviction_over_median_trace']})"
                      f"{'  MEETS' if v['meets'] else '  misses on ' + ', '.join(v['traces_missed'])}")
-    lines.append(f"\nlive default: {rep['live_default']}; picked by this run: {rep['picked']}")
+    lines.append(f"\nlive default: {rep['live_default']}; picked by this run: {rep['picked']} "
+                 f"(rule {rep['pick_rule']})")
+    for rule, got in rep["picks"].items():
+        if got:
+            lines.append(f"  rule {rule}: {got['variant']} key {got['key']} guard neighbours {got['neighbours']} "
+                         f"(misses of every grid neighbour, unmeasured = all: {got['neighbour_misses']})")
     lines.append(rep["seed_note"])
     return "\n".join(lines)
 
@@ -444,6 +561,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="the tables of docs/gfs.md")
     ap.add_argument("--plot")
+    ap.add_argument("--pick", choices=PICK_RULES, default=PICK_RULES[0],
+                    help="the picking rule behind 'picked' (every rule's pick is in 'picks')")
     a = ap.parse_args(argv)
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
     for v in variants:
@@ -466,7 +585,7 @@ def main(argv: list[str]) -> int:
     if a.cached_only:
         cells = [c for c in cells if cache.get(c) is not None]
     results = run_cells(cells, cache, a.workers)
-    rep = report(results, variants, seeds, a.a100_days, a.warmup_h)
+    rep = report(results, variants, seeds, a.a100_days, a.warmup_h, a.pick)
     print(json.dumps(rep) if a.json else markdown(rep) if a.markdown else text(rep))
     if a.plot:
         plot(a.plot, rep)

@@ -29,7 +29,12 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
                    "oldest_calm3_4h_1ph",
                    "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
-                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq"),
+                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq",
+                   "oldest_calm_2h_2ph_bk", "oldest_calm_4h_2ph_bk",
+                   "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph",
+                   "oldest_calm_2h_2ph_bkall", "oldest_calm_4h_2ph_bkall", "oldest_calm_3h_2ph_bkall",
+                   "oldest_calm_5h_2ph_bkall", "oldest_calm_4h_1ph_bkall", "oldest_calm_4h_3ph_bkall",
+                   "oldest_calm_1h_1ph"),
     "hp_reserve": ("off", "head", "drain", "drain_keep"),
 })
 
@@ -106,9 +111,22 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
                                                     spot_guard="oldest_calm_4h_2ph_hpq"),
     "fcfs_eta_max_1_colocate_calm_guard_4h_2ph": replace(AS_RELEASED, queue="fcfs", eta_max="1", hp_score="hp_colocate",
                                                          spot_guard="oldest_calm_4h_2ph"),
+    "fcfs_eta_max_1_calm_guard_2h_2ph_bk": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                   spot_guard="oldest_calm_2h_2ph_bk"),
+    "fcfs_eta_max_1_calm_guard_4h_2ph_bk": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                   spot_guard="oldest_calm_4h_2ph_bk"),
+    "fcfs_eta_max_1_calm_guard_2h_2ph_bkall": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                      spot_guard="oldest_calm_2h_2ph_bkall"),
+    "fcfs_eta_max_1_calm_guard_4h_2ph_bkall": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                      spot_guard="oldest_calm_4h_2ph_bkall"),
+    # the guard grid around the third round's 4-miss guards (docs/gfs.md, "Fourth round")
+    **{f"fcfs_eta_max_1_calm_guard_{g}": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard=f"oldest_calm_{g}")
+       for g in ("2h_3ph", "3h_1ph", "1h_2ph", "5h_2ph", "3h_2ph_bkall", "5h_2ph_bkall", "4h_1ph_bkall",
+                 "4h_3ph_bkall", "1h_1ph")},
 })
-#: The preset the live plane runs: the one the robustness run picked by its worst case over the
-#: six openb lists and gfs-a100 at three loads (docs/gfs.md, "Robustness run"): fcfs_eta_max_1
-#: with the spot guard that admits the oldest spot task starving 2 h, at most once per H / 2.
-LIVE_DEFAULT_NAME = "fcfs_eta_max_1_calm_guard_2h_2ph"
+#: The preset the live plane runs: the one the robustness run picked over the six openb lists and
+#: gfs-a100 at three loads by the most traces it or a guard-grid neighbour misses (docs/gfs.md,
+#: "Robustness run"): fcfs_eta_max_1 with the spot guard that admits the oldest spot task starving
+#: 2 h, at most once per H.
+LIVE_DEFAULT_NAME = "fcfs_eta_max_1_calm_guard_2h_1ph"
 LIVE_DEFAULT: GfsOptions = GFS_VARIANTS[LIVE_DEFAULT_NAME]

@@ -170,7 +170,14 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
 #: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
 SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
                "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
-               "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq")
+               "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq",
+               "oldest_calm_2h_2ph_bk", "oldest_calm_4h_2ph_bk",
+               "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph",
+               "oldest_calm_2h_2ph_bkall", "oldest_calm_4h_2ph_bkall", "oldest_calm_3h_2ph_bkall",
+               "oldest_calm_5h_2ph_bkall", "oldest_calm_4h_1ph_bkall", "oldest_calm_4h_3ph_bkall",
+               "oldest_calm_1h_1ph")
+#: ``*_bk`` guards: the largest factor an eviction of a guard-admitted task multiplies the wait by.
+GUARD_BACKOFF_MAX = 8.0
 #: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).
 CALM3_RATE = 0.03
 
@@ -204,6 +211,38 @@ def spot_guard_yields_to_hp(mode: str) -> bool:
     """Whether the guard stands down while an HP task that may use the pool is queued (``*_hpq``):
     a spot task let in then is the first an arriving HP placement evicts."""
     return mode.endswith("_hpq")
+
+
+def spot_guard_backs_off(mode: str) -> bool:
+    """Whether the guard's wait doubles in a pool after a task it admitted there is evicted (``*_bk``,
+    ``*_bkall``) and halves again after one it admitted finishes or holds its GPUs for a guarantee
+    period H; ``_bk`` counts the oldest task it raised the quota for, ``_bkall`` every spot task
+    that starts in the pool while the quota stands raised (:func:`spot_guard_counts_all_starts`)
+    and halves only per :data:`GUARD_QUIET_S` without such an eviction (:func:`guard_quiet_decay`)."""
+    return mode.endswith(("_bk", "_bkall"))
+
+
+#: ``*_bkall`` guards: the quiet time (no eviction of a task the guard admitted) that halves the wait.
+GUARD_QUIET_S = 24 * 3600.0
+
+
+def guard_quiet_decay(factor: float, quiet_s: float) -> tuple[float, float]:
+    """``*_bkall``: the wait factor after ``quiet_s`` without an eviction of a task the guard admitted,
+    halved once per :data:`GUARD_QUIET_S` (at least 1), and the quiet time those halvings used."""
+    steps = int(quiet_s // GUARD_QUIET_S)
+    got = max(factor / 2.0 ** steps, 1.0)
+    return got, steps * GUARD_QUIET_S
+
+
+def spot_guard_counts_all_starts(mode: str) -> bool:
+    """``*_bkall``: every spot task started under a raised quota counts as admitted by the guard."""
+    return mode.endswith("_bkall")
+
+
+def guard_backoff(factor: float, evicted: bool) -> float:
+    """The ``*_bk`` guard's next wait factor: doubled after an eviction of a task it admitted (at most
+    :data:`GUARD_BACKOFF_MAX`), halved (at least 1) after such a task finished or held its GPUs for H."""
+    return min(2.0 * factor, GUARD_BACKOFF_MAX) if evicted else max(0.5 * factor, 1.0)
 
 
 @dataclass

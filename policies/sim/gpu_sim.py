@@ -61,7 +61,11 @@ from policies.placement import (
 from policies.quota import (
     QuotaParams,
     SpotQuotaAllocator,
+    guard_backoff,
+    guard_quiet_decay,
     spot_guard_acts,
+    spot_guard_backs_off,
+    spot_guard_counts_all_starts,
     spot_guard_gap_s,
     spot_guard_wait_s,
     spot_guard_yields_to_hp,
@@ -95,10 +99,17 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
     # the quota admits the oldest spot task once it waited theta (_4h: 4 theta; oldest_calm*: only while
     # the pool's eviction rate is below Eq. 11's growth threshold 0.5 (1 - p), calm3: below 3%;
-    # _<n>h: after n theta; _<n>ph: once per H / n at most; _hpq: not while HP for the pool queues)
+    # _<n>h: after n theta; _<n>ph: once per H / n at most; _hpq: not while HP for the pool queues;
+    # _bk: the pool's wait doubles after a task the guard admitted is evicted, halves after one holds H;
+    # _bkall: every spot task started while the guard's raise stands counts as admitted)
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
                    "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
-                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq"),
+                   "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq",
+                   "oldest_calm_2h_2ph_bk", "oldest_calm_4h_2ph_bk",
+                   "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph",
+                   "oldest_calm_2h_2ph_bkall", "oldest_calm_4h_2ph_bkall", "oldest_calm_3h_2ph_bkall",
+                   "oldest_calm_5h_2ph_bkall", "oldest_calm_4h_1ph_bkall", "oldest_calm_4h_3ph_bkall",
+                   "oldest_calm_1h_1ph"),
     # head: the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods;
     # drain: the oldest HP task of whole-node pods that waited a tick drains the nodes of least HP
     # (nothing lands there, their spot pods are evicted at once; drain_keep: they run on) until it
@@ -413,6 +424,10 @@ class GpuSimulator:
         self._reserve: tuple[str, np.ndarray] | None = None
         self._drain_since = -np.inf  # when the current drain mark of hp_reserve='drain*' was set
         self._guard_at = np.full(n_pools, -np.inf)  # when spot_guard last raised each pool's quota
+        self._guard_factor = np.ones(n_pools)  # spot_guard='*_bk': each pool's wait factor
+        self._guard_admitted: dict[str, int] = {}  # spot_guard='*_bk': task the guard let in -> its pool
+        self._guard_raised = np.zeros(n_pools, dtype=bool)  # the last quota update of the pool was a raise
+        self._guard_quiet_since = np.zeros(n_pools)  # '*_bkall': since when no task it admitted was evicted
         self.preemption = PreemptionStats()
         self.quota_stats = QuotaStats()
         self.unschedulable: list[str] = []
@@ -659,6 +674,8 @@ class GpuSimulator:
             self.spot_alloc += req.total_gpus
             for pool in {int(self.pool_of[pod.node]) for pod in p.pods}:
                 self._pool_events[pool]["runs"].append(self.now)
+                if self._guard_raised[pool] and spot_guard_counts_all_starts(self.cfg.spot_guard):
+                    self._guard_admitted[req.id] = pool
             self._recent_waits.append((self.now, wait))
             if not restart:  # a lease restart continues its run's guarantee periods
                 heapq.heappush(self._gh_heap, (self.now + self.cfg.quota.horizon_hours * 3600.0, req.id, rec.runs))
@@ -714,6 +731,7 @@ class GpuSimulator:
         if rt.priority == "spot":
             self.G += 1
             self._pool_event(rt, "successes")
+            self._guard_outcome(tid, evicted=False)
 
     def _pool_event(self, rt: RunningTask, kind: str) -> None:
         for pool in {int(self.pool_of[n]) for n, _, _ in rt.cards}:
@@ -730,6 +748,7 @@ class GpuSimulator:
         rec.evictions += 1
         rec.epoch += 1
         self.F += 1
+        self._guard_outcome(tid, evicted=True)
         self._pool_event(rt, "evictions")
         for n in {n for n, _, _ in rt.cards}:
             self.ev_short[n] += 1
@@ -753,6 +772,7 @@ class GpuSimulator:
                 continue
             self.records[tid].guarantee_hours += 1
             self._pool_event(rt, "successes")
+            self._guard_outcome(tid, evicted=False)
             heapq.heappush(self._gh_heap, (t + period, tid, run))
 
     def _eviction_rate(self, pool: int) -> float | None:
@@ -870,8 +890,11 @@ class GpuSimulator:
             idle = float(self.free[self.pool_of == i].sum()) if len(self.quota_loops) > 1 else float(self.free.sum())
             rate = self._eviction_rate(i)
             q = ql.update(rate, longest, idle, float(self.spot_pool[i]))
+            if q is not None:
+                self._guard_raised[i] = False
             if q is not None and self._guard_on(rate) and not self._hp_waits_for(i):
                 q = ql.quota = self._guarded(i, q, idle)
+                self._guard_raised[i] = self._guard_at[i] == self.now
             if self.cfg.hp_react == "queued":
                 q = ql.quota = self._hp_react_cap(i, q)
             if q is not None and self.now >= self.cfg.measure_from_s:
@@ -901,12 +924,31 @@ class GpuSimulator:
         gap = spot_guard_gap_s(self.cfg.spot_guard, self.cfg.quota.horizon_hours)
         if oldest is None or self.now - self._guard_at[pool] < gap - EPS:
             return quota
+        if spot_guard_counts_all_starts(self.cfg.spot_guard):
+            factor, used = guard_quiet_decay(float(self._guard_factor[pool]), self.now - self._guard_quiet_since[pool])
+            self._guard_factor[pool] = factor
+            self._guard_quiet_since[pool] += used
+        wait_s = spot_guard_wait_s(self.cfg.spot_guard, self.cfg.quota.theta_seconds) * self._guard_factor[pool]
         raised = starvation_guard(quota, oldest.task.request.total_gpus, self.now - oldest.queued_since,
-                                  float(self.spot_pool[pool]), idle,
-                                  spot_guard_wait_s(self.cfg.spot_guard, self.cfg.quota.theta_seconds))
+                                  float(self.spot_pool[pool]), idle, wait_s)
         if raised > quota:
             self._guard_at[pool] = self.now
+            if spot_guard_backs_off(self.cfg.spot_guard):
+                self._guard_admitted[oldest.task.id] = pool
         return raised
+
+    def _guard_outcome(self, tid: str, evicted: bool) -> None:
+        """``spot_guard='*_bk'``: a task the guard let in was evicted (its pool's wait doubles) or
+        finished / held its GPUs for H (halves); :func:`policies.quota.guard_backoff`."""
+        pool = self._guard_admitted.pop(tid, None)
+        if pool is None:
+            return
+        if spot_guard_counts_all_starts(self.cfg.spot_guard):  # '_bkall' halves by quiet time only
+            if evicted:
+                self._guard_factor[pool] = guard_backoff(float(self._guard_factor[pool]), True)
+                self._guard_quiet_since[pool] = self.now
+            return
+        self._guard_factor[pool] = guard_backoff(float(self._guard_factor[pool]), evicted)
 
     def _hp_react_cap(self, pool: int, quota: float | None) -> float:
         """``hp_react='queued'``: the pool's quota is at most C - (GPUs of running HP + GPUs

@@ -202,7 +202,7 @@ def test_quota_actor_is_one_named_actor_per_namespace_built_from_its_arguments(
 
 
 @pytest.mark.parametrize("guard", ["off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
-                                   "oldest_calm_4h_2ph", "oldest_calm_2h_2ph"])
+                                   "oldest_calm_4h_2ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph"])
 def test_the_spot_guard_admits_the_oldest_waiting_spot_job_after_theta(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: str) -> None:
     from dataclasses import replace
@@ -227,3 +227,35 @@ def test_the_spot_guard_admits_the_oldest_waiting_spot_job_after_theta(
     store.incr("hp_evictions_total", 1)
     # and the calm guard stands down (e above Eq. 11's growth threshold 0.5 eps)
     assert actor.update(forecasts, t + 3700.0)[0].spot_quota_gpus == (4 if guard == "oldest" else 0)
+
+
+def test_the_bkall_guard_doubles_its_wait_after_a_job_it_admitted_is_preempted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    monkeypatch.setattr(quota, "LIVE_DEFAULT", replace(quota.LIVE_DEFAULT, spot_guard="oldest_calm_2h_2ph_bkall"))
+    db = str(tmp_path / "spotplane.db")
+    store = Store(db)
+    t, _ = store.create_tenant("t")
+    first = store.submit_job(t.id, JobSpec(name="s", kind="spot", compute_hours=1, accelerator="V100",
+                                           workers=4), now=0.0)
+    actor = QuotaAllocatorActor(db, {"V100": 10}, {"V100": 1})
+    forecasts = {"V100": ([[8.0]], [[0.0]])}  # f = 2 GPUs, below the job's 4
+    assert actor.update(forecasts, 2 * 3600.0)[0].spot_quota_gpus == 4  # raised after 2 theta
+    first.state, first.started_at = JobState.RUNNING, 2 * 3600.0 + 60.0  # placed under the raise
+    store.commit(jobs=[first], control_time=2 * 3600.0 + 60.0)
+    actor.update(forecasts, 2 * 3600.0 + 300.0)
+    assert first.id in actor._guard_admitted
+    first.state, first.preemptions = JobState.QUEUED, 1  # preempted within H
+    store.commit(jobs=[first], control_time=2 * 3600.0 + 600.0)
+    actor.update(forecasts, 2 * 3600.0 + 900.0)
+    assert actor._guard_factor["V100"] == 2.0 and first.id not in actor._guard_admitted
+    # a job submitted now waits 4 h, not 2 h, for the next raise (the first one's wait counts from
+    # its submission, so it is cancelled here to leave the new one the oldest)
+    store.request_cancel(first.id)
+    first.state = JobState.CANCELLED
+    store.commit(jobs=[first], control_time=2 * 3600.0 + 900.0)
+    store.submit_job(t.id, JobSpec(name="s2", kind="spot", compute_hours=1, accelerator="V100", workers=4),
+                     now=3 * 3600.0)
+    assert actor.update(forecasts, 5 * 3600.0)[0].spot_quota_gpus == 2
+    assert actor.update(forecasts, 7 * 3600.0)[0].spot_quota_gpus == 4

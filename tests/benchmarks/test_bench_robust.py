@@ -59,6 +59,42 @@ def test_worst_is_the_largest_figure_over_the_traces_and_names_it() -> None:
     assert robust.pick_key(ok) < robust.pick_key(per)  # fewer traces missed wins
 
 
+def _ok(spot: float = 1.0, fair: float | None = None) -> dict[str, float | None]:
+    return {"hp_jqt_ratio": 1.0, "spot_jqt_ratio": spot, "eviction_over_median": -1.0,
+            "spot_jqt_ratio_hp_fair": fair}
+
+
+def test_the_guard_grid_neighbours_are_one_step_of_wait_or_pace() -> None:
+    got = set(robust.guard_neighbours("fcfs_eta_max_1_calm_guard_2h_2ph", GFS_VARIANTS))
+    assert got == {f"fcfs_eta_max_1_calm_guard_{g}" for g in ("1h_2ph", "3h_2ph", "2h_1ph", "2h_3ph")}
+    # every step is the fastest pace: 4 h every step neighbours 4 h per H / 3 and 3 h / 5 h do not exist
+    assert set(robust.guard_neighbours("fcfs_eta_max_1_calm_guard_4h", GFS_VARIANTS)) == {
+        "fcfs_eta_max_1_calm_guard_4h_3ph"}
+    # the backing-off guard and the other option sets are their own families
+    assert robust.guard_neighbours("fcfs_eta_max_1_calm_guard_2h_2ph_bk", GFS_VARIANTS) == []
+    assert robust.guard_neighbours("fcfs_eta_max_1", GFS_VARIANTS) == []
+
+
+def test_pick_rules_neighbours_and_hp_fair() -> None:
+    a, b, c = ("fcfs_eta_max_1_calm_guard_2h_2ph", "fcfs_eta_max_1_calm_guard_4h_2ph",
+               "fcfs_eta_max_1_calm_guard_2h_1ph")
+    off_grid = "fcfs_eta_max_1"
+    # a misses t1 only on the raw spot ratio (HP-fair 1.5x), b misses t2 on HP; a's neighbour c
+    # misses both traces, the other grid neighbours of a and b did not run (they count as two
+    # misses); the variant off the grid misses one trace and has no neighbours
+    verdicts = {f"gfs:{a}": {"per_trace": {"t1": _ok(5.0, 1.5), "t2": _ok()}},
+                f"gfs:{b}": {"per_trace": {"t1": _ok(), "t2": {**_ok(), "hp_jqt_ratio": 1.3}}},
+                f"gfs:{c}": {"per_trace": {"t1": _ok(9.0), "t2": _ok(9.0)}},
+                f"gfs:{off_grid}": {"per_trace": {"t1": _ok(), "t2": _ok(6.0)}}}
+    got = robust.picks(verdicts, [a, b, c, off_grid], 2)
+    assert got["misses"]["variant"] == b  # one miss each; b's worst JQT excess 1.3 / 1.2 < 5 / 2 < 6 / 2
+    assert robust.neighbour_misses(a, verdicts, False) == [2, 2, 2, 2]  # 1h, 3h: not run; c (2h_1ph): 2
+    assert got["neighbours"]["variant"] == off_grid and got["neighbours"]["key"][0] == 1
+    assert got["hp_fair"]["variant"] == a and got["hp_fair"]["key"][0] == 0
+    assert robust.rule_key(a, verdicts, "hp_fair_neighbours")[0] == 2
+    assert got["hp_fair_neighbours"]["variant"] == off_grid
+
+
 def _tiny_pods(d: Path) -> Path:
     rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
             "scheduled_time"]

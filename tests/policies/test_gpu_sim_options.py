@@ -260,3 +260,34 @@ def test_hpq_guard_stands_down_while_hp_for_the_pool_is_queued() -> None:
     plain, hpq = (runs[v].records["s1"] for v in runs)
     assert plain.evictions == 1 and plain.jqt_s >= 2 * H
     assert hpq.evictions == 0 and hpq.jqt_s >= 15 * H
+
+
+def test_bk_guard_doubles_its_wait_after_a_task_it_admitted_is_evicted() -> None:
+    from policies.gfs_options import GFS_VARIANTS
+    from policies.quota import GUARD_BACKOFF_MAX, guard_backoff, spot_guard_backs_off
+
+    assert spot_guard_backs_off("oldest_calm_2h_2ph_bk") and not spot_guard_backs_off("oldest_calm_2h_2ph")
+    assert guard_backoff(1.0, True) == 2.0 and guard_backoff(GUARD_BACKOFF_MAX, True) == GUARD_BACKOFF_MAX
+    assert guard_backoff(4.0, False) == 2.0 and guard_backoff(1.0, False) == 1.0
+    # as the _hpq case with HP "c" ending at 27.5 h: the 2 h guard admits spot "s1" at 27 h and
+    # HP "big" evicts it at 27.5 h, within H; back in the queue, the plain guard lets it in again
+    # 2 h later, the _bk guard 4 h later (one that held its GPUs for H would not count)
+    tasks = [task("a", "hp", 6, 0, 24.5), task("c", "hp", 1, 24.6, 2.9), task("s1", "spot", 4, 25, 20),
+             task("big", "hp", 8, 25, 0.5)]
+    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+            for v in ("fcfs_eta_max_1_calm_guard_2h_2ph", "fcfs_eta_max_1_calm_guard_2h_2ph_bk",
+                      "fcfs_eta_max_1_calm_guard_2h_2ph_bkall")}
+    plain, bk, bkall = (runs[v].records["s1"] for v in runs)
+    assert plain.evictions == bk.evictions == bkall.evictions == 1
+    assert bk.jqt_s - plain.jqt_s == pytest.approx(2 * H)
+    assert bkall.jqt_s == pytest.approx(bk.jqt_s)
+
+
+def test_bkall_guard_halves_its_wait_per_quiet_day_only() -> None:
+    from policies.quota import GUARD_QUIET_S, guard_quiet_decay, spot_guard_counts_all_starts
+
+    assert spot_guard_counts_all_starts("oldest_calm_4h_2ph_bkall")
+    assert not spot_guard_counts_all_starts("oldest_calm_4h_2ph_bk")
+    assert guard_quiet_decay(8.0, 0.9 * GUARD_QUIET_S) == (8.0, 0.0)
+    assert guard_quiet_decay(8.0, 2.5 * GUARD_QUIET_S) == (2.0, 2 * GUARD_QUIET_S)
+    assert guard_quiet_decay(2.0, 5 * GUARD_QUIET_S)[0] == 1.0
