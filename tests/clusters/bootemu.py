@@ -35,6 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 METADATA_IP = "169.254.169.254"
+ANSWER = "spotplane-answer: "  # the line a test driver answers on (Ray may print beside it)
 
 # the fake metadata server run inside each namespace: state is a directory of small files
 # (instance-id, instance-type, notice) the emulator writes; stdlib only
@@ -162,37 +163,45 @@ class WorkloadHead:
                 "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
 
     def driver(self, code: str, timeout_s: float = 180.0) -> str:
-        """Run ``code`` in a driver connected to this cluster (``ray`` imported, ``ADDRESS``)."""
-        prog = f"import json, ray\nADDRESS = {self.address!r}\nray.init(address=ADDRESS)\n{code}"
+        """Run ``code`` in a driver connected to this cluster (``ray`` imported, ``ADDRESS``,
+        ``answer(value)``): what it answered. Ray's own lines (a node marked dead, a worker's
+        log) may interleave with the driver's output on a busy machine, so the answer is the
+        one line marked as such."""
+        prog = (f"import json, ray\nADDRESS = {self.address!r}\n"
+                "ray.init(address=ADDRESS, log_to_driver=False)\n"
+                f"def answer(value):\n    print({ANSWER!r} + str(value), flush=True)\n{code}")
         done = subprocess.run([sys.executable, "-c", prog], env=self.env(), capture_output=True,
                               text=True, timeout=timeout_s, check=False, cwd=REPO)
         if done.returncode != 0:
             raise RuntimeError(f"driver failed: {done.stderr[-3000:]}")
-        return done.stdout
+        marked = [line[len(ANSWER):] for line in done.stdout.splitlines() if line.startswith(ANSWER)]
+        if not marked:
+            raise RuntimeError(f"driver answered nothing: {done.stdout[-3000:]}")
+        return marked[-1]
 
     def cluster_resources_or_empty(self) -> str:
         try:
-            return self.driver("print(json.dumps({'resources': ray.cluster_resources()}))", 60)
+            return self.driver("answer(json.dumps({'resources': ray.cluster_resources()}))", 60)
         except (RuntimeError, subprocess.TimeoutExpired):
             return ""
 
     def node_ip_of(self, node_id: str) -> str:
         """The address of the Ray node ``node_id``."""
-        out = self.driver("print(json.dumps({n['NodeID']: n['NodeManagerAddress'] for n in ray.nodes()}))")
-        return str(json.loads(out.strip().splitlines()[-1]).get(node_id, ""))
+        out = self.driver("answer(json.dumps({n['NodeID']: n['NodeManagerAddress'] for n in ray.nodes()}))")
+        return str(json.loads(out).get(node_id, ""))
 
     def resources(self) -> dict[str, float]:
         """The alive nodes' resources, summed."""
-        out = self.driver("print(json.dumps(ray.cluster_resources()))")
-        return dict(json.loads(out.strip().splitlines()[-1]))
+        out = self.driver("answer(json.dumps(ray.cluster_resources()))")
+        return dict(json.loads(out))
 
     def run_pinned(self, resource: str) -> str:
         """Run one task that needs a sliver of ``resource``: the IP of the node it ran on."""
         out = self.driver(
             f"@ray.remote(num_cpus=0, resources={{{resource!r}: 0.001}})\n"
             "def where():\n    return ray.util.get_node_ip_address()\n"
-            "print(ray.get(where.remote(), timeout=120))")
-        return out.strip().splitlines()[-1]
+            "answer(ray.get(where.remote(), timeout=120))")
+        return out
 
     def stop(self) -> None:
         """Stop the head's process group (its GCS, raylet and workers)."""
