@@ -158,7 +158,8 @@ def serve(gcs_address: str, notice_cloud: str | None = None, metadata_url: str |
         ray.init(address=gcs_address, log_to_driver=False, configure_logging=False)
         watch = None if notice_cloud is None else _watch(notice_cloud, metadata_url)
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
-        send(out, ("error", f"{type(e).__name__}: {e}"))
+        cause = f" ({type(e.__cause__).__name__}: {e.__cause__})" if e.__cause__ else ""
+        send(out, ("error", f"{type(e).__name__}: {e}{cause}"))
         return 1
     ops: dict[str, Callable[..., Any]] = {"request": _request,
                                           "notices": watch.take if watch is not None else list}
