@@ -100,8 +100,11 @@ def test_a_full_node_type_is_not_a_cluster_that_does_not_answer() -> None:
 @pytest.mark.timeout(600)
 def test_a_metadata_notice_on_a_node_of_b_is_a_notice_of_bs_slot_only() -> None:
     tmps = {name: tempfile.mkdtemp(prefix=f"spn{name}-", dir="/tmp") for name in ("a", "b")}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_FAKE_CLUSTER": "1",
-           "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
+    # clusters registered without a token: their heads take none, whatever Ray this process
+    # joined before (a session's token in RAY_AUTH_* is not theirs)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")},
+           "PYTHONPATH": str(ROOT), "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+           "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     heads: dict[str, tuple[subprocess.Popen[bytes], dict[str, str]]] = {}
     fleet: RayClustersFleet | None = None

@@ -437,8 +437,11 @@ def test_two_fake_autoscaling_clusters_one_provider_each() -> None:
     import ray
 
     tmps = {name: tempfile.mkdtemp(prefix=f"spc{name}-", dir="/tmp") for name in ("a", "b")}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_FAKE_CLUSTER": "1",
-           "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
+    # clusters registered without a token: their heads take none, whatever Ray this process
+    # joined before (a session's token in RAY_AUTH_* is not theirs)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")},
+           "PYTHONPATH": str(ROOT), "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+           "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     heads: dict[str, tuple[subprocess.Popen[bytes], dict[str, str]]] = {}
     fleet: RayClustersFleet | None = None
@@ -497,7 +500,9 @@ def test_two_fake_autoscaling_clusters_one_provider_each() -> None:
         assert fleet.spot_availability() == {"a.fake-zone-a": False, "b.fake-zone-b": True}
         with pytest.raises(CapacityUnavailable, match="cluster a: it does not answer"):
             fleet.launch(LaunchRequest("job-c", "a.fake-zone-a", SPOT, Market.SPOT))
-        assert not ray.is_initialized()  # this process is a driver of neither cluster
+        # this process is a driver of neither cluster (of the suite's own Ray at most)
+        theirs = {info["gcs"] for _, info in heads.values()}
+        assert not ray.is_initialized() or ray.get_runtime_context().gcs_address not in theirs
         drivers = [m.closes for m in fleet.members.values()]
         assert all(isinstance(d, ClusterDriver) and d._proc is not None for d in drivers)
         pids = [d._proc.pid for d in drivers if isinstance(d, ClusterDriver) and d._proc]
