@@ -366,7 +366,9 @@ def record_tick_failure(holder: str, epoch: int, n: int, exc: BaseException) -> 
 
 
 def _reconstructed() -> bool:
-    """Whether Ray restarted this actor (False outside an actor)."""
+    """Whether Ray restarted this actor (False outside an actor; never starts or joins a Ray)."""
+    if not ray.is_initialized():
+        return False
     try:
         return bool(ray.get_runtime_context().was_current_actor_reconstructed)
     except Exception:  # noqa: BLE001 - not in a Ray actor (tests build the class directly)
