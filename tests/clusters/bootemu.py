@@ -5,6 +5,8 @@ network namespace, so its real ``ray start`` joins a local workload Ray as a sep
   pair hangs on; the workload Ray's head and the API listen on its address.
 - :class:`WorkloadHead`: ``ray start --head --block`` on the bridge address with token
   authentication, in its own process group (stopped by that group, never by ``ray stop``).
+  Every Ray it or a booted machine starts keeps its files under its own ``RAY_TMPDIR``, so none
+  writes ``/tmp/ray/ray_current_cluster``, which a later ``ray.init()`` without an address reads.
 - :class:`BootEmulator`: for each instance of the cloud not seen before it fetches the script
   the instance was launched with (EC2 ``UserData`` through boto3, the GCE fake's
   ``startup-script`` item), makes namespace + veth, runs a fake metadata server inside it
@@ -74,6 +76,13 @@ ThreadingHTTPServer(("169.254.169.254", 80), H).serve_forever()
 '''
 
 
+def ray_tmpdir() -> str:
+    """A Ray temp root of its own, short enough for Ray's socket paths (108 bytes at most)."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="sprt", dir="/tmp")
+
+
 def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """One command; its stderr in the error when it fails."""
     done = subprocess.run(list(argv), capture_output=True, text=True, check=False)
@@ -131,6 +140,7 @@ class WorkloadHead:
 
     def __init__(self, bridge: Bridge, workdir: Path, port: int, timeout_s: float = 180.0,
                  dashboard: bool = False) -> None:
+        self.tmpdir = ray_tmpdir()
         self.token_file = workdir / "ray_token"
         self.token_file.write_text(os.urandom(32).hex())
         self.token_file.chmod(0o600)
@@ -160,6 +170,7 @@ class WorkloadHead:
         """A driver's environment for this cluster: its token, nothing of the caller's Ray."""
         keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         return {**keep, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(self.token_file),
+                "RAY_TMPDIR": self.tmpdir,
                 "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
 
     def driver(self, code: str, timeout_s: float = 180.0) -> str:
@@ -210,6 +221,7 @@ class WorkloadHead:
             self.proc.wait(20)
         with _suppress():
             os.killpg(self.proc.pid, signal.SIGKILL)
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
 class _suppress:
@@ -230,6 +242,7 @@ class Booted:
     state: Path
     script: subprocess.Popen[bytes]
     log: Path
+    ray_tmp: str = ""  # its Ray's temp root (removed with the namespace)
 
     def finished(self, timeout_s: float) -> int:
         """Wait for the bootstrap to end; its exit status."""
@@ -319,13 +332,15 @@ class BootEmulator:
         path = state / "bootstrap.sh"
         path.write_text(script)
         env = {"PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin", "HOME": str(state),
-               "LANG": "C.UTF-8", "SPOTPLANE_STATE_DIR": str(state / "node"), **self.extra_env}
+               "LANG": "C.UTF-8", "SPOTPLANE_STATE_DIR": str(state / "node"), "RAY_TMPDIR": ray_tmpdir(),
+               **self.extra_env}
+        ray_tmp = env["RAY_TMPDIR"]
         log = state / "bootstrap.out"
         self._wait_metadata(netns)
         proc = subprocess.Popen(["ip", "netns", "exec", netns, "bash", str(path)], env=env,
                                 stdout=log.open("wb"), stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=state)
-        return Booted(iid, netns, ip, state, proc, log)
+        return Booted(iid, netns, ip, state, proc, log, ray_tmp)
 
     def _wait_metadata(self, netns: str, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -349,6 +364,8 @@ class BootEmulator:
             time.sleep(0.3)
         run("ip", "netns", "delete", booted.netns, check=False)
         shutil.rmtree(Path("/etc/netns") / booted.netns, ignore_errors=True)
+        if booted.ray_tmp:
+            shutil.rmtree(booted.ray_tmp, ignore_errors=True)
 
 
 # -- the clouds' side: what each instance was launched with --------------------------------------
