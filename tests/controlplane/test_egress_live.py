@@ -4,23 +4,15 @@ what the move saves."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from clusters.fleet import (
-    EventKind,
-    FleetEvent,
-    FleetProvider,
-    Instance,
     InstanceState,
-    LaunchRequest,
     Offer,
 )
 from controlplane.core.clock import SimClock
-from controlplane.core.errors import CapacityUnavailable
 from controlplane.core.models import Job, JobSpec, JobState, Market
 from controlplane.core.units import HOUR
 from controlplane.reconcile.contracts import ControllerSettings
@@ -30,6 +22,7 @@ from controlplane.reconcile.policyhost import default_policy, live_policies
 from controlplane.store import Store
 from policies.deadline import DeadlineTask, Kind, Observation, ZoneView
 from policies.egressaware import EgressAwareSpotplane
+from tests.controlplane.keptfleet import KeptFleet
 
 EAST, WEST = "us-east-1a", "us-west-2a"
 OFFERS = [  # a small gap: west's spot is 10 % cheaper, a region away
@@ -40,56 +33,18 @@ OFFERS = [  # a small gap: west's spot is 10 % cheaper, a region away
 ]
 
 
-class TwoRegionFleet(FleetProvider):
-    """Two zones in two regions whose spot is up or down as the test says; launches boot at once."""
+class TwoRegionFleet(KeptFleet):
+    """Two zones in two regions, every zone's spot in one call; launches boot at once and west's
+    spot is down until the test raises it."""
 
     name = "two-regions"
 
     def __init__(self, clock: SimClock) -> None:
-        self.clock = clock
-        self.spot_up = {EAST: True, WEST: False}
-        self.instances: dict[str, Instance] = {}
-        self.by_intent: dict[str, list[str]] = {}
-        self.events: list[FleetEvent] = []
-
-    def offers(self) -> list[Offer]:
-        return list(OFFERS)
-
-    def spot_available(self, zone: str, instance_type: str) -> bool:
-        return self.spot_up[zone]
+        super().__init__(clock, OFFERS, boot_state=InstanceState.RUNNING)
+        self.spot_up[WEST] = False
 
     def spot_availability(self) -> dict[str, bool]:
         return dict(self.spot_up)
-
-    def launch(self, request: LaunchRequest) -> list[Instance]:
-        if request.intent_id in self.by_intent:
-            return [self.instances[i] for i in self.by_intent[request.intent_id]]
-        if request.market is Market.SPOT and not self.spot_up[request.zone]:
-            raise CapacityUnavailable(request.zone, request.instance_type, "no spot here")
-        offer = next(o for o in OFFERS if o.zone == request.zone)
-        price = offer.spot_price if request.market is Market.SPOT else offer.on_demand_price
-        made = [Instance(f"i-{len(self.instances) + k}", "aws", request.zone,
-                         request.instance_type, request.market, InstanceState.RUNNING,
-                         self.clock.now(), price, "V100", 1, request.intent_id,
-                         dict(request.tags)) for k in range(request.count)]
-        for inst in made:
-            self.instances[inst.instance_id] = inst
-        self.by_intent[request.intent_id] = [i.instance_id for i in made]
-        return made
-
-    def terminate(self, instance_ids: Sequence[str]) -> None:
-        for iid in instance_ids:
-            inst = self.instances[iid]
-            self.instances[iid] = replace(inst, state=InstanceState.TERMINATED)
-            self.events.append(FleetEvent(EventKind.TERMINATED, iid, inst.zone, self.clock.now()))
-
-    def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:
-        ids = list(self.instances) if instance_ids is None else instance_ids
-        return [self.instances[i] for i in ids if i in self.instances]
-
-    def poll_events(self) -> list[FleetEvent]:
-        out, self.events = self.events, []
-        return out
 
 
 def _run(ctl: Controller, clock: SimClock, hours: float, dt: float = 60.0) -> None:

@@ -15,16 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clusters.fleet import (
     EventKind,
-    FleetEvent,
-    FleetProvider,
-    Instance,
     InstanceState,
     LaunchRequest,
     Offer,
 )
 from controlplane.core.clock import SimClock
 from controlplane.core.counters import counter_key
-from controlplane.core.errors import CapacityUnavailable, InvalidInput
+from controlplane.core.errors import InvalidInput
 from controlplane.core.models import Job, JobSpec, JobState, Market, Node, NodeState, Tenant
 from controlplane.core.readmodels import Quota
 from controlplane.core.units import HOUR
@@ -46,6 +43,7 @@ from policies.deadline import Action, DeadlineTask, Kind, Observation
 from policies.preemption import WeibullModel, default_gce_model
 from policies.schedulers import make_scheduler
 from serve.metrics import build_registry, exposition
+from tests.controlplane.keptfleet import KeptFleet
 
 OFFERS = [
     Offer("aws", "us-a", "p3.2xlarge", "V100", 1, spot_price=1.0, on_demand_price=3.0,
@@ -53,61 +51,6 @@ OFFERS = [
     Offer("aws", "us-b", "p3.2xlarge", "V100", 1, spot_price=0.8, on_demand_price=3.2,
           region="us"),
 ]
-
-
-class KeptFleet(FleetProvider):
-    """A fleet that keeps its instances: idempotent launches, refusable spot, state changes."""
-
-    name = "kept"
-
-    def __init__(self, clock: SimClock) -> None:
-        self.clock = clock
-        self.spot_up = {"us-a": True, "us-b": True}
-        self.instances: dict[str, Instance] = {}
-        self.by_intent: dict[str, list[str]] = {}
-        self.events: list[FleetEvent] = []
-        self.probed: list[tuple[str, str]] = []  # every spot_available call, in order
-
-    def offers(self) -> list[Offer]:
-        return list(OFFERS)
-
-    def spot_available(self, zone: str, instance_type: str) -> bool:
-        self.probed.append((zone, instance_type))
-        return self.spot_up[zone]
-
-    def launch(self, request: LaunchRequest) -> list[Instance]:
-        if request.intent_id in self.by_intent:
-            return [self.instances[i] for i in self.by_intent[request.intent_id]]
-        if request.market is Market.SPOT and not self.spot_up[request.zone]:
-            raise CapacityUnavailable(request.zone, request.instance_type, "no spot here")
-        offer = next(o for o in OFFERS if o.zone == request.zone)
-        price = offer.spot_price if request.market is Market.SPOT else offer.on_demand_price
-        made = [Instance(f"i-{len(self.instances) + k}", "aws", request.zone,
-                         request.instance_type, request.market, InstanceState.PENDING,
-                         self.clock.now(), price, "V100", 1, request.intent_id,
-                         dict(request.tags)) for k in range(request.count)]
-        for inst in made:
-            self.instances[inst.instance_id] = inst
-        self.by_intent[request.intent_id] = [i.instance_id for i in made]
-        return made
-
-    def terminate(self, instance_ids: Sequence[str]) -> None:
-        for iid in instance_ids:
-            self.become(iid, InstanceState.TERMINATED, EventKind.TERMINATED, self.clock.now())
-
-    def describe(self, instance_ids: Sequence[str] | None = None) -> list[Instance]:
-        ids = list(self.instances) if instance_ids is None else instance_ids
-        return [self.instances[i] for i in ids if i in self.instances]
-
-    def poll_events(self) -> list[FleetEvent]:
-        out, self.events = self.events, []
-        return out
-
-    def become(self, iid: str, state: InstanceState, kind: EventKind, at: float,
-               seconds_left: float | None = None) -> None:
-        inst = self.instances[iid]
-        self.instances[iid] = replace(inst, state=state)
-        self.events.append(FleetEvent(kind, iid, inst.zone, at, seconds_left=seconds_left))
 
 
 class ScriptedHost:
@@ -179,7 +122,7 @@ def world(store_url: str) -> World:
     """Each phase over a real store, once per backend (``store_url``: SQLite, PostgreSQL)."""
     clock = SimClock(start=0.0)
     store = Store(store_url)
-    fleet = KeptFleet(clock)
+    fleet = KeptFleet(clock, OFFERS)
     settings = ControllerSettings()
     state = LoopState(offers=fleet.offers())
     rec = Recorder(state, fleet, None)
