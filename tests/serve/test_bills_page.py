@@ -6,43 +6,21 @@ tenant's spend is past its soft line."""
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import uvicorn
 
 from controlplane.core.counters import counter_key
 from controlplane.core.models import JobSpec, JobState, TenantBudget
 from tests.serve.bareapi import bare_api
-from tests.support import free_port, wait_until
+from tests.serve.browser import CHROMIUM, CHROMIUM_ARGS, logged_in, need_browser, served
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 pytestmark = pytest.mark.slow
 
 
-def _need_browser() -> Any:
-    """Playwright's sync API, or fail (under CI) / skip (elsewhere) when the browser is missing."""
-    missing = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing = "the `playwright` package is not installed (`make venv`)"
-    if missing is None and not CHROMIUM.exists():
-        missing = f"{CHROMIUM} is missing (`make browser` installs the distribution's chromium)"
-    if missing is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(missing)
-        pytest.skip(missing)
-    return sync_playwright
-
-
 def test_the_bills_page_draws_each_bill_as_stacked_lines(tmp_path: Path) -> None:
-    sync_playwright = _need_browser()
+    sync_playwright = need_browser()
     with bare_api(tmp_path) as api:
         store = api.replica.service.base_store
         job = store.submit_job(api.tenant_id, JobSpec(name="train", compute_hours=1.0), now=0.0)
@@ -54,23 +32,12 @@ def test_the_bills_page_draws_each_bill_as_stacked_lines(tmp_path: Path) -> None
         store.commit(jobs=[job], counters={counter_key("tenant_month_spend_dollars_total",
                                                        tenant=api.tenant_id, month=month): 9.0})
         store.set_budget(api.tenant_id, TenantBudget(monthly_budget=10.0))  # 9 of 10: soft
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(api.app, host="127.0.0.1", port=port,
-                                               log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        wait_until(lambda: server.started, 30, "uvicorn up")
         errors: list[str] = []
-        try:
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-                page = browser.new_page()
+        with served(api.app) as port, sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                page = logged_in(browser, port, api.tenant_token, errors, console=False)
                 page.set_default_timeout(30_000)
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.fill("#token", api.tenant_token)
-                page.click("#login button[type=submit]")
-                page.wait_for_selector("#nav:not([hidden])")
                 page.click("#nav >> text=Bills")
                 page.wait_for_selector("svg.bills-jobs")
                 lines = page.eval_on_selector_all("svg.bills-jobs rect",
@@ -89,8 +56,6 @@ def test_the_bills_page_draws_each_bill_as_stacked_lines(tmp_path: Path) -> None
                 shot = Path(os.environ.get("SPOTPLANE_SHOTS", str(tmp_path))) / "bills.png"
                 page.screenshot(path=str(shot), full_page=True)
                 assert shot.stat().st_size > 5_000
+            finally:
                 browser.close()
-        finally:
-            server.should_exit = True
-            thread.join(10)
     assert errors == []

@@ -6,21 +6,15 @@ are on ``/metrics``."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from controlplane.core.models import Job, JobSpec, JobState
 from controlplane.core.workloadclusters import ClusterState, WorkloadCluster, WorkloadClusterSpec
 from serve.routes.clusterview import cluster_rows
 from tests.serve.bareapi import BareApi, bare_api
-from tests.serve.test_bills_page import CHROMIUM, CHROMIUM_ARGS, _need_browser
-from tests.support import free_port
+from tests.serve.browser import CHROMIUM, CHROMIUM_ARGS, logged_in, need_browser, served
 
 pytestmark = pytest.mark.slow
 FORBIDDEN_LOG = "Failed to load resource: the server responded with a status of 403 (Forbidden)"
@@ -45,40 +39,16 @@ def _world(api: BareApi) -> str:
     return other_token
 
 
-@contextmanager
-def _served(api: BareApi) -> Iterator[int]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(api.app, host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def test_the_clusters_page_shows_every_cluster_to_the_admin_and_drains_one(
         tmp_path: Path) -> None:
-    sync_playwright = _need_browser()
+    sync_playwright = need_browser()
     with bare_api(tmp_path, tenant="team-a") as api:
         _world(api)
         errors: list[str] = []
-        with _served(api) as port, sync_playwright() as pw:
+        with served(api.app) as port, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page()
-                page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.wait_for_selector("#login:not([hidden])")
-                page.fill("#token", api.admin_token)
-                page.click("#login button[type=submit]")
-                page.wait_for_selector("#nav:not([hidden])")
+                page = logged_in(browser, port, api.admin_token, errors)
                 # the login tells the admin by /v1/tenants/me's 403 (the admin is no tenant)
                 assert errors == [FORBIDDEN_LOG], errors
                 errors.clear()
@@ -104,24 +74,17 @@ def test_the_clusters_page_shows_every_cluster_to_the_admin_and_drains_one(
 
 
 def test_a_tenant_sees_only_the_clusters_its_own_jobs_run_on(tmp_path: Path) -> None:
-    sync_playwright = _need_browser()
+    sync_playwright = need_browser()
     with bare_api(tmp_path, tenant="team-a") as api:
         other_token = _world(api)
         with api.client(other_token) as theirs:
             assert theirs.get("/v1/clusters").status_code == 403
             assert [c["name"] for c in theirs.get("/v1/dashboard/clusters").json()] == ["aws-west"]
         errors: list[str] = []
-        with _served(api) as port, sync_playwright() as pw:
+        with served(api.app) as port, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page()
-                page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.wait_for_selector("#login:not([hidden])")
-                page.fill("#token", api.tenant_token)
-                page.click("#login button[type=submit]")
-                page.wait_for_selector("#nav:not([hidden])")
+                page = logged_in(browser, port, api.tenant_token, errors)
                 page.click("a[href='#/clusters']")
                 page.wait_for_selector("#clusters-table tbody tr", timeout=30_000)
                 rows = page.locator("#clusters-table tbody tr").all_inner_texts()

@@ -15,32 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.serve.browser import CHROMIUM, CHROMIUM_ARGS, need_browser
 from tests.support import free_port, wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 seen = functools.partial(wait_until, poll=0.3)  # the page's state, a few times a second
 
 ADMIN = "spa_dashboard-test-admin"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WAIT_MS = 60_000
-
-
-def _need_browser() -> Any:
-    """Playwright's sync API, or fail (under CI) / skip (elsewhere) when the browser is missing."""
-    missing = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing = "the `playwright` package is not installed (`make venv`)"
-    if missing is None and not CHROMIUM.exists():
-        missing = f"{CHROMIUM} is missing (`make browser` installs the distribution's chromium)"
-    if missing is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(missing)
-        pytest.skip(missing)
-    return sync_playwright
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +68,7 @@ class Recorder:
 
 
 def test_dashboard_in_a_real_browser(control_plane: str, tmp_path: Path) -> None:
-    sync_playwright = _need_browser()
+    sync_playwright = need_browser()
     url = control_plane
     admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
     tokens, ids = {}, {}
