@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import select
-import subprocess
 import sys
-import threading
 import time
-from typing import IO, Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from actors.checkpoint import RemoteCheckpointActor
 from actors.raylocal import scrubbed_env
-from clusters.frames import recv, send
+from clusters.childdriver import DriverChild, serve_requests
 
 log = logging.getLogger(__name__)
 
@@ -146,28 +143,28 @@ class ActorOps:
 LocalActors = ActorOps
 
 
-def _send(out: IO[bytes], obj: Any) -> None:
+def _dumps(obj: Any) -> bytes:
     from ray import cloudpickle
 
-    send(out, obj, cloudpickle.dumps)
+    return bytes(cloudpickle.dumps(obj))
 
 
-_recv = recv
-
-
-class ActorBridge:
+class ActorBridge(DriverChild):
     """:class:`Actors` on another Ray cluster, through a child process that is its driver."""
+
+    what = "actor bridge"
 
     def __init__(self, gcs_address: str, namespace: str, *, python: str = sys.executable,
                  token_path: str | None = None) -> None:
-        self.gcs_address = gcs_address
-        self.namespace = namespace
-        self.python = python
-        self.env = scrubbed_env(token_path=token_path)
+        env = scrubbed_env(token_path=token_path)
         if token_path is None:  # never present the control plane's own token (~/.ray) there
-            self.env["RAY_AUTH_MODE"] = "disabled"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
+            env["RAY_AUTH_MODE"] = "disabled"
+        super().__init__(gcs_address, env, python=python, dumps=_dumps)
+        self.namespace = namespace
+
+    def command(self) -> list[str]:
+        """How the child is started."""
+        return [self.python, "-m", "actors.actorbridge", self.gcs_address, self.namespace]
 
     def resources(self) -> dict[str, float]:
         return dict(self._ask("resources", wait_s=0.0))
@@ -189,92 +186,27 @@ class ActorBridge:
     def remove_group(self, name: str) -> None:
         self._ask("remove_group", name, wait_s=0.0)
 
-    def close(self) -> None:
-        """Stop the child (its non-detached actors die with it)."""
-        with self._lock:
-            proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError):
-            assert proc.stdin is not None
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [self.python, "-m", "actors.actorbridge", self.gcs_address, self.namespace],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=self.env,
-        )
-        assert proc.stdout is not None
-        status, value = _recv(proc.stdout)  # blocks until connected (or the child died)
-        if status != "ok":
-            proc.kill()
-            raise ConnectionError(f"workload Ray at {self.gcs_address}: {value}")
-        log.info("actor bridge connected to the workload Ray at %s", self.gcs_address)
-        return proc
-
     def _ask(self, op: str, *args: Any, wait_s: float, **kwargs: Any) -> Any:
-        """The child's answer to ``op``; a child that does not answer within the op's own wait
-        plus :data:`ANSWER_SLACK_S` is killed (a hung driver must not hang the controller)."""
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = self._start()
-            proc = self._proc
-            assert proc.stdin is not None and proc.stdout is not None
-            try:
-                _send(proc.stdin, (op, args, kwargs))
-                ready, _, _ = select.select([proc.stdout], [], [], wait_s + ANSWER_SLACK_S)
-                answer = _recv(proc.stdout) if ready else None
-            except (EOFError, BrokenPipeError, OSError) as e:
-                self._proc = None
-                raise ConnectionError(f"actor bridge to {self.gcs_address} died: {e}") from e
-            if answer is None:
-                self._proc = None
-                proc.kill()
-                raise TimeoutError(f"actor bridge to {self.gcs_address} gave no answer to {op} "
-                                   f"within {wait_s + ANSWER_SLACK_S:g} s: restarted")
-            status, value = answer
-        if status == "missing":
-            raise LookupError(value)
-        if status != "ok":
-            raise RuntimeError(value)
-        return value
+        """The child's answer to ``op`` within the op's own wait plus :data:`ANSWER_SLACK_S`."""
+        return self.exchange((op, args, kwargs), wait_s + ANSWER_SLACK_S)
 
 
 def serve(gcs_address: str, namespace: str) -> int:
     """The child: connect to the workload Ray, then answer requests until stdin closes."""
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # anything Ray prints goes to stderr, never into the protocol
-    inp = sys.stdin.buffer
-    try:
-        import ray
+    import ray
 
+    ops = ActorOps(namespace)
+
+    def connect() -> Callable[[Any], Any]:
         ray.init(address=gcs_address, namespace=namespace, log_to_driver=False,
                  configure_logging=False)
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
-        _send(out, ("error", f"{type(e).__name__}: {e}"))
-        return 1
-    _send(out, ("ok", None))
-    ops = ActorOps(namespace)
-    while True:
-        try:
-            op, args, kwargs = _recv(inp)
-        except EOFError:
-            break
-        try:
-            _send(out, ("ok", getattr(ops, op)(*args, **kwargs)))
-        except LookupError as e:
-            _send(out, ("missing", str(e)))
-        except Exception as e:  # noqa: BLE001 - the parent raises it
-            _send(out, ("error", f"{type(e).__name__}: {e}"))
-    ops.close()
-    ray.shutdown()
-    return 0
+        return lambda request: getattr(ops, request[0])(*request[1], **request[2])
+
+    rc = serve_requests(connect, _dumps, missing=(LookupError,))
+    if rc == 0:
+        ops.close()
+        ray.shutdown()
+    return rc
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 a driver of one Ray at a time (the controller's is the control plane's). :class:`ClusterDriver`
 is a child process (``python -m clusters.ray.driver GCS``, started with a minimal environment)
 that is a driver of that one cluster and answers length-prefixed pickled requests on its
-stdin/stdout, the framing of :mod:`actors.actorbridge`. Given the cluster's cloud, the child also
+stdin/stdout (:mod:`clusters.childdriver`). Given the cluster's cloud, the child also
 keeps a preemption-notice watcher on each alive node of its cluster
 (:class:`~clusters.ray.nodewatch.ClusterNoticeWatch`) and hands their notices over when asked.
 """
@@ -12,27 +12,18 @@ keeps a preemption-notice watcher on each alive node of its cluster
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
 import os
-import select
-import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clusters.frames import recv, send
+from clusters.childdriver import PACKAGE_ROOT, DriverChild, serve_requests
 from clusters.ray.nodewatch import ClusterNoticeWatch
 
-log = logging.getLogger(__name__)
-
 ANSWER_TIMEOUT_S = 60.0  # the child answers a request within this, or is restarted
-CONNECT_TIMEOUT_S = 120.0  # the child is a driver of the cluster within this, or is refused
 KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME",
             "VIRTUAL_ENV", "HOME")
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # where ``python -m clusters.ray.driver`` resolves
 
 
 def driver_env(token_path: str | None) -> dict[str, str]:
@@ -49,30 +40,28 @@ def driver_env(token_path: str | None) -> dict[str, str]:
     return env
 
 
-class ClusterDriver:
+class ClusterDriver(DriverChild):
     """``request_resources`` on the Ray cluster at ``gcs_address``, through a child process that
     is its driver (started at the first request, restarted when it died or hung)."""
+
+    what = "autoscaler driver"
 
     def __init__(self, gcs_address: str, token_path: str | None = None, *,
                  python: str = sys.executable, notice_cloud: str | None = None,
                  metadata_url: str | None = None) -> None:
-        self.gcs_address = gcs_address
-        self.python = python
+        super().__init__(gcs_address, driver_env(token_path), python=python)
         self.notice_cloud, self.metadata_url = notice_cloud, metadata_url
-        self.env = driver_env(token_path)
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
 
     def request(self, bundles: list[dict[str, float]]) -> None:
         """Replace the cluster's standing resource request with ``bundles``."""
-        self._ask("request", bundles)
+        self.exchange(("request", [bundles]), ANSWER_TIMEOUT_S)
 
     def notices(self) -> list[tuple[str, float]]:
         """The (Ray node id, seconds left) notices the cluster's nodes reported since the last
         call (none when the child watches no notices)."""
         if self.notice_cloud is None:
             return []
-        return list(self._ask("notices"))
+        return list(self.exchange(("notices", []), ANSWER_TIMEOUT_S))
 
     def command(self) -> list[str]:
         """How the child is started."""
@@ -82,63 +71,6 @@ class ClusterDriver:
         if self.metadata_url is not None:
             cmd += ["--metadata-url", self.metadata_url]
         return cmd
-
-    def close(self) -> None:
-        """Stop the child (its standing request stays with the cluster's autoscaler)."""
-        with self._lock:
-            proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError):
-            assert proc.stdin is not None
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env,
-                                cwd=PACKAGE_ROOT)
-        assert proc.stdout is not None
-        answer = self._answer(proc, CONNECT_TIMEOUT_S)
-        status, value = answer if answer is not None else ("error", "no answer")
-        if status != "ok":
-            proc.kill()
-            proc.wait(timeout=5)
-            raise ConnectionError(f"Ray cluster at {self.gcs_address}: {value}")
-        log.info("autoscaler driver connected to the Ray cluster at %s", self.gcs_address)
-        return proc
-
-    @staticmethod
-    def _answer(proc: subprocess.Popen[bytes], wait_s: float) -> Any:
-        """The child's next message within ``wait_s``, or None."""
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], wait_s)
-        return recv(proc.stdout) if ready else None
-
-    def _ask(self, op: str, *args: Any) -> Any:
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = self._start()
-            proc = self._proc
-            assert proc.stdin is not None
-            try:
-                send(proc.stdin, (op, args))
-                answer = self._answer(proc, ANSWER_TIMEOUT_S)
-            except (EOFError, OSError) as e:
-                self._proc = None
-                raise ConnectionError(f"autoscaler driver of {self.gcs_address} died: {e}") from e
-            if answer is None:
-                self._proc = None
-                proc.kill()
-                raise TimeoutError(f"autoscaler driver of {self.gcs_address} gave no answer to "
-                                   f"{op} within {ANSWER_TIMEOUT_S:g} s: restarted")
-        status, value = answer
-        if status != "ok":
-            raise RuntimeError(value)
-        return value
 
 
 def _request(bundles: list[dict[str, float]]) -> None:
@@ -150,33 +82,24 @@ def _request(bundles: list[dict[str, float]]) -> None:
 def serve(gcs_address: str, notice_cloud: str | None = None, metadata_url: str | None = None) -> int:
     """The child: connect to the cluster (and watch its nodes' notices when given their cloud),
     then answer requests until stdin closes."""
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # anything Ray prints goes to stderr, never into the protocol
-    try:
-        import ray
+    import ray
 
+    watch: list[ClusterNoticeWatch] = []
+
+    def connect() -> Callable[[Any], Any]:
         ray.init(address=gcs_address, log_to_driver=False, configure_logging=False)
-        watch = None if notice_cloud is None else _watch(notice_cloud, metadata_url)
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
-        cause = f" ({type(e.__cause__).__name__}: {e.__cause__})" if e.__cause__ else ""
-        send(out, ("error", f"{type(e).__name__}: {e}{cause}"))
-        return 1
-    ops: dict[str, Callable[..., Any]] = {"request": _request,
-                                          "notices": watch.take if watch is not None else list}
-    send(out, ("ok", None))
-    while True:
-        try:
-            op, args = recv(sys.stdin.buffer)
-        except EOFError:
-            break
-        try:
-            send(out, ("ok", ops[op](*args)))
-        except Exception as e:  # noqa: BLE001 - the parent raises it
-            send(out, ("error", f"{type(e).__name__}: {e}"))
-    if watch is not None:
-        watch.stop()
-    ray.shutdown()
-    return 0
+        if notice_cloud is not None:
+            watch.append(_watch(notice_cloud, metadata_url))
+        ops: dict[str, Callable[..., Any]] = {"request": _request,
+                                              "notices": watch[0].take if watch else list}
+        return lambda request: ops[request[0]](*request[1])
+
+    rc = serve_requests(connect)
+    for w in watch:
+        w.stop()
+    if rc == 0:
+        ray.shutdown()
+    return rc
 
 
 def _watch(cloud: str, metadata_url: str | None) -> ClusterNoticeWatch:
