@@ -5,11 +5,6 @@ children keep a watcher pinned on each node and hand the notices back through th
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,10 +21,30 @@ from clusters.ray.nodewatch import plan_watchers
 from controlplane.core.clock import SimClock, WallClock
 from controlplane.core.errors import CapacityUnavailable
 from tests.clusters.test_notices import serve_metadata
-from tests.clusters.test_rayclusters import PRICES, ROOT, SPOT, start_head, wait_for
-from tests.clusters.test_rayfleet import FakeState, fake_cluster_config, kill_ours, our_processes
+from tests.clusters.test_rayclusters import PRICES, SPOT, fake_heads, wait_for
+from tests.clusters.test_rayfleet import FakeState, fake_cluster_config
 
 NODE = "ff" * 28  # the fake provider numbers each cluster's nodes alike
+
+
+def reporting_clusters(states: dict[str, FakeState], reported: dict[str, list[tuple[str, float]]],
+                       clock: SimClock) -> RayClustersFleet:
+    """A fleet over fake clusters (``states``) whose nodes' notices are what the test puts in
+    ``reported`` (each cluster's list, taken once)."""
+
+    def make(ref: RayClusterRef) -> Member:
+        types = in_cluster(node_types_from_config(fake_cluster_config("unused"), PRICES), ref.name)
+        state = states[ref.name]
+        fleet = RayAutoscalerFleet(types, clock=clock, list_nodes=lambda: state.nodes,
+                                   request=state.requests.append)
+
+        def take() -> list[tuple[str, float]]:
+            out, reported[ref.name][:] = list(reported[ref.name]), []
+            return out
+
+        return Member(ref, fleet, notices=take)
+
+    return RayClustersFleet([RayClusterRef(n, f"{n}.yaml", "http://h:1", "h:2") for n in states], make=make)
 
 
 def test_plan_watches_alive_workers_and_forgets_the_gone() -> None:
@@ -54,19 +69,7 @@ def test_a_notice_of_a_node_of_b_notices_bs_slot_only() -> None:
     states = {"a": FakeState(), "b": FakeState()}
     reported: dict[str, list[tuple[str, float]]] = {"a": [], "b": []}
 
-    def make(ref: RayClusterRef) -> Member:
-        types = in_cluster(node_types_from_config(fake_cluster_config("unused"), PRICES), ref.name)
-        state = states[ref.name]
-        fleet = RayAutoscalerFleet(types, clock=SimClock(), list_nodes=lambda: state.nodes,
-                                   request=state.requests.append)
-
-        def take() -> list[tuple[str, float]]:
-            out, reported[ref.name][:] = list(reported[ref.name]), []
-            return out
-
-        return Member(ref, fleet, notices=take)
-
-    fleet = RayClustersFleet([RayClusterRef(n, f"{n}.yaml", "http://h:1", "h:2") for n in states], make=make)
+    fleet = reporting_clusters(states, reported, SimClock())
     for name in states:
         fleet.launch(LaunchRequest(f"job-{name}", f"{name}.fake-zone-a", SPOT, Market.SPOT))
         states[name].add(NODE, {"spot": 1, "accelerator_type:FAKE": 1})
@@ -99,23 +102,14 @@ def test_a_full_node_type_is_not_a_cluster_that_does_not_answer() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_metadata_notice_on_a_node_of_b_is_a_notice_of_bs_slot_only() -> None:
-    tmps = {name: tempfile.mkdtemp(prefix=f"spn{name}-", dir="/tmp") for name in ("a", "b")}
-    # clusters registered without a token: their heads take none, whatever Ray this process
-    # joined before (a session's token in RAY_AUTH_* is not theirs)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")},
-           "PYTHONPATH": str(ROOT), "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-           "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    heads: dict[str, tuple[subprocess.Popen[bytes], dict[str, str]]] = {}
     fleet: RayClustersFleet | None = None
     events: list[FleetEvent] = []
-    with serve_metadata() as (meta_a, url_a), serve_metadata() as (meta_b, url_b):
+    with serve_metadata() as (meta_a, url_a), serve_metadata() as (meta_b, url_b), \
+            fake_heads({"a": "fake-zone-a", "b": "fake-zone-b"}, "spn") as heads:
         try:
-            for name in tmps:
-                heads[name] = start_head(tmps[name], f"fake-zone-{name}", env)
             urls = {"a": url_a, "b": url_b}
-            refs = [RayClusterRef(name, info["config"], info["dashboard"], info["gcs"], prices=PRICES,
-                                  cloud="aws", metadata_url=urls[name]) for name, (_, info) in heads.items()]
+            refs = [RayClusterRef(name, h.info["config"], h.info["dashboard"], h.info["gcs"], prices=PRICES,
+                                  cloud="aws", metadata_url=urls[name]) for name, h in heads.items()]
             fleet = RayClustersFleet(refs, clock=WallClock(), launch_timeout_s=240)
 
             def polled(pred: Callable[[], bool]) -> Callable[[], bool]:
@@ -150,17 +144,6 @@ def test_a_metadata_notice_on_a_node_of_b_is_a_notice_of_bs_slot_only() -> None:
         finally:
             if fleet is not None:
                 fleet.close()
-            for proc, _ in heads.values():
-                with contextlib.suppress(OSError):
-                    assert proc.stdin is not None
-                    proc.stdin.close()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=20)
-            for tmp in tmps.values():
-                kill_ours(tmp)
-    for tmp in tmps.values():
-        assert our_processes(tmp) == [], f"left running in {tmp}"
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_the_loop_notices_the_node_of_bs_slot(tmp_path: Path) -> None:
@@ -175,19 +158,7 @@ def test_the_loop_notices_the_node_of_bs_slot(tmp_path: Path) -> None:
     states = {"a": FakeState(), "b": FakeState()}
     reported: dict[str, list[tuple[str, float]]] = {"a": [], "b": []}
 
-    def make(ref: RayClusterRef) -> Member:
-        types = in_cluster(node_types_from_config(fake_cluster_config("unused"), PRICES), ref.name)
-        state = states[ref.name]
-        fleet = RayAutoscalerFleet(types, clock=clock, list_nodes=lambda: state.nodes,
-                                   request=state.requests.append)
-
-        def take() -> list[tuple[str, float]]:
-            out, reported[ref.name][:] = list(reported[ref.name]), []
-            return out
-
-        return Member(ref, fleet, notices=take)
-
-    fleet = RayClustersFleet([RayClusterRef(n, f"{n}.yaml", "http://h:1", "h:2") for n in states], make=make)
+    fleet = reporting_clusters(states, reported, clock)
     store = Store(tmp_path / "spotplane.db")
     ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"FAKE": 4}),
                      epoch=store.take_controller_lease())

@@ -20,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -424,6 +425,51 @@ def start_head(tmp: str, zone: str, env: dict[str, str]) -> tuple[subprocess.Pop
     return proc, json.loads(found.read_text())
 
 
+@dataclass
+class FakeHead:
+    """One fake-autoscaling cluster's head: its child process, what it wrote (``config``,
+    ``dashboard``, ``gcs``) and its temp dir."""
+
+    proc: subprocess.Popen[bytes]
+    info: dict[str, str]
+    tmp: str
+
+    def stop(self) -> None:
+        """Close the head's stdin (it shuts down) and wait for it."""
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def fake_heads(zones: dict[str, str], prefix: str) -> Iterator[dict[str, FakeHead]]:
+    """A fake-autoscaling Ray cluster per name (in its zone), each head a child process with a
+    temp dir of its own and no token; on exit every head is stopped, every process of theirs
+    killed, and (when the body passed) none may be left."""
+    tmps = {name: tempfile.mkdtemp(prefix=f"{prefix}{name}-", dir="/tmp") for name in zones}
+    # clusters registered without a token: their heads take none, whatever Ray this process
+    # joined before (a session's token in RAY_AUTH_* is not theirs)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")},
+           "PYTHONPATH": str(ROOT), "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+           "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    heads: dict[str, FakeHead] = {}
+    try:
+        for name, zone in zones.items():
+            heads[name] = FakeHead(*start_head(tmps[name], zone, env), tmps[name])
+        yield heads
+    finally:
+        for head in heads.values():
+            head.stop()
+        for tmp in tmps.values():
+            kill_ours(tmp)  # worker raylets the fake provider started outlive the head
+    for tmp in tmps.values():
+        assert our_processes(tmp) == [], f"left running in {tmp}"
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def workers(dashboard: str) -> list[dict[str, Any]]:
     from clusters.ray.multi import dashboard_nodes
 
@@ -436,92 +482,72 @@ def workers(dashboard: str) -> list[dict[str, Any]]:
 def test_two_fake_autoscaling_clusters_one_provider_each() -> None:
     import ray
 
-    tmps = {name: tempfile.mkdtemp(prefix=f"spc{name}-", dir="/tmp") for name in ("a", "b")}
-    # clusters registered without a token: their heads take none, whatever Ray this process
-    # joined before (a session's token in RAY_AUTH_* is not theirs)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")},
-           "PYTHONPATH": str(ROOT), "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1",
-           "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    heads: dict[str, tuple[subprocess.Popen[bytes], dict[str, str]]] = {}
     fleet: RayClustersFleet | None = None
     events: list[FleetEvent] = []
-    try:
-        for name, zone in (("a", "fake-zone-a"), ("b", "fake-zone-b")):
-            heads[name] = start_head(tmps[name], zone, env)
-        refs = [RayClusterRef(name, info["config"], info["dashboard"], info["gcs"], prices=PRICES)
-                for name, (_, info) in heads.items()]
-        fleet = RayClustersFleet(refs, clock=WallClock(), launch_timeout_s=240)
-        assert {o.zone for o in fleet.offers()} == {"a.fake-zone-a", "b.fake-zone-b"}
+    with fake_heads({"a": "fake-zone-a", "b": "fake-zone-b"}, "spc") as heads:
+        try:
+            refs = [RayClusterRef(name, h.info["config"], h.info["dashboard"], h.info["gcs"], prices=PRICES)
+                    for name, h in heads.items()]
+            fleet = RayClustersFleet(refs, clock=WallClock(), launch_timeout_s=240)
+            assert {o.zone for o in fleet.offers()} == {"a.fake-zone-a", "b.fake-zone-b"}
 
-        def kinds(slot: str) -> list[EventKind]:
-            return [e.kind for e in events if e.instance_id == slot]
+            def kinds(slot: str) -> list[EventKind]:
+                return [e.kind for e in events if e.instance_id == slot]
 
-        def polled(pred: Callable[[], bool]) -> Callable[[], bool]:
-            def check() -> bool:
-                assert fleet is not None
-                events.extend(fleet.poll_events())
-                return pred()
-            return check
+            def polled(pred: Callable[[], bool]) -> Callable[[], bool]:
+                def check() -> bool:
+                    assert fleet is not None
+                    events.extend(fleet.poll_events())
+                    return pred()
+                return check
 
-        dash = {name: info["dashboard"] for name, (_, info) in heads.items()}
-        members = {name: fleet.members[name].fleet for name in heads}
-        fleet.launch(LaunchRequest("job-a", "a.fake-zone-a", SPOT, Market.SPOT))
-        wait_for(polled(lambda: EventKind.READY in kinds("job-a/0")), 180, "A's node ready")
-        a_node = fleet.describe(["job-a/0"])[0].tags["ray_node_id"]
-        assert [n["node_id"] for n in workers(dash["a"])] == [a_node]  # A's autoscaler started it
-        assert workers(dash["b"]) == []  # and B's none
-        assert isinstance(members["b"], RayAutoscalerFleet) and members["b"].requested == []
+            dash = {name: head.info["dashboard"] for name, head in heads.items()}
+            members = {name: fleet.members[name].fleet for name in heads}
+            fleet.launch(LaunchRequest("job-a", "a.fake-zone-a", SPOT, Market.SPOT))
+            wait_for(polled(lambda: EventKind.READY in kinds("job-a/0")), 180, "A's node ready")
+            a_node = fleet.describe(["job-a/0"])[0].tags["ray_node_id"]
+            assert [n["node_id"] for n in workers(dash["a"])] == [a_node]  # A's autoscaler started it
+            assert workers(dash["b"]) == []  # and B's none
+            assert isinstance(members["b"], RayAutoscalerFleet) and members["b"].requested == []
 
-        fleet.launch(LaunchRequest("job-b", "b.fake-zone-b", SPOT, Market.SPOT))
-        wait_for(polled(lambda: EventKind.READY in kinds("job-b/0")), 180, "B's node ready")
-        b_node = fleet.describe(["job-b/0"])[0].tags["ray_node_id"]
-        assert b_node in [n["node_id"] for n in workers(dash["b"])]  # the fake provider numbers
-        assert [n["node_id"] for n in workers(dash["a"])] == [a_node]  # each cluster's nodes alike
+            fleet.launch(LaunchRequest("job-b", "b.fake-zone-b", SPOT, Market.SPOT))
+            wait_for(polled(lambda: EventKind.READY in kinds("job-b/0")), 180, "B's node ready")
+            b_node = fleet.describe(["job-b/0"])[0].tags["ray_node_id"]
+            assert b_node in [n["node_id"] for n in workers(dash["b"])]  # the fake provider numbers
+            assert [n["node_id"] for n in workers(dash["a"])] == [a_node]  # each cluster's nodes alike
 
-        fleet.terminate(["job-a/0"])  # withdraws A's bundle only
-        assert isinstance(members["a"], RayAutoscalerFleet) and members["a"].requested == []
-        assert isinstance(members["b"], RayAutoscalerFleet) and len(members["b"].requested) == 1
+            fleet.terminate(["job-a/0"])  # withdraws A's bundle only
+            assert isinstance(members["a"], RayAutoscalerFleet) and members["a"].requested == []
+            assert isinstance(members["b"], RayAutoscalerFleet) and len(members["b"].requested) == 1
 
-        assert kill_raylet_in(b_node, tmps["b"])  # B's worker dies
-        wait_for(polled(lambda: EventKind.PREEMPTED in kinds("job-b/0")), 90, "B's slot preempted")
-        assert kinds("job-a/0") == [EventKind.READY, EventKind.TERMINATED]
-        assert kinds("job-b/0") == [EventKind.READY, EventKind.PREEMPTED]
-        preempted = [e for e in events if e.kind == EventKind.PREEMPTED]
-        assert [(e.instance_id, e.zone) for e in preempted] == [("job-b/0", "b.fake-zone-b")]
-        assert members["b"].requested == []
+            assert kill_raylet_in(b_node, heads["b"].tmp)  # B's worker dies
+            wait_for(polled(lambda: EventKind.PREEMPTED in kinds("job-b/0")), 90, "B's slot preempted")
+            assert kinds("job-a/0") == [EventKind.READY, EventKind.TERMINATED]
+            assert kinds("job-b/0") == [EventKind.READY, EventKind.PREEMPTED]
+            preempted = [e for e in events if e.kind == EventKind.PREEMPTED]
+            assert [(e.instance_id, e.zone) for e in preempted] == [("job-b/0", "b.fake-zone-b")]
+            assert members["b"].requested == []
 
-        head_a = heads["a"][0]  # cluster A goes away whole: only its zones close
-        assert head_a.stdin is not None
-        head_a.stdin.close()
-        head_a.wait(timeout=60)
-        kill_ours(tmps["a"])
-        wait_for(polled(lambda: bool(fleet and fleet.members["a"].down)), 60, "A seen down")
-        assert fleet.spot_availability() == {"a.fake-zone-a": False, "b.fake-zone-b": True}
-        with pytest.raises(CapacityUnavailable, match="cluster a: it does not answer"):
-            fleet.launch(LaunchRequest("job-c", "a.fake-zone-a", SPOT, Market.SPOT))
-        # this process is a driver of neither cluster (of the suite's own Ray at most)
-        theirs = {info["gcs"] for _, info in heads.values()}
-        assert not ray.is_initialized() or ray.get_runtime_context().gcs_address not in theirs
-        drivers = [m.closes for m in fleet.members.values()]
-        assert all(isinstance(d, ClusterDriver) and d._proc is not None for d in drivers)
-        pids = [d._proc.pid for d in drivers if isinstance(d, ClusterDriver) and d._proc]
-        fleet.close()
-        assert not any(Path(f"/proc/{pid}").exists() for pid in pids)  # each cluster's own driver, gone
-    finally:
-        if fleet is not None:
+            head_a = heads["a"].proc  # cluster A goes away whole: only its zones close
+            assert head_a.stdin is not None
+            head_a.stdin.close()
+            head_a.wait(timeout=60)
+            kill_ours(heads["a"].tmp)
+            wait_for(polled(lambda: bool(fleet and fleet.members["a"].down)), 60, "A seen down")
+            assert fleet.spot_availability() == {"a.fake-zone-a": False, "b.fake-zone-b": True}
+            with pytest.raises(CapacityUnavailable, match="cluster a: it does not answer"):
+                fleet.launch(LaunchRequest("job-c", "a.fake-zone-a", SPOT, Market.SPOT))
+            # this process is a driver of neither cluster (of the suite's own Ray at most)
+            theirs = {head.info["gcs"] for head in heads.values()}
+            assert not ray.is_initialized() or ray.get_runtime_context().gcs_address not in theirs
+            drivers = [m.closes for m in fleet.members.values()]
+            assert all(isinstance(d, ClusterDriver) and d._proc is not None for d in drivers)
+            pids = [d._proc.pid for d in drivers if isinstance(d, ClusterDriver) and d._proc]
             fleet.close()
-        for proc, _ in heads.values():
-            with contextlib.suppress(OSError):
-                assert proc.stdin is not None
-                proc.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=20)
-        for tmp in tmps.values():
-            kill_ours(tmp)  # worker raylets the fake provider started outlive the head
-    for tmp in tmps.values():
-        assert our_processes(tmp) == [], f"left running in {tmp}"
-        shutil.rmtree(tmp, ignore_errors=True)
+            assert not any(Path(f"/proc/{pid}").exists() for pid in pids)  # each cluster's own driver, gone
+        finally:
+            if fleet is not None:
+                fleet.close()
 
 
 if __name__ == "__main__" and sys.argv[1] == "head":
