@@ -28,8 +28,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -441,6 +443,41 @@ def gce_boot_pending(fake: Any) -> None:
         fake.set_status(name, "RUNNING")
 
 
+@contextmanager
+def bridged() -> Iterator[Bridge]:
+    """A bridge for emulated machines (failing with what is missing where namespaces cannot be
+    made), removed on exit."""
+    require_netns()
+    made = Bridge()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def operator_token(path: Path) -> Path:
+    """A workload cluster's Ray token at ``path``, readable by its owner only, as an operator
+    keeps it."""
+    path.write_text(os.urandom(32).hex())
+    path.chmod(0o600)
+    return path
+
+
+def run_while_booting(command: Callable[[], int], boot: Callable[[], None], timeout_s: float = 360.0) -> int:
+    """``command()`` (e.g. a CLI's ``main``) in a thread while ``boot()`` runs about every second
+    (the cloud boots what is pending, the emulator the new machines' scripts); its answer."""
+    answer: list[int] = []
+    worker = threading.Thread(target=lambda: answer.append(command()))
+    worker.start()
+    deadline = time.monotonic() + timeout_s
+    while worker.is_alive():
+        assert time.monotonic() < deadline, f"the command did not return within {timeout_s:g} s"
+        boot()
+        worker.join(1.0)
+    assert answer, "the command raised (its traceback is above)"
+    return answer[0]
+
+
 def booted_ok(booted: Booted, timeout_s: float = 240.0) -> None:
     """The bootstrap ended well (its output in the failure otherwise)."""
     rc = booted.finished(timeout_s)
@@ -455,6 +492,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-__all__ = ["BootEmulator", "Booted", "Bridge", "WorkloadHead", "booted_ok", "ec2_gone", "ec2_private_ip",
+__all__ = ["BootEmulator", "Booted", "Bridge", "WorkloadHead", "booted_ok", "bridged", "operator_token",
+           "run_while_booting", "ec2_gone", "ec2_private_ip",
            "ec2_scripts",
            "free_port", "gce_boot_pending", "gce_gone", "gce_private_ip", "gce_scripts", "require_netns", "run"]

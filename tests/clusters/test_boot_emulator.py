@@ -36,10 +36,10 @@ from tests.clusters.bootemu import (
     Bridge,
     WorkloadHead,
     booted_ok,
+    bridged,
     ec2_gone,
     ec2_scripts,
     free_port,
-    require_netns,
 )
 from tests.serve.bareapi import ADMIN_TOKEN, BareApi, bare_api
 
@@ -61,17 +61,13 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    require_netns()
     workdir = tmp_path_factory.mktemp("workload")
-    bridge = Bridge()
-    try:
+    with bridged() as bridge:
         head = WorkloadHead(bridge, workdir, free_port(), dashboard=True)
         try:
             yield Cluster(bridge, head, workdir)
         finally:
             head.stop()
-    finally:
-        bridge.close()
 
 
 class ApiServer:

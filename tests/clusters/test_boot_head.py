@@ -10,9 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +32,8 @@ from tests.clusters.bootemu import (
     ec2_gone,
     ec2_private_ip,
     ec2_scripts,
-    require_netns,
+    operator_token,
+    run_while_booting,
 )
 from tests.clusters.test_boot_emulator import ApiServer
 from tests.serve.bareapi import ADMIN_TOKEN, bare_api
@@ -45,16 +43,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 aws = ctl_world.aws
 moto_port, proxy, aws_env = ctl_world.moto_port, ctl_world.proxy, ctl_world.aws_env
 HEAD_TYPE, GPU = "m5.xlarge", "g5.xlarge"
-
-
-@pytest.fixture
-def bridge() -> Iterator[Bridge]:
-    require_netns()
-    made = Bridge()
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def head_resources(gcs: str, token_file: Path, timeout_s: float = 120.0) -> dict[str, float]:
@@ -78,9 +66,7 @@ def test_a_launched_head_is_registered_and_a_later_worker_joins_it(
     vpc = ec2.create_vpc(CidrBlock=f"{bridge.subnet}.0/24")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=f"{bridge.subnet}.0/24",
                                AvailabilityZone="us-east-1a")["Subnet"]["SubnetId"]
-    token_file = tmp_path / "east-ray-token"  # where the operator put the cluster's token
-    token_file.write_text(os.urandom(32).hex())
-    token_file.chmod(0o600)
+    token_file = operator_token(tmp_path / "east-ray-token")
     scripts_of = [ec2_scripts(ec2, "spotplane-head"), ec2_scripts(ec2)]
     emu = BootEmulator(bridge, tmp_path, lambda: (s for of in scripts_of for s in of()), ec2_gone(ec2),
                        extra_env={"RAY_gcs_server_port_wait_time_s": "5"}, ip_of=ec2_private_ip(ec2))
@@ -89,20 +75,12 @@ def test_a_launched_head_is_registered_and_a_later_worker_joins_it(
         api = ApiServer(built, bridge.host)
         client = ["--url", api.url, "--token", ADMIN_TOKEN]
         try:
-            answer: list[int] = []
-            cli = threading.Thread(target=lambda: answer.append(main([
-                "clusters", "add", "east", "--cloud", "aws", "--region", "us-east-1", "--launch",
-                "--zone", "us-east-1a", "--instance-type", HEAD_TYPE, "--token-ref", str(token_file),
-                "--launch-timeout", "300", *options,
-                f"--fleet-option=subnet_by_zone=[[\"us-east-1a\", \"{subnet}\"]]", *client])))
-            cli.start()
-            deadline = time.monotonic() + 360
-            while cli.is_alive():  # EC2 boots what is pending; the emulator runs its user_data
-                assert time.monotonic() < deadline, "clusters add --launch did not return"
-                ctl_world.boot_pending()
-                emu.boot_new()
-                cli.join(1.0)
-            assert answer == [0]
+            add = ["clusters", "add", "east", "--cloud", "aws", "--region", "us-east-1", "--launch",
+                   "--zone", "us-east-1a", "--instance-type", HEAD_TYPE, "--token-ref", str(token_file),
+                   "--launch-timeout", "300", *options,
+                   f"--fleet-option=subnet_by_zone=[[\"us-east-1a\", \"{subnet}\"]]", *client]
+            # EC2 boots what is pending; the emulator runs its user_data
+            assert run_while_booting(lambda: main(add), lambda: (ctl_world.boot_pending(), emu.boot_new())) == 0
             [head] = emu.booted.values()
             booted_ok(head, 60)
             [east] = built.replica.service.base_store.list_clusters()

@@ -7,8 +7,6 @@ whose startup-script fails is deleted and named with its serial console's last l
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +38,8 @@ from tests.clusters.bootemu import (
     gce_gone,
     gce_private_ip,
     gce_scripts,
-    require_netns,
+    operator_token,
+    run_while_booting,
 )
 from tests.clusters.test_boot_emulator import ApiServer
 from tests.clusters.test_boot_head import head_resources
@@ -48,16 +47,6 @@ from tests.serve.bareapi import ADMIN_TOKEN, bare_api
 
 PROJECT, ZONE, HEAD_TYPE, GPU = "spotplane-test", "us-central1-a", "n1-standard-8", "g2-standard-4"
 MISSING_DISK = "/dev/disk/by-id/google-spotplane-missing-scratch"
-
-
-@pytest.fixture
-def bridge() -> Iterator[Bridge]:
-    require_netns()
-    made = Bridge()
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 @pytest.fixture
@@ -81,9 +70,7 @@ def emulator(bridge: Bridge, fake: gce_fake.GceFake, workdir: Path) -> BootEmula
 def test_a_launched_gcp_head_is_registered_and_a_later_worker_joins_it(
         bridge: Bridge, gce: tuple[gce_fake.GceFake, str], tmp_path: Path) -> None:
     fake, endpoint = gce
-    token_file = tmp_path / "central-ray-token"  # where the operator put the cluster's token
-    token_file.write_text(os.urandom(32).hex())
-    token_file.chmod(0o600)
+    token_file = operator_token(tmp_path / "central-ray-token")
     emu = emulator(bridge, fake, tmp_path)
     options = [f"--fleet-option=project={PROJECT}", "--fleet-option=credentials=anonymous",
                f"--fleet-option=api_endpoint={endpoint}"]
@@ -97,19 +84,11 @@ def test_a_launched_gcp_head_is_registered_and_a_later_worker_joins_it(
                 "gcp", project=PROJECT, zones=[ZONE], credentials="anonymous", api_endpoint=endpoint,
                 machine_types=[GPU], api_url=api.url, node_report_secret=report_secret(hash_token(ADMIN_TOKEN)),
                 cluster_joins=RegistryJoins(registry, "gcp", ttl_s=0.0))
-            answer: list[int] = []
-            cli = threading.Thread(target=lambda: answer.append(main([
-                "clusters", "add", "central", "--cloud", "gcp", "--region", "us-central1", "--launch",
-                "--zone", ZONE, "--instance-type", HEAD_TYPE, "--token-ref", str(token_file),
-                "--launch-timeout", "300", *options, *client])))
-            cli.start()
-            deadline = time.monotonic() + 360
-            while cli.is_alive():  # GCE boots what is pending; the emulator runs its startup-script
-                assert time.monotonic() < deadline, "clusters add --launch did not return"
-                gce_boot_pending(fake)
-                emu.boot_new()
-                cli.join(1.0)
-            assert answer == [0]
+            add = ["clusters", "add", "central", "--cloud", "gcp", "--region", "us-central1", "--launch",
+                   "--zone", ZONE, "--instance-type", HEAD_TYPE, "--token-ref", str(token_file),
+                   "--launch-timeout", "300", *options, *client]
+            # GCE boots what is pending; the emulator runs its startup-script
+            assert run_while_booting(lambda: main(add), lambda: (gce_boot_pending(fake), emu.boot_new())) == 0
             [head] = emu.booted.values()
             booted_ok(head, 60)
             [central] = registry()
