@@ -6,7 +6,6 @@ work. The catalog of offers stays whole (the loop reads it once). What runs ther
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from clusters.fleet import FleetEvent, FleetProvider, Instance, LaunchRequest, Offer
 from controlplane.core.errors import CapacityUnavailable
@@ -61,7 +60,3 @@ class ClusterGatedFleet(FleetProvider):
 
     def lose(self, instance_id: str, detail: str = "node lost") -> None:
         self.inner.lose(instance_id, detail)
-
-    def __getattr__(self, name: str) -> Any:
-        """What the inner fleet offers beyond the provider interface (its own extras)."""
-        return getattr(self.inner, name)

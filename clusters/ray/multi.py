@@ -329,7 +329,7 @@ class RayClustersFleet(FleetProvider):
                 self._down(member, str(exc))
                 continue
             events += self._noticed(member)
-            if getattr(member.fleet, "send_pending", False):
+            if isinstance(member.fleet, RayAutoscalerFleet) and member.fleet.send_pending:
                 self._down(member, "its autoscaler was not reached")
             elif member.down:
                 log.warning("ray-clusters: cluster %s answers again", member.ref.name)
