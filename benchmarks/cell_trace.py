@@ -21,7 +21,8 @@ it holds the cell), in a :class:`TracingSimulator` that only watches:
   guard reads) at or over its threshold (``rate_high``), a raise less than H / m before (``pace``),
   an HP task queued (``hpq``) or no idle GPUs to give (``no_room``); and the pool's mean e,
   the share of its hours with e at or over the threshold, its HP-held, spot-held, idle GPUs and
-  quota.
+  quota; with ``--days``, the same per day over all pools (HP-held and idle GPUs, queued spot
+  tasks, the oldest one's wait, steps by status, evictions).
 
 ``--rows-out`` writes one CSV row per task and label (the per-task figures), ``--hours-out``
 one per label, pool and hour (the guard's figures); ``--json`` prints the summary.
@@ -326,6 +327,27 @@ def hours_rows(label: str, sim: TracingSimulator) -> list[dict[str, Any]]:
     return rows
 
 
+def daily_rows(label: str, sim: TracingSimulator, days: tuple[float, float] | None) -> list[dict[str, Any]]:
+    """One row per day of the window: GPUs HP holds and idle GPUs over all pools (daily means), queued
+    spot tasks per pool (mean), the oldest one's longest wait (h), guard steps by status, evictions."""
+    by: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in hours_rows(label, sim):
+        if in_days(row["hour"] * 3600.0, days):
+            by[int(row["hour"] // 24)].append(row)
+    out = []
+    for day, rows in sorted(by.items()):
+        hours = max(len({r["hour"] for r in rows}), 1)
+        pools = max(len({r["pool"] for r in rows}), 1)
+        out.append({"label": label, "day": day,
+                    "hp_held": sum(r["hp_held"] for r in rows) / hours, "idle": sum(r["idle"] for r in rows) / hours,
+                    "spot_queued": sum(r["spot_queued"] for r in rows) / hours / pools,
+                    "oldest_wait_h": max(r["oldest_wait_s"] for r in rows) / 3600.0,
+                    **{st: sum(r[st] for r in rows) for st in GUARD_STATUSES},
+                    "evictions": sum(r["evictions"] for r in rows),
+                    "guard_admitted_evictions": sum(r["guard_admitted_evictions"] for r in rows)})
+    return out
+
+
 def task_rows(label: str, r: SimResult, sim: TracingSimulator) -> list[dict[str, Any]]:
     """One row per task: its shape, submission day, JQT, runs, evictions and guard-admitted runs."""
     rows = []
@@ -364,7 +386,8 @@ def summary(main: Traced, others: list[Traced], top: int, day_bin: float,
     for t in labels:
         out["labels"][t.label] = {"metrics": t.result.summary(), "cached": t.cached,
                                   "matches_cache": _matches(t.result.summary(), t.cached),
-                                  "evictions": eviction_summary(t.sim, days), "guard": guard_summary(t.sim, days)}
+                                  "evictions": eviction_summary(t.sim, days), "guard": guard_summary(t.sim, days),
+                                  "daily": daily_rows(t.label, t.sim, days) if days else []}
     for qos, recs in main.classes.items():
         shares = shape_shares(recs)
         others_shares = {t.label: shape_shares(t.classes[qos]) for t in others}
@@ -403,6 +426,11 @@ def text(s: dict[str, Any]) -> str:
                          f"idle {g['idle']:.1f} GPUs, quota {g['quota']:.1f}, {g['spot_queued']:.1f} spot tasks "
                          f"queued; evictions {g['evictions']} "
                          f"({g['guard_admitted_evictions']} guard-admitted)")
+        for r in d["daily"]:
+            lines.append(f"  day {r['day']}: HP {r['hp_held']:.1f}, idle {r['idle']:.1f} GPUs, {r['spot_queued']:.1f} "
+                         f"spot tasks queued per pool, oldest {r['oldest_wait_h']:.1f} h; raised {r['raised']}, "
+                         f"pace {r['pace']}, rate {r['rate_high']}, no room {r['no_room']}; evictions {r['evictions']} "
+                         f"({r['guard_admitted_evictions']} guard-admitted)")
     for qos, d in s["shapes"].items():
         means = ", ".join(f"{lab} {v:,.0f} s" for lab, v in d["mean_s"].items())
         lines.append(f"\n{qos} mean JQT: {means}; shapes by share of the mean (s):")

@@ -66,6 +66,8 @@ def test_the_trace_tells_a_raise_the_pace_held_back() -> None:
     rows = cell_trace.hours_rows("x", sim)
     at29 = next(r for r in rows if r["hour"] == 29)
     assert at29["raised"] == 1 and at29["pace"] == 11 and at29["eviction_rate"] == 0.0
+    (day1,) = cell_trace.daily_rows("x", sim, (1.0, 2.0))
+    assert (day1["day"], day1["raised"], day1["pace"], day1["evictions"]) == (1, 2, 11, 0)
 
 
 def test_shape_shares_add_up_to_the_class_mean() -> None:
