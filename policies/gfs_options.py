@@ -34,7 +34,7 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
                    "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph",
                    "oldest_calm_2h_2ph_bkall", "oldest_calm_4h_2ph_bkall", "oldest_calm_3h_2ph_bkall",
                    "oldest_calm_5h_2ph_bkall", "oldest_calm_4h_1ph_bkall", "oldest_calm_4h_3ph_bkall",
-                   "oldest_calm_1h_1ph"),
+                   "oldest_calm_1h_1ph", "oldest_calm_4h_bkall", "oldest_calm_3h_3ph_bkall", "oldest_calm_5h_3ph_bkall"),
     "hp_reserve": ("off", "head", "drain", "drain_keep"),
 })
 
@@ -122,7 +122,9 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     # the guard grid around the third round's 4-miss guards (docs/gfs.md, "Fourth round")
     **{f"fcfs_eta_max_1_calm_guard_{g}": replace(AS_RELEASED, queue="fcfs", eta_max="1", spot_guard=f"oldest_calm_{g}")
        for g in ("2h_3ph", "3h_1ph", "1h_2ph", "5h_2ph", "3h_2ph_bkall", "5h_2ph_bkall", "4h_1ph_bkall",
-                 "4h_3ph_bkall", "1h_1ph")},
+                 "4h_3ph_bkall", "1h_1ph",
+                 # the unrun grid neighbours of the `misses` rule's pick 4h_3ph_bkall (fifth round)
+                 "4h_bkall", "3h_3ph_bkall", "5h_3ph_bkall")},
 })
 #: The preset the live plane runs: the one the robustness run picked over the six openb lists and
 #: gfs-a100 at three loads by the most traces it or a guard-grid neighbour misses (docs/gfs.md,

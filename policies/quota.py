@@ -175,7 +175,7 @@ SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h
                "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph",
                "oldest_calm_2h_2ph_bkall", "oldest_calm_4h_2ph_bkall", "oldest_calm_3h_2ph_bkall",
                "oldest_calm_5h_2ph_bkall", "oldest_calm_4h_1ph_bkall", "oldest_calm_4h_3ph_bkall",
-               "oldest_calm_1h_1ph")
+               "oldest_calm_1h_1ph", "oldest_calm_4h_bkall", "oldest_calm_3h_3ph_bkall", "oldest_calm_5h_3ph_bkall")
 #: ``*_bk`` guards: the largest factor an eviction of a guard-admitted task multiplies the wait by.
 GUARD_BACKOFF_MAX = 8.0
 #: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).

@@ -109,7 +109,7 @@ OPTIONS: dict[str, tuple[str, ...]] = {
                    "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph",
                    "oldest_calm_2h_2ph_bkall", "oldest_calm_4h_2ph_bkall", "oldest_calm_3h_2ph_bkall",
                    "oldest_calm_5h_2ph_bkall", "oldest_calm_4h_1ph_bkall", "oldest_calm_4h_3ph_bkall",
-                   "oldest_calm_1h_1ph"),
+                   "oldest_calm_1h_1ph", "oldest_calm_4h_bkall", "oldest_calm_3h_3ph_bkall", "oldest_calm_5h_3ph_bkall"),
     # head: the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods;
     # drain: the oldest HP task of whole-node pods that waited a tick drains the nodes of least HP
     # (nothing lands there, their spot pods are evicted at once; drain_keep: they run on) until it
