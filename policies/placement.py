@@ -600,12 +600,24 @@ def lost_work_cost(snap: ClusterSnapshot, victims: Sequence[RunningTask]) -> flo
     return sum(keep_by_lost_work(v, snap.now_s) for v in victims)
 
 
+def preemptible_cards(gpus: np.ndarray, hp_gpus: np.ndarray) -> np.ndarray:
+    """Per node, the most whole cards evicting every spot pod can free: GPUs - ceil(HP GPUs),
+    since HP's share of each card is at most 1 (an upper bound: Alg. 2 checks the cards)."""
+    return np.asarray(gpus, dtype=float) - np.ceil(np.maximum(np.asarray(hp_gpus, dtype=float), 0.0) - EPS)
+
+
 @dataclass
 class Preemptor:
     """Algorithm 2: per node, virtually evict every spot task, then keep back (in ``keep`` order,
     highest first) each one whose GPUs the HP pod does not need; pick the node of least ``cost``
     (``node_choice='min_cost'``), the first feasible node (``'first'``) or a random one.
-    ``max_candidates`` (None = every node, as Alg. 2 does) caps the nodes costed, by deficit."""
+    ``max_candidates`` (None = every node, as Alg. 2 does) caps the nodes costed, by deficit.
+    ``reach`` is the bound that skips a node before its victims are tried: ``'spot_share'`` idle
+    cards (or the freest card) + the spot GPUs held there, which for a pod of whole GPUs misses
+    every card a fractional spot pod shares with free space (two 0.81-GPU pods on two cards:
+    6 idle + 1.62 < 8 although evicting them frees 8 cards); ``'cards'`` for such a pod the
+    cards HP does not hold, GPUs - ceil(HP GPUs) (:func:`preemptible_cards`); ``'whole_node'``
+    that bound only on the nodes the pod fills whole, the first elsewhere."""
 
     keep: KeepOrder = keep_by_waste
     cost: NodeCost = gfs_node_cost
@@ -613,6 +625,7 @@ class Preemptor:
     random_victims: bool = False
     seed: int = 0
     max_candidates: int | None = None
+    reach: Literal["spot_share", "cards", "whole_node"] = "spot_share"
 
     def victims_on(self, snap: ClusterSnapshot, work: WorkState, node: int, gpus: float,
                    rng: np.random.Generator | None) -> list[RunningTask] | None:
@@ -649,7 +662,11 @@ class Preemptor:
         g = task.gpus
         whole = g >= 1 - EPS
         need = float(round(g)) if whole else g
-        reach = (work.idle if whole else work.max_free) + work.spot  # a cheap upper bound
+        reach = (work.idle if whole else work.max_free) + work.spot  # a cheap bound (see the class doc)
+        if whole and self.reach == "cards":
+            reach = preemptible_cards(snap.gpus, work.hp)
+        elif whole and self.reach == "whole_node":
+            reach = np.where(snap.gpus <= need, preemptible_cards(snap.gpus, work.hp), reach)
         cand = np.flatnonzero(mask & (reach >= need - EPS))
         if self.node_choice == "random" and rng is not None:
             cand = cand[rng.permutation(len(cand))]
