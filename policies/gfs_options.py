@@ -141,6 +141,11 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_eta_max_1_calm_guard_2h_1ph_cards_spot_hp": replace(AS_RELEASED, queue="fcfs", eta_max="1",
                                                               spot_guard="oldest_calm_2h_1ph", preempt_reach="cards",
                                                               spot_score="hp_nodes_first"),
+    # ... with the nodes of least HP held for the oldest whole-node HP task (hp_reserve, drain_keep)
+    **{f"fcfs_eta_max_1_calm_guard_{g}_cards_keep": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                            spot_guard=f"oldest_calm_{g}", preempt_reach="cards",
+                                                            hp_reserve="drain_keep")
+       for g in ("2h_1ph", "1h_1ph", "3h_1ph", "2h_2ph")},
     # ... with small HP pods gathered on nodes HP already uses
     "fcfs_eta_max_1_calm_guard_2h_1ph_node_colocate": replace(AS_RELEASED, queue="fcfs", eta_max="1",
                                                               spot_guard="oldest_calm_2h_1ph", preempt_reach="whole_node",
