@@ -37,6 +37,7 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
                    "oldest_calm_1h_1ph"),
     "hp_reserve": ("off", "head", "drain", "drain_keep"),
     "preempt_reach": ("spot_share", "cards", "whole_node"),
+    "hp_pack": ("off", "hp_nodes"),
 })
 
 
@@ -57,6 +58,7 @@ class GfsOptions:
     spot_guard: str = "off"
     hp_reserve: str = "off"
     preempt_reach: str = "spot_share"
+    hp_pack: str = "off"
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -146,6 +148,11 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
                                                             spot_guard=f"oldest_calm_{g}", preempt_reach="cards",
                                                             hp_reserve="drain_keep")
        for g in ("2h_1ph", "1h_1ph", "3h_1ph", "2h_2ph")},
+    # ... with HP pods smaller than a node sent to the nodes HP holds first, evicting spot there
+    **{f"fcfs_eta_max_1_calm_guard_2h_1ph_{r}_pack": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                             spot_guard="oldest_calm_2h_1ph", preempt_reach=reach,
+                                                             hp_pack="hp_nodes")
+       for r, reach in (("cards", "cards"), ("node", "whole_node"))},
     # ... with small HP pods gathered on nodes HP already uses
     "fcfs_eta_max_1_calm_guard_2h_1ph_node_colocate": replace(AS_RELEASED, queue="fcfs", eta_max="1",
                                                               spot_guard="oldest_calm_2h_1ph", preempt_reach="whole_node",

@@ -739,6 +739,7 @@ class FrameworkScheduler:
     preempt_every_s: float | None = None  # Chronus: preempt only at lease ends (multiples of it)
     lease_release_s: float | None = None  # Chronus as released: every task re-queued this often
     seed: int = 0
+    hp_pack_first: bool = False  # small HP pods to the nodes HP holds first, evicting spot there
     _task_filters: tuple[FilterPlugin, ...] = field(init=False, repr=False, compare=False)
     _pod_filters: tuple[PodFilterPlugin, ...] = field(init=False, repr=False, compare=False)
 
@@ -755,9 +756,24 @@ class FrameworkScheduler:
     def schedule(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
         if not self.quota_satisfied(snap, task):
             return None
+        if task.is_hp and self.hp_pack_first:
+            placed = self._on_hp_nodes(snap, task)
+            if placed is not None:
+                return placed
         placed = self.non_preemptive(snap, task)
         if placed is None and task.is_hp and self.preemptor is not None and self._may_preempt(snap):
             placed = self.preemptive(snap, task)
+        return placed
+
+    def _on_hp_nodes(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
+        """``hp_pack_first``: an HP pod smaller than every eligible node goes to the nodes HP already
+        holds, evicting spot there if it must, before it may land on a node free of HP."""
+        held = np.asarray(snap.hp_gpus) > EPS
+        if not held.any() or task.gpus >= float(np.min(snap.gpus)) - EPS:
+            return None
+        placed = self.non_preemptive(snap, task, within=held)
+        if placed is None and self.preemptor is not None and self._may_preempt(snap):
+            placed = self.preemptive(snap, task, within=held)
         return placed
 
     def _may_preempt(self, snap: ClusterSnapshot) -> bool:
@@ -778,10 +794,14 @@ class FrameworkScheduler:
             mask &= ~snap.reserved_nodes
         return mask
 
-    def non_preemptive(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
-        """Algorithm 1 as a gang transaction: all pods fit (best node each time) or None."""
+    def non_preemptive(self, snap: ClusterSnapshot, task: TaskRequest,
+                       within: BoolArray | None = None) -> Placement | None:
+        """Algorithm 1 as a gang transaction: all pods fit (best node each time) or None;
+        ``within`` (None = all) limits the nodes."""
         work = WorkState(snap)
         static = self._static_mask(snap, task, work)
+        if within is not None:
+            static = static & within
         if not GangPreFilter().feasible(task, work, static & self._pod_mask(task, work)):
             return None
         pods = []
@@ -803,11 +823,15 @@ class FrameworkScheduler:
             mask &= f.pod_filter(task, work)
         return mask
 
-    def preemptive(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
-        """Algorithm 2 for an HP task (gang transaction as well); spot tasks never get here."""
+    def preemptive(self, snap: ClusterSnapshot, task: TaskRequest,
+                   within: BoolArray | None = None) -> Placement | None:
+        """Algorithm 2 for an HP task (gang transaction as well); spot tasks never get here;
+        ``within`` (None = all) limits the nodes."""
         assert self.preemptor is not None
         work = WorkState(snap)
         static = self._static_mask(snap, task, work)
+        if within is not None:
+            static = static & within
         rng = np.random.default_rng([self.seed, _stable_hash(task.id)])
         pods, victims = [], []
         for _ in range(task.pods):

@@ -151,7 +151,8 @@ def with_plugin(scheduler: FrameworkScheduler, *, filter: FilterPlugin | None = 
 
 def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: str = LIVE_DEFAULT.queue,
                    spot_score: str = LIVE_DEFAULT.spot_score, hp_score: str = LIVE_DEFAULT.hp_score,
-                   preempt_reach: str = LIVE_DEFAULT.preempt_reach) -> FrameworkScheduler:
+                   preempt_reach: str = LIVE_DEFAULT.preempt_reach,
+                   hp_pack: str = LIVE_DEFAULT.hp_pack) -> FrameworkScheduler:
     """One of :data:`SCHEDULERS` by name (see the module table); ``quota=True`` puts a baseline
     behind GFS's spot quota (OrgLinear, adaptive eta), as the authors' release runs them;
     ``gfs_queue`` (one of :data:`GFS_QUEUES`) is the queue order of GFS and its ablations;
@@ -160,7 +161,9 @@ def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: 
     tasks by Eq. 14 (GPUs HP already holds) before Eq. 13, so that small HP pods gather on the nodes
     HP already uses and leave nodes that hold only spot (preemptible) whole for HP gangs;
     ``preempt_reach='cards'`` lets GFS's Alg. 2 try every node whose cards HP does not hold
-    (:class:`policies.placement.Preemptor`, ``reach``), ``'whole_node'`` only for a pod that fills a node."""
+    (:class:`policies.placement.Preemptor`, ``reach``), ``'whole_node'`` only for a pod that fills a node;
+    ``hp_pack='hp_nodes'`` sends GFS's HP pods smaller than a node to the nodes HP holds first,
+    evicting spot there if it must (``FrameworkScheduler.hp_pack_first``)."""
     if gfs_queue not in GFS_QUEUES:
         raise InvalidInput("gfs_queue", f"unknown queue order {gfs_queue!r}", fix=f"use one of {', '.join(GFS_QUEUES)}")
     s = _make(name, seed)
@@ -184,6 +187,9 @@ def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: 
                                fix=f"use one of {', '.join(PREEMPT_REACHES)}")
         if s.preemptor is not None:
             s.preemptor = replace(s.preemptor, reach=cast(Literal["spot_share", "cards", "whole_node"], preempt_reach))
+        if hp_pack not in ("off", "hp_nodes"):
+            raise InvalidInput("hp_pack", f"unknown HP packing {hp_pack!r}", fix="use off or hp_nodes")
+        s.hp_pack_first = hp_pack == "hp_nodes"
     return s
 
 

@@ -159,6 +159,7 @@ def test_the_live_defaults_are_the_ones_the_robust_run_picked() -> None:
     assert "spot_guard_acts(LIVE_DEFAULT.spot_guard" in inspect.getsource(actor.update)
     assert make_scheduler("gfs").scores == make_scheduler("gfs", hp_score=LIVE_DEFAULT.hp_score).scores
     assert make_scheduler("gfs").preemptor.reach == LIVE_DEFAULT.preempt_reach  # type: ignore[union-attr]
+    assert make_scheduler("gfs").hp_pack_first is (LIVE_DEFAULT.hp_pack == "hp_nodes")
     # what the live plane does by construction, not by a default: it counts running HP as demand
     # (reconcile.placement.account_demand), keeps one allocator per accelerator (actors.quota),
     # measures eta's e as evictions / spot placements, and has no hp_react cap

@@ -236,6 +236,21 @@ def test_preempt_reach_cards_tries_a_node_whose_spot_pods_share_cards_with_free_
         make_scheduler("gfs", preempt_reach="all")
 
 
+def test_hp_pack_sends_a_small_hp_pod_to_the_nodes_hp_holds_evicting_spot_there() -> None:
+    # n0: HP on card 0, spot on cards 1-7; n1: idle. Packing puts a 1-GPU HP pod on idle n1 and
+    # leaves no node free of HP; hp_nodes evicts one spot pod on n0 instead. A pod of a whole node
+    # is not packed, and without a node holding HP nothing changes.
+    s = snapshot([8, 8], [rt("h", "hp", 0, [0]), *[rt(f"s{c}", "spot", 0, [c], started=c) for c in range(1, 8)]])
+    assert make_scheduler("gfs").schedule(s, TaskRequest("x", "hp", 1)).nodes == ("n1",)
+    p = make_scheduler("gfs", hp_pack="hp_nodes").schedule(s, TaskRequest("x", "hp", 1))
+    assert p is not None and p.nodes == ("n0",) and len(p.victims) == 1
+    assert make_scheduler("gfs", hp_pack="hp_nodes").schedule(s, TaskRequest("x", "hp", 8)).nodes == ("n1",)
+    empty = snapshot([8, 8])
+    assert make_scheduler("gfs", hp_pack="hp_nodes").schedule(empty, TaskRequest("x", "hp", 1)).victims == ()
+    with pytest.raises(InvalidInput, match="hp_pack"):
+        make_scheduler("gfs", hp_pack="all")
+
+
 def test_yarn_evicts_newest_on_first_node_and_lyra_minimises_lost_work() -> None:
     running = [rt("old", "spot", 0, [0, 1, 2, 3], started=0.0), rt("new", "spot", 0, [4, 5, 6, 7], started=500.0),
                rt("c", "spot", 1, [0, 1, 2, 3], started=900.0), rt("h", "hp", 1, [4, 5, 6, 7])]
