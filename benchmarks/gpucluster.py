@@ -64,12 +64,13 @@ def _pod_list(path: str) -> PodList:
 
 
 def scheduler_for(label: str, seed: int, gfs_queue: str = LIVE_DEFAULT.queue,
-                  spot_score: str = LIVE_DEFAULT.spot_score, hp_score: str = LIVE_DEFAULT.hp_score) -> FrameworkScheduler:
+                  spot_score: str = LIVE_DEFAULT.spot_score, hp_score: str = LIVE_DEFAULT.hp_score,
+                  preempt_reach: str = LIVE_DEFAULT.preempt_reach) -> FrameworkScheduler:
     """``NAME``, ``NAME+quota`` or :data:`STRICT_CONTROL` (GFS with YARN-CS's strict FCFS queue)."""
     if label == STRICT_CONTROL:
         return replace(make_scheduler("gfs", seed=seed), queue=QueueRule("fcfs", strict=True))
     return make_scheduler(label.removesuffix(QUOTA), seed=seed, quota=label.endswith(QUOTA), gfs_queue=gfs_queue,
-                          spot_score=spot_score, hp_score=hp_score)
+                          spot_score=spot_score, hp_score=hp_score, preempt_reach=preempt_reach)
 
 
 def check_did_work(workload: str, scheduler: str, w: Workload, r: SimResult) -> None:

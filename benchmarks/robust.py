@@ -160,7 +160,8 @@ def run_cell(cell: Cell) -> tuple[Cell, dict[str, float], float]:
     t0 = time.perf_counter()
     if cell.label.startswith("gfs:"):
         sched = make_scheduler("gfs", seed=cell.seed, gfs_queue=cell.options.queue, spot_score=cell.options.spot_score,
-                               hp_score=cell.options.hp_score)
+                               hp_score=cell.options.hp_score, preempt_reach=cell.options.preempt_reach,
+                               hp_pack=cell.options.hp_pack)
     else:
         sched = scheduler_for(cell.label, cell.seed)
     r = simulate(w, sched, cfg)

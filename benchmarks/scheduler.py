@@ -110,6 +110,7 @@ def sim_config(options: dict[str, Any]) -> SimConfig:
     opts.pop("gfs_queue", None)  # the scheduler's options (make_scheduler), not the simulator's
     opts.pop("spot_score", None)
     opts.pop("hp_score", None)
+    opts.pop("preempt_reach", None)
     agg = opts.pop("aggregation", None)
     eta_max = opts.pop("eta_max", None)
     base = QuotaParams.for_options(LIVE_DEFAULT)
@@ -123,8 +124,9 @@ def _run_one(run: Run) -> tuple[Run, dict[str, float], float]:
     queue = opts.pop("gfs_queue", LIVE_DEFAULT.queue)
     spot_score = opts.pop("spot_score", LIVE_DEFAULT.spot_score)
     hp_score = opts.pop("hp_score", LIVE_DEFAULT.hp_score)
+    reach = opts.pop("preempt_reach", LIVE_DEFAULT.preempt_reach)
     t0 = time.perf_counter()
-    r = simulate(w, scheduler_for(run.label, run.seed, queue, spot_score, hp_score), sim_config(opts))
+    r = simulate(w, scheduler_for(run.label, run.seed, queue, spot_score, hp_score, reach), sim_config(opts))
     check_did_work(run.workload, run.label, w, r)
     return run, {**r.summary(), **why_fields(r)}, time.perf_counter() - t0
 
@@ -342,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hp-react", choices=CHOICES["hp_react"], help="queued HP GPUs cap the pool's quota at once")
     ap.add_argument("--spot-score", choices=CHOICES["spot_score"], help="GFS's first node key for spot tasks")
     ap.add_argument("--hp-score", choices=CHOICES["hp_score"], help="GFS's first node key for HP tasks")
+    ap.add_argument("--preempt-reach", choices=CHOICES["preempt_reach"],
+                    help="GFS's Alg. 2: which nodes it tries (cards: every node whose cards HP does not hold)")
     ap.add_argument("--spot-guard", choices=CHOICES["spot_guard"],
                     help="the quota admits the oldest waiting spot task after theta (Eq. 11)")
     ap.add_argument("--hp-reserve", choices=CHOICES["hp_reserve"],
@@ -395,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     options["gfs_queue"] = pick(a.gfs_queue, "queue")
     options["spot_score"] = pick(a.spot_score, "spot_score")
     options["hp_score"] = pick(a.hp_score, "hp_score")
+    options["preempt_reach"] = pick(a.preempt_reach, "preempt_reach")
     workload = "openb" if a.pods else a.workload
     free = names if "quota-free" in tables else [n for n in names if n == "gfs"]
     rel = release_labels(names) if "release" in tables else []

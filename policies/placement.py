@@ -600,12 +600,24 @@ def lost_work_cost(snap: ClusterSnapshot, victims: Sequence[RunningTask]) -> flo
     return sum(keep_by_lost_work(v, snap.now_s) for v in victims)
 
 
+def preemptible_cards(gpus: np.ndarray, hp_gpus: np.ndarray) -> np.ndarray:
+    """Per node, the most whole cards evicting every spot pod can free: GPUs - ceil(HP GPUs),
+    since HP's share of each card is at most 1 (an upper bound: Alg. 2 checks the cards)."""
+    return np.asarray(gpus, dtype=float) - np.ceil(np.maximum(np.asarray(hp_gpus, dtype=float), 0.0) - EPS)
+
+
 @dataclass
 class Preemptor:
     """Algorithm 2: per node, virtually evict every spot task, then keep back (in ``keep`` order,
     highest first) each one whose GPUs the HP pod does not need; pick the node of least ``cost``
     (``node_choice='min_cost'``), the first feasible node (``'first'``) or a random one.
-    ``max_candidates`` (None = every node, as Alg. 2 does) caps the nodes costed, by deficit."""
+    ``max_candidates`` (None = every node, as Alg. 2 does) caps the nodes costed, by deficit.
+    ``reach`` is the bound that skips a node before its victims are tried: ``'spot_share'`` idle
+    cards (or the freest card) + the spot GPUs held there, which for a pod of whole GPUs misses
+    every card a fractional spot pod shares with free space (two 0.81-GPU pods on two cards:
+    6 idle + 1.62 < 8 although evicting them frees 8 cards); ``'cards'`` for such a pod the
+    cards HP does not hold, GPUs - ceil(HP GPUs) (:func:`preemptible_cards`); ``'whole_node'``
+    that bound only on the nodes the pod fills whole, the first elsewhere."""
 
     keep: KeepOrder = keep_by_waste
     cost: NodeCost = gfs_node_cost
@@ -613,6 +625,7 @@ class Preemptor:
     random_victims: bool = False
     seed: int = 0
     max_candidates: int | None = None
+    reach: Literal["spot_share", "cards", "whole_node"] = "spot_share"
 
     def victims_on(self, snap: ClusterSnapshot, work: WorkState, node: int, gpus: float,
                    rng: np.random.Generator | None) -> list[RunningTask] | None:
@@ -649,7 +662,11 @@ class Preemptor:
         g = task.gpus
         whole = g >= 1 - EPS
         need = float(round(g)) if whole else g
-        reach = (work.idle if whole else work.max_free) + work.spot  # a cheap upper bound
+        reach = (work.idle if whole else work.max_free) + work.spot  # a cheap bound (see the class doc)
+        if whole and self.reach == "cards":
+            reach = preemptible_cards(snap.gpus, work.hp)
+        elif whole and self.reach == "whole_node":
+            reach = np.where(snap.gpus <= need, preemptible_cards(snap.gpus, work.hp), reach)
         cand = np.flatnonzero(mask & (reach >= need - EPS))
         if self.node_choice == "random" and rng is not None:
             cand = cand[rng.permutation(len(cand))]
@@ -722,6 +739,7 @@ class FrameworkScheduler:
     preempt_every_s: float | None = None  # Chronus: preempt only at lease ends (multiples of it)
     lease_release_s: float | None = None  # Chronus as released: every task re-queued this often
     seed: int = 0
+    hp_pack_first: bool = False  # small HP pods to the nodes HP holds first, evicting spot there
     _task_filters: tuple[FilterPlugin, ...] = field(init=False, repr=False, compare=False)
     _pod_filters: tuple[PodFilterPlugin, ...] = field(init=False, repr=False, compare=False)
 
@@ -738,9 +756,24 @@ class FrameworkScheduler:
     def schedule(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
         if not self.quota_satisfied(snap, task):
             return None
+        if task.is_hp and self.hp_pack_first:
+            placed = self._on_hp_nodes(snap, task)
+            if placed is not None:
+                return placed
         placed = self.non_preemptive(snap, task)
         if placed is None and task.is_hp and self.preemptor is not None and self._may_preempt(snap):
             placed = self.preemptive(snap, task)
+        return placed
+
+    def _on_hp_nodes(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
+        """``hp_pack_first``: an HP pod smaller than every eligible node goes to the nodes HP already
+        holds, evicting spot there if it must, before it may land on a node free of HP."""
+        held = np.asarray(snap.hp_gpus) > EPS
+        if not held.any() or task.gpus >= float(np.min(snap.gpus)) - EPS:
+            return None
+        placed = self.non_preemptive(snap, task, within=held)
+        if placed is None and self.preemptor is not None and self._may_preempt(snap):
+            placed = self.preemptive(snap, task, within=held)
         return placed
 
     def _may_preempt(self, snap: ClusterSnapshot) -> bool:
@@ -761,10 +794,14 @@ class FrameworkScheduler:
             mask &= ~snap.reserved_nodes
         return mask
 
-    def non_preemptive(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
-        """Algorithm 1 as a gang transaction: all pods fit (best node each time) or None."""
+    def non_preemptive(self, snap: ClusterSnapshot, task: TaskRequest,
+                       within: BoolArray | None = None) -> Placement | None:
+        """Algorithm 1 as a gang transaction: all pods fit (best node each time) or None;
+        ``within`` (None = all) limits the nodes."""
         work = WorkState(snap)
         static = self._static_mask(snap, task, work)
+        if within is not None:
+            static = static & within
         if not GangPreFilter().feasible(task, work, static & self._pod_mask(task, work)):
             return None
         pods = []
@@ -786,11 +823,15 @@ class FrameworkScheduler:
             mask &= f.pod_filter(task, work)
         return mask
 
-    def preemptive(self, snap: ClusterSnapshot, task: TaskRequest) -> Placement | None:
-        """Algorithm 2 for an HP task (gang transaction as well); spot tasks never get here."""
+    def preemptive(self, snap: ClusterSnapshot, task: TaskRequest,
+                   within: BoolArray | None = None) -> Placement | None:
+        """Algorithm 2 for an HP task (gang transaction as well); spot tasks never get here;
+        ``within`` (None = all) limits the nodes."""
         assert self.preemptor is not None
         work = WorkState(snap)
         static = self._static_mask(snap, task, work)
+        if within is not None:
+            static = static & within
         rng = np.random.default_rng([self.seed, _stable_hash(task.id)])
         pods, victims = [], []
         for _ in range(task.pods):

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks import robust
 from benchmarks import scheduler as bench
-from policies.gfs_options import GFS_VARIANTS, LIVE_DEFAULT, LIVE_DEFAULT_NAME
+from policies.gfs_options import GFS_VARIANTS, LIVE_DEFAULT, LIVE_DEFAULT_NAME, GfsOptions
 
 ROBUST_JSON = Path(__file__).parents[2] / "docs" / "data" / "robust" / "robust.json"
 
@@ -144,7 +144,9 @@ def test_the_live_defaults_are_the_ones_the_robust_run_picked() -> None:
 
     recorded = json.loads(ROBUST_JSON.read_text())
     assert recorded["picked"] == LIVE_DEFAULT_NAME == recorded["live_default"]
-    assert recorded["variants"][LIVE_DEFAULT_NAME] == LIVE_DEFAULT.__dict__
+    # an option added after the record was written counts at its first choice (as in the cache keys)
+    assert GfsOptions(**recorded["variants"][LIVE_DEFAULT_NAME]) == LIVE_DEFAULT
+    assert set(recorded["variants"][LIVE_DEFAULT_NAME]) <= set(LIVE_DEFAULT.__dict__)
     cfg = SimConfig()
     assert (cfg.hp_demand, cfg.hourly, cfg.eta_rate, cfg.pools) == (
         LIVE_DEFAULT.hp_demand, LIVE_DEFAULT.hourly, LIVE_DEFAULT.eta_rate, LIVE_DEFAULT.pools)
@@ -156,6 +158,8 @@ def test_the_live_defaults_are_the_ones_the_robust_run_picked() -> None:
     assert (cfg.spot_guard, cfg.hp_reserve) == (LIVE_DEFAULT.spot_guard, LIVE_DEFAULT.hp_reserve)
     assert "spot_guard_acts(LIVE_DEFAULT.spot_guard" in inspect.getsource(actor.update)
     assert make_scheduler("gfs").scores == make_scheduler("gfs", hp_score=LIVE_DEFAULT.hp_score).scores
+    assert make_scheduler("gfs").preemptor.reach == LIVE_DEFAULT.preempt_reach  # type: ignore[union-attr]
+    assert make_scheduler("gfs").hp_pack_first is (LIVE_DEFAULT.hp_pack == "hp_nodes")
     # what the live plane does by construction, not by a default: it counts running HP as demand
     # (reconcile.placement.account_demand), keeps one allocator per accelerator (actors.quota),
     # measures eta's e as evictions / spot placements, and has no hp_react cap

@@ -291,3 +291,18 @@ def test_bkall_guard_halves_its_wait_per_quiet_day_only() -> None:
     assert guard_quiet_decay(8.0, 0.9 * GUARD_QUIET_S) == (8.0, 0.0)
     assert guard_quiet_decay(8.0, 2.5 * GUARD_QUIET_S) == (2.0, 2 * GUARD_QUIET_S)
     assert guard_quiet_decay(2.0, 5 * GUARD_QUIET_S)[0] == 1.0
+
+
+def test_preempt_reach_cards_lets_a_whole_node_hp_pod_evict_fractional_spot_pods() -> None:
+    # one 8-GPU node: two 0.81-GPU spot pods run for 10 h; an 8-GPU HP pod arrives at 1 h. With the
+    # idle + spot bound (6 + 1.62 < 8) Alg. 2 never tries the node and the pod waits ~9 h for the
+    # spot pods to end; with the exact reach it evicts both at once.
+    from policies.gfs_options import GFS_VARIANTS
+    tasks = [task("s1", "spot", 0.81, 0, 10), task("s2", "spot", 0.81, 0, 10), task("big", "hp", 8, 1, 1)]
+    waits = {}
+    for reach in ("spot_share", "cards", "whole_node"):
+        r = simulate(wl(tasks, ("A100",)), make_scheduler("gfs", preempt_reach=reach), SimConfig())
+        waits[reach] = (r.records["big"].jqt_s, r.spot.evictions)
+    assert waits["spot_share"] == (pytest.approx(9 * H + 300.0), 0)  # the spot pods start at the first tick
+    assert waits["cards"] == waits["whole_node"] == (0.0, 2)
+    assert GFS_VARIANTS["fcfs_eta_max_1_calm_guard_2h_1ph_cards"].preempt_reach == "cards"

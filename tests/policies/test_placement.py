@@ -214,6 +214,43 @@ def test_algorithm2_evicts_the_cheapest_victims_on_the_cheapest_node() -> None:
     assert p is not None and p.victims == ("b1",)  # one victim (n1) beats two (n0)
 
 
+def test_preempt_reach_cards_tries_a_node_whose_spot_pods_share_cards_with_free_space() -> None:
+    # n0: 6 idle cards and two 0.81-GPU spot pods on cards 0 and 1; n1: HP on every card. Evicting
+    # both spot pods frees 8 cards, but idle + spot GPUs = 7.62 < 8 made Alg. 2 skip n0.
+    s = snapshot([8, 8], [rt("a", "spot", 0, [0], share=0.81), rt("b", "spot", 0, [1], share=0.81),
+                          rt("h", "hp", 1, list(range(8)))], now=600.0)
+    assert make_scheduler("gfs").schedule(s, TaskRequest("x", "hp", 8)) is None
+    for reach in ("cards", "whole_node"):
+        p = make_scheduler("gfs", preempt_reach=reach).schedule(s, TaskRequest("x", "hp", 8))
+        assert p is not None and p.nodes == ("n0",) and set(p.victims) == {"a", "b"}
+    # a 1-GPU HP pod beside a 0.81-GPU spot pod on a full node: only 'cards' reaches it
+    full = snapshot([2], [rt("a", "spot", 0, [0], share=0.81), rt("h", "hp", 0, [1])], now=600.0)
+    assert make_scheduler("gfs", preempt_reach="whole_node").schedule(full, TaskRequest("x", "hp", 1)) is None
+    p = make_scheduler("gfs", preempt_reach="cards").schedule(full, TaskRequest("x", "hp", 1))
+    assert p is not None and p.victims == ("a",)
+    # a node HP holds a share of every card of stays out of reach; the baselines keep their bound
+    shared = snapshot([8], [rt("a", "spot", 0, list(range(8)), share=0.5), rt("h", "hp", 0, [0], share=0.3)])
+    assert make_scheduler("gfs", preempt_reach="cards").schedule(shared, TaskRequest("x", "hp", 8)) is None
+    assert make_scheduler("chronus", preempt_reach="cards").preemptor.reach == "spot_share"  # type: ignore[union-attr]
+    with pytest.raises(InvalidInput, match="preempt_reach"):
+        make_scheduler("gfs", preempt_reach="all")
+
+
+def test_hp_pack_sends_a_small_hp_pod_to_the_nodes_hp_holds_evicting_spot_there() -> None:
+    # n0: HP on card 0, spot on cards 1-7; n1: idle. Packing puts a 1-GPU HP pod on idle n1 and
+    # leaves no node free of HP; hp_nodes evicts one spot pod on n0 instead. A pod of a whole node
+    # is not packed, and without a node holding HP nothing changes.
+    s = snapshot([8, 8], [rt("h", "hp", 0, [0]), *[rt(f"s{c}", "spot", 0, [c], started=c) for c in range(1, 8)]])
+    assert make_scheduler("gfs").schedule(s, TaskRequest("x", "hp", 1)).nodes == ("n1",)
+    p = make_scheduler("gfs", hp_pack="hp_nodes").schedule(s, TaskRequest("x", "hp", 1))
+    assert p is not None and p.nodes == ("n0",) and len(p.victims) == 1
+    assert make_scheduler("gfs", hp_pack="hp_nodes").schedule(s, TaskRequest("x", "hp", 8)).nodes == ("n1",)
+    empty = snapshot([8, 8])
+    assert make_scheduler("gfs", hp_pack="hp_nodes").schedule(empty, TaskRequest("x", "hp", 1)).victims == ()
+    with pytest.raises(InvalidInput, match="hp_pack"):
+        make_scheduler("gfs", hp_pack="all")
+
+
 def test_yarn_evicts_newest_on_first_node_and_lyra_minimises_lost_work() -> None:
     running = [rt("old", "spot", 0, [0, 1, 2, 3], started=0.0), rt("new", "spot", 0, [4, 5, 6, 7], started=500.0),
                rt("c", "spot", 1, [0, 1, 2, 3], started=900.0), rt("h", "hp", 1, [4, 5, 6, 7])]
