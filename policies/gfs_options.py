@@ -16,16 +16,21 @@ from types import MappingProxyType
 
 #: Each option's allowed values (the first is the one the reproduction tables ran with).
 CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
-    "hp_demand": ("running", "held_queued"),
-    "hourly": ("max", "mean"),
+    "hp_demand": ("running", "held_queued"),  # HP demand sampled: GPUs of running HP / + queued HP
+    "hourly": ("max", "mean"),  # one hourly history point: max or mean of the per-tick samples
     "aggregation": ("summed_gaussian", "sum_of_quantiles"),
-    "eta_rate": ("paper", "release"),
-    "pools": ("per_model", "cluster"),
+    "eta_rate": ("paper", "release"),  # Eq. 11's e: evictions / starts over H / F / (F + S) over eta_window_h
+    "pools": ("per_model", "cluster"),  # one quota per GPU model, or one for the whole cluster
     "queue": ("size", "size_release", "fcfs"),
-    "hp_react": ("off", "queued"),
+    "hp_react": ("off", "queued"),  # queued HP GPUs cap the pool's quota at once (a design variant)
     "eta_max": ("4", "1"),
     "spot_score": ("packing", "fragmentation", "hp_nodes_first"),
     "hp_score": ("packing", "hp_colocate"),
+    # the quota admits the oldest spot task once it waited theta (_4h: 4 theta; oldest_calm*: only while
+    # the pool's eviction rate is below Eq. 11's growth threshold 0.5 (1 - p), calm3: below 3%;
+    # _<n>h: after n theta; _<n>ph: once per H / n at most; _hpq: not while HP for the pool queues;
+    # _bk: the pool's wait doubles after a task the guard admitted is evicted, halves after one holds H;
+    # _bkall: every spot task started while the guard's raise stands counts as admitted)
     "spot_guard": ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph",
                    "oldest_calm3_4h_1ph",
                    "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
@@ -35,6 +40,10 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
                    "oldest_calm_2h_2ph_bkall", "oldest_calm_4h_2ph_bkall", "oldest_calm_3h_2ph_bkall",
                    "oldest_calm_5h_2ph_bkall", "oldest_calm_4h_1ph_bkall", "oldest_calm_4h_3ph_bkall",
                    "oldest_calm_1h_1ph", "oldest_calm_4h_bkall", "oldest_calm_3h_3ph_bkall", "oldest_calm_5h_3ph_bkall"),
+    # head: the oldest HP task of whole GPUs that waited a tick holds the nodes of least HP for its pods;
+    # drain: the oldest HP task of whole-node pods that waited a tick drains the nodes of least HP
+    # (nothing lands there, their spot pods are evicted at once; drain_keep: they run on) until it
+    # starts or DRAIN_BOUND_S passes
     "hp_reserve": ("off", "head", "drain", "drain_keep"),
     "preempt_reach": ("spot_share", "cards", "whole_node"),
     "hp_pack": ("off", "hp_nodes"),

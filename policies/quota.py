@@ -33,7 +33,7 @@ import numpy as np
 from scipy.stats import norm
 
 from controlplane.core.errors import InvalidInput
-from policies.gfs_options import LIVE_DEFAULT, GfsOptions
+from policies.gfs_options import CHOICES, LIVE_DEFAULT, GfsOptions
 
 log = logging.getLogger(__name__)
 
@@ -168,14 +168,7 @@ def starvation_guard(quota: float, oldest_gpus: float, oldest_wait_s: float, spo
 
 #: ``spot_guard`` choices (policies.gfs_options): never; always; while the eviction rate is calm
 #: (after theta, or after 4 theta; ``_1ph``: for one quota step per guarantee horizon H at most).
-SPOT_GUARDS = ("off", "oldest", "oldest_calm", "oldest_calm_4h", "oldest_calm_4h_1ph", "oldest_calm3_4h_1ph",
-               "oldest_calm_4h_2ph", "oldest_calm_4h_3ph", "oldest_calm_2h_2ph", "oldest_calm_2h_1ph",
-               "oldest_calm_3h_2ph", "oldest_calm_2h_2ph_hpq", "oldest_calm_4h_2ph_hpq",
-               "oldest_calm_2h_2ph_bk", "oldest_calm_4h_2ph_bk",
-               "oldest_calm_2h_3ph", "oldest_calm_3h_1ph", "oldest_calm_1h_2ph", "oldest_calm_5h_2ph",
-               "oldest_calm_2h_2ph_bkall", "oldest_calm_4h_2ph_bkall", "oldest_calm_3h_2ph_bkall",
-               "oldest_calm_5h_2ph_bkall", "oldest_calm_4h_1ph_bkall", "oldest_calm_4h_3ph_bkall",
-               "oldest_calm_1h_1ph", "oldest_calm_4h_bkall", "oldest_calm_3h_3ph_bkall", "oldest_calm_5h_3ph_bkall")
+SPOT_GUARDS = CHOICES["spot_guard"]  # the named guards (policies/gfs_options.py)
 #: ``*_bk`` guards: the largest factor an eviction of a guard-admitted task multiplies the wait by.
 GUARD_BACKOFF_MAX = 8.0
 #: The eviction rate under which the ``oldest_calm3*`` guard acts (the other calm guards: 0.5 (1 - p)).
