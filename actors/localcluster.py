@@ -111,6 +111,10 @@ def serve_cluster(workers: int, gpus: int) -> int:
     os.dup2(2, 1)  # anything Ray prints goes to stderr
     port = free_port()
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    # Cluster writes the head's address to Ray's default temp dir as well, RAY_TMPDIR/ray: ours,
+    # so it never needs nor touches the machine's shared /tmp/ray (absent on a clean machine)
+    os.environ["RAY_TMPDIR"] = temp_dir
+    os.makedirs(os.path.join(temp_dir, "ray"), exist_ok=True)
     cluster = Cluster(initialize_head=True, connect=False, head_node_args={
         "num_cpus": 1, "include_dashboard": True, "dashboard_port": port,
         "dashboard_host": "127.0.0.1",
