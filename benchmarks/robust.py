@@ -163,7 +163,7 @@ def run_cell(cell: Cell) -> tuple[Cell, dict[str, float], float]:
                                hp_score=cell.options.hp_score, preempt_reach=cell.options.preempt_reach,
                                hp_pack=cell.options.hp_pack)
     else:
-        sched = scheduler_for(cell.label, cell.seed)
+        sched = scheduler_for(cell.label, cell.seed, preempt_reach=cell.options.preempt_reach)
     r = simulate(w, sched, cfg)
     check_did_work(cell.trace, cell.label, w, r)
     return cell, r.summary(), time.perf_counter() - t0
@@ -439,6 +439,7 @@ def report(results: dict[Cell, dict[str, float]], variants: list[str], seeds: tu
     live = f"gfs:{LIVE_DEFAULT_NAME}"
     d = verdicts.get(live, {})
     return {
+        "sim_version": SIM_VERSION,
         "traces": list(table),
         "seeds": {t: sorted({c.seed for c in results if c.trace == t}) for t in table},
         "seed_independent": {t: t.startswith("openb/") for t in table},
@@ -513,7 +514,8 @@ def markdown(rep: dict[str, Any]) -> str:
 
 
 def plot(path: str, rep: dict[str, Any]) -> None:
-    """The three target figures per trace of every GFS variant and baseline."""
+    """The three target figures per trace: the live default, each picking rule's variant and the
+    baselines named; every other GFS variant a grey line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -522,14 +524,26 @@ def plot(path: str, rep: dict[str, Any]) -> None:
     per = rep["per_trace_all"]
     traces = rep["traces"]
     live = f"gfs:{rep['live_default']}"
+    picked: dict[str, list[str]] = {}
+    for rule, p in rep.get("picks", {}).items():
+        picked.setdefault(f"gfs:{p['variant']}", []).append(rule)
     fig, axes = plt.subplots(1, 3, figsize=(20, 5.5))
     for ax, key in zip(axes, TARGETS, strict=True):
+        others = False
         for lab, rows in per.items():
             ys = [rows.get(t, {}).get(key, math.nan) for t in traces]
-            style: dict[str, Any] = ({"color": "k", "lw": 3, "marker": "s", "zorder": 5} if lab == live else
-                                     {"marker": "o", "lw": 1.2, "alpha": 0.6} if lab.startswith("gfs") else
-                                     {"marker": ".", "lw": 0.8, "ls": ":"})
-            ax.plot(range(len(traces)), ys, label=lab + (" (live default)" if lab == live else ""), **style)
+            rules = ", ".join(picked.get(lab, []))
+            if lab == live:
+                ax.plot(range(len(traces)), ys, color="k", lw=3, marker="s", zorder=5,
+                        label=f"{lab} (live default" + (f"; picked by {rules})" if rules else ")"))
+            elif lab in picked:
+                ax.plot(range(len(traces)), ys, label=f"{lab} (picked by {rules})", marker="o", lw=1.6, zorder=4)
+            elif lab.startswith("gfs"):
+                ax.plot(range(len(traces)), ys, color="0.75", lw=0.8, zorder=1,
+                        label=None if others else "other GFS variants")
+                others = True
+            else:
+                ax.plot(range(len(traces)), ys, label=lab, marker=".", lw=0.8, ls=":", zorder=2)
         ax.axhline(TARGETS[key], color="r", ls="--", lw=1)
         ax.set_xticks(range(len(traces)), traces, rotation=60, fontsize=7)
         ax.set_title(key)
@@ -537,7 +551,7 @@ def plot(path: str, rep: dict[str, Any]) -> None:
             ax.set_yscale("log")
     axes[-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend sits outside the axes
     plt.close(fig)
 
 

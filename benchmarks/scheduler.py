@@ -345,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spot-score", choices=CHOICES["spot_score"], help="GFS's first node key for spot tasks")
     ap.add_argument("--hp-score", choices=CHOICES["hp_score"], help="GFS's first node key for HP tasks")
     ap.add_argument("--preempt-reach", choices=CHOICES["preempt_reach"],
-                    help="GFS's Alg. 2: which nodes it tries (cards: every node whose cards HP does not hold)")
+                    help="Alg. 2 of every scheduler that preempts: which nodes it tries (cards: every node "
+                         "whose cards HP does not hold, as released; spot_share: idle + spot GPUs enough)")
     ap.add_argument("--spot-guard", choices=CHOICES["spot_guard"],
                     help="the quota admits the oldest waiting spot task after theta (Eq. 11)")
     ap.add_argument("--hp-reserve", choices=CHOICES["hp_reserve"],

@@ -45,7 +45,7 @@ CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType({
     # (nothing lands there, their spot pods are evicted at once; drain_keep: they run on) until it
     # starts or DRAIN_BOUND_S passes
     "hp_reserve": ("off", "head", "drain", "drain_keep"),
-    "preempt_reach": ("spot_share", "cards", "whole_node"),
+    "preempt_reach": ("cards", "spot_share", "whole_node"),
     "hp_pack": ("off", "hp_nodes"),
 })
 
@@ -66,7 +66,7 @@ class GfsOptions:
     hp_score: str = "packing"
     spot_guard: str = "off"
     hp_reserve: str = "off"
-    preempt_reach: str = "spot_share"
+    preempt_reach: str = "cards"
     hp_pack: str = "off"
 
     def __post_init__(self) -> None:
@@ -138,10 +138,10 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
                  "4h_3ph_bkall", "1h_1ph",
                  # the unrun grid neighbours of the `misses` rule's pick 4h_3ph_bkall (fifth round)
                  "4h_bkall", "3h_3ph_bkall", "5h_3ph_bkall")},
-    # Alg. 2 tries every node whose cards HP does not hold, not only those with idle + spot GPUs
-    # enough (docs/gfs.md, "Fifth round"): the live guard and its grid neighbours
-    **{f"fcfs_eta_max_1_calm_guard_{g}_cards": replace(AS_RELEASED, queue="fcfs", eta_max="1",
-                                                       spot_guard=f"oldest_calm_{g}", preempt_reach="cards")
+    # Alg. 2 tries only the nodes with idle + spot GPUs enough, this simulator's bound before it
+    # followed the release (docs/gfs.md, "Fifth round"): the live guard and its grid neighbours
+    **{f"fcfs_eta_max_1_calm_guard_{g}_share": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                       spot_guard=f"oldest_calm_{g}", preempt_reach="spot_share")
        for g in ("2h_1ph", "1h_1ph", "3h_1ph", "2h_2ph")},
     # the same bound only for HP pods that fill a node
     **{f"fcfs_eta_max_1_calm_guard_{g}_node": replace(AS_RELEASED, queue="fcfs", eta_max="1",
@@ -151,27 +151,28 @@ GFS_VARIANTS: MappingProxyType[str, GfsOptions] = MappingProxyType({
     "fcfs_eta_max_1_calm_guard_2h_1ph_node_spot_hp": replace(AS_RELEASED, queue="fcfs", eta_max="1",
                                                              spot_guard="oldest_calm_2h_1ph", preempt_reach="whole_node",
                                                              spot_score="hp_nodes_first"),
-    "fcfs_eta_max_1_calm_guard_2h_1ph_cards_spot_hp": replace(AS_RELEASED, queue="fcfs", eta_max="1",
-                                                              spot_guard="oldest_calm_2h_1ph", preempt_reach="cards",
-                                                              spot_score="hp_nodes_first"),
+    "fcfs_eta_max_1_calm_guard_2h_1ph_spot_hp": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                        spot_guard="oldest_calm_2h_1ph", spot_score="hp_nodes_first"),
     # ... with the nodes of least HP held for the oldest whole-node HP task (hp_reserve, drain_keep)
-    **{f"fcfs_eta_max_1_calm_guard_{g}_cards_keep": replace(AS_RELEASED, queue="fcfs", eta_max="1",
-                                                            spot_guard=f"oldest_calm_{g}", preempt_reach="cards",
-                                                            hp_reserve="drain_keep")
+    **{f"fcfs_eta_max_1_calm_guard_{g}_keep": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                      spot_guard=f"oldest_calm_{g}", hp_reserve="drain_keep")
        for g in ("2h_1ph", "1h_1ph", "3h_1ph", "2h_2ph")},
     # ... with HP pods smaller than a node sent to the nodes HP holds first, evicting spot there
-    **{f"fcfs_eta_max_1_calm_guard_2h_1ph_{r}_pack": replace(AS_RELEASED, queue="fcfs", eta_max="1",
-                                                             spot_guard="oldest_calm_2h_1ph", preempt_reach=reach,
-                                                             hp_pack="hp_nodes")
-       for r, reach in (("cards", "cards"), ("node", "whole_node"))},
+    **{f"fcfs_eta_max_1_calm_guard_2h_1ph{r}_pack": replace(AS_RELEASED, queue="fcfs", eta_max="1",
+                                                            spot_guard="oldest_calm_2h_1ph", preempt_reach=reach,
+                                                            hp_pack="hp_nodes")
+       for r, reach in (("", "cards"), ("_node", "whole_node"))},
     # ... with small HP pods gathered on nodes HP already uses
     "fcfs_eta_max_1_calm_guard_2h_1ph_node_colocate": replace(AS_RELEASED, queue="fcfs", eta_max="1",
                                                               spot_guard="oldest_calm_2h_1ph", preempt_reach="whole_node",
                                                               hp_score="hp_colocate"),
+    # GFS's own queue order (size) with the eta cap and the calm guard, at both reaches (sixth round)
+    **{f"eta_max_1_calm_guard_{g}{r}": replace(AS_RELEASED, eta_max="1", spot_guard=f"oldest_calm_{g}", preempt_reach=reach)
+       for g in ("2h_1ph", "1h_1ph", "3h_1ph", "2h_2ph") for r, reach in (("", "cards"), ("_share", "spot_share"))},
 })
 #: The preset the live plane runs: the one the robustness run picked over the six openb lists and
 #: gfs-a100 at three loads by the most traces it or a guard-grid neighbour misses (docs/gfs.md,
-#: "Robustness run"): fcfs_eta_max_1 with the spot guard that admits the oldest spot task starving
-#: 2 h, at most once per H.
-LIVE_DEFAULT_NAME = "fcfs_eta_max_1_calm_guard_2h_1ph"
+#: "Robustness run", sixth round): with the release's reach for every scheduler, the release's
+#: own options miss no more traces than any variant, and no guard-grid point holds on its grid.
+LIVE_DEFAULT_NAME = "as_released"
 LIVE_DEFAULT: GfsOptions = GFS_VARIANTS[LIVE_DEFAULT_NAME]

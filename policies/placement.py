@@ -612,12 +612,13 @@ class Preemptor:
     highest first) each one whose GPUs the HP pod does not need; pick the node of least ``cost``
     (``node_choice='min_cost'``), the first feasible node (``'first'``) or a random one.
     ``max_candidates`` (None = every node, as Alg. 2 does) caps the nodes costed, by deficit.
-    ``reach`` is the bound that skips a node before its victims are tried: ``'spot_share'`` idle
-    cards (or the freest card) + the spot GPUs held there, which for a pod of whole GPUs misses
-    every card a fractional spot pod shares with free space (two 0.81-GPU pods on two cards:
-    6 idle + 1.62 < 8 although evicting them frees 8 cards); ``'cards'`` for such a pod the
-    cards HP does not hold, GPUs - ceil(HP GPUs) (:func:`preemptible_cards`); ``'whole_node'``
-    that bound only on the nodes the pod fills whole, the first elsewhere."""
+    ``reach`` is the bound that skips a node before its victims are tried: ``'cards'`` (as the
+    authors' release does) for a pod of whole GPUs the cards HP does not hold, GPUs - ceil(HP GPUs)
+    (:func:`preemptible_cards`), for a fractional pod the freest card + the spot GPUs held there;
+    ``'spot_share'`` idle cards (or the freest card) + the spot GPUs held there, which for a pod of
+    whole GPUs misses every card a fractional spot pod shares with free space (two 0.81-GPU pods on
+    two cards: 6 idle + 1.62 < 8 although evicting them frees 8 cards); ``'whole_node'`` the
+    ``'cards'`` bound only on the nodes the pod fills whole, ``'spot_share'`` elsewhere."""
 
     keep: KeepOrder = keep_by_waste
     cost: NodeCost = gfs_node_cost
@@ -625,7 +626,7 @@ class Preemptor:
     random_victims: bool = False
     seed: int = 0
     max_candidates: int | None = None
-    reach: Literal["spot_share", "cards", "whole_node"] = "spot_share"
+    reach: Literal["cards", "spot_share", "whole_node"] = "cards"
 
     def victims_on(self, snap: ClusterSnapshot, work: WorkState, node: int, gpus: float,
                    rng: np.random.Generator | None) -> list[RunningTask] | None:
@@ -716,6 +717,18 @@ class QueueRule:
 
     order: QueueOrder = "size"
     strict: bool = False
+
+
+def queue_key(order: QueueOrder, is_hp: bool, gpus_per_pod: float, pods: int, submitted_s: float) -> tuple[float, ...]:
+    """A pending task's rank within its priority class under ``order`` (:class:`QueueRule`; for
+    ``'size'`` Sec. 3.4.2: GPUs per pod, then pods, then submission), smallest first."""
+    if order == "size":
+        return (gpus_per_pod, pods, submitted_s)
+    if order == "size_release":
+        return (-gpus_per_pod, submitted_s) if is_hp else (-gpus_per_pod, pods, submitted_s)
+    if order == "size_desc":
+        return (-gpus_per_pod * pods, -pods, -gpus_per_pod, submitted_s)
+    return (submitted_s,)
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,8 @@ ABLATIONS = ("gfs_e", "gfs_d", "gfs_s", "gfs_p", "gfs_sp")
 #: per pod and pods; ``size_release`` the authors' release (descending GPUs per pod); ``fcfs``
 #: submission order with backfill (the baselines' queue, a robustness variant).
 GFS_QUEUES = ("size", "size_release", "fcfs")
-#: Which nodes GFS's Alg. 2 tries for an HP pod of whole GPUs (``Preemptor.reach``).
-PREEMPT_REACHES = ("spot_share", "cards", "whole_node")
+#: Which nodes Alg. 2 tries for an HP pod of whole GPUs (``Preemptor.reach``), for every scheduler.
+PREEMPT_REACHES = ("cards", "spot_share", "whole_node")
 
 #: Chronus lease lengths (paper Sec. 4.1): HP (SLO) 20 min, spot (best-effort) 5 min.
 CHRONUS_HP_LEASE_S = 1200.0
@@ -160,15 +160,22 @@ def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: 
     before Eq. 13-16 (HP placement unchanged), ``'hp_nodes_first'`` by whether HP holds GPUs there; ``hp_score='hp_colocate'`` ranks GFS's nodes for HP
     tasks by Eq. 14 (GPUs HP already holds) before Eq. 13, so that small HP pods gather on the nodes
     HP already uses and leave nodes that hold only spot (preemptible) whole for HP gangs;
-    ``preempt_reach='cards'`` lets GFS's Alg. 2 try every node whose cards HP does not hold
-    (:class:`policies.placement.Preemptor`, ``reach``), ``'whole_node'`` only for a pod that fills a node;
+    ``preempt_reach`` is the bound of Alg. 2 for every scheduler that preempts (GFS and the
+    baselines alike, :class:`policies.placement.Preemptor`, ``reach``): ``'cards'`` tries every node
+    whose cards HP does not hold, as the release does, ``'spot_share'`` only those with idle + spot
+    GPUs enough, ``'whole_node'`` the first only for a pod that fills a node;
     ``hp_pack='hp_nodes'`` sends GFS's HP pods smaller than a node to the nodes HP holds first,
     evicting spot there if it must (``FrameworkScheduler.hp_pack_first``)."""
     if gfs_queue not in GFS_QUEUES:
         raise InvalidInput("gfs_queue", f"unknown queue order {gfs_queue!r}", fix=f"use one of {', '.join(GFS_QUEUES)}")
+    if preempt_reach not in PREEMPT_REACHES:
+        raise InvalidInput("preempt_reach", f"unknown bound {preempt_reach!r}",
+                           fix=f"use one of {', '.join(PREEMPT_REACHES)}")
     s = _make(name, seed)
     if quota and s.quota is None:
         s.quota = QuotaRule()
+    if s.preemptor is not None:
+        s.preemptor = replace(s.preemptor, reach=cast(Literal["cards", "spot_share", "whole_node"], preempt_reach))
     if name == "gfs" or name in ABLATIONS:
         s.queue = QueueRule(cast(QueueOrder, gfs_queue), strict=False)
         if spot_score == "fragmentation":
@@ -182,11 +189,6 @@ def make_scheduler(name: str, *, seed: int = 0, quota: bool = False, gfs_queue: 
             s.scores = (HpOnlyScore(CoLocationScore()), *s.scores)
         elif hp_score != "packing":
             raise InvalidInput("hp_score", f"unknown HP score {hp_score!r}", fix="use packing or hp_colocate")
-        if preempt_reach not in PREEMPT_REACHES:
-            raise InvalidInput("preempt_reach", f"unknown bound {preempt_reach!r}",
-                               fix=f"use one of {', '.join(PREEMPT_REACHES)}")
-        if s.preemptor is not None:
-            s.preemptor = replace(s.preemptor, reach=cast(Literal["spot_share", "cards", "whole_node"], preempt_reach))
         if hp_pack not in ("off", "hp_nodes"):
             raise InvalidInput("hp_pack", f"unknown HP packing {hp_pack!r}", fix="use off or hp_nodes")
         s.hp_pack_first = hp_pack == "hp_nodes"

@@ -1,6 +1,7 @@
 """Step 5 of the reconcile loop: place queued jobs, reap idle nodes, account demand.
 
-Queued jobs (HP, then deadline, then spot, oldest first) are placed by the scheduler on
+Queued jobs (HP, then deadline, then spot; within each, in the scheduler's queue order, for GFS
+Sec. 3.4.2's fewest GPUs per worker, then fewest nodes, then oldest) are placed by the scheduler on
 per-accelerator pool snapshots with the spot quota and tenant GPU limits; HP (and deadline) jobs
 evict spot jobs when the pool is full. A crowded tick (more queued jobs than
 ``max_placements_per_tick``) visits tenants round-robin, the least served first, and blocks
@@ -27,7 +28,7 @@ from controlplane.reconcile.recorder import Recorder
 from controlplane.reconcile.spares import HotSpares
 from controlplane.reconcile.state import WITH_NODES, LoopState
 from controlplane.store import Store
-from policies.placement import FrameworkScheduler
+from policies.placement import FrameworkScheduler, queue_key
 from policies.zones import open_offers, rank_offers
 
 _KIND_ORDER = {JobKind.HP: 0, JobKind.DEADLINE: 1, JobKind.SPOT: 2}
@@ -147,7 +148,9 @@ class Place:
         crowded = self._crowded = len(queued) > cap
         if crowded:
             queued = _placeable(queued, pools)
-        queue = sorted(queued, key=lambda j: (_KIND_ORDER[j.kind], j.submitted_at))
+        order = self.scheduler.queue.order
+        queue = sorted(queued, key=lambda j: (_KIND_ORDER[j.kind], *queue_key(
+            order, j.kind is JobKind.HP, j.spec.gpus_per_worker, j.nodes_needed, j.submitted_at)))
         tenant_gpus = self._tenant_gpus()
         blocked: set[tuple[object, ...]] = set()  # shapes (and tenants' shapes) that did not fit
         tried = 0

@@ -57,6 +57,7 @@ from policies.placement import (
     Placement,
     RunningTask,
     TaskRequest,
+    queue_key,
 )
 from policies.quota import (
     QuotaParams,
@@ -78,7 +79,7 @@ log = logging.getLogger(__name__)
 ARRIVE, FINISH, TICK = 0, 1, 2
 #: Bumped whenever a change alters the result of an existing scheduler or option (cached
 #: benchmark cells are keyed by it); a new option that leaves the others' results alone keeps it.
-SIM_VERSION = "2026-11-27.1"
+SIM_VERSION = "2026-11-28.1"
 Shape = tuple[str, float, int, tuple[str, ...] | None]
 #: How long one drain mark of ``hp_reserve='drain*'`` holds its nodes before it is picked afresh.
 DRAIN_BOUND_S = 4 * 3600.0
@@ -539,14 +540,7 @@ class GpuSimulator:
         return self._attempt(req.shape, q)
 
     def _order_key(self, shape: Shape, d: deque[str]) -> tuple[float, ...]:
-        head = self.records[d[0]]
-        if self.s.queue.order == "size":
-            return (shape[1], shape[2], head.task.submit_s)  # Sec. 3.4.2: g, then w, then submission
-        if self.s.queue.order == "size_release":  # the authors' spot.py: -g, submission (HP); -g, w, submission (spot)
-            return (-shape[1], head.task.submit_s) if shape[0] == "hp" else (-shape[1], shape[2], head.task.submit_s)
-        if self.s.queue.order == "size_desc":
-            return (-shape[1] * shape[2], -shape[2], -shape[1], head.task.submit_s)
-        return (head.task.submit_s,)
+        return queue_key(self.s.queue.order, shape[0] == "hp", shape[1], shape[2], self.records[d[0]].task.submit_s)
 
     def _drain(self) -> None:
         for prio in ("hp", "spot"):

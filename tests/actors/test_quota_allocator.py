@@ -16,6 +16,7 @@ from actors import quota
 from actors.quota import QuotaAllocatorActor
 from controlplane.core.models import Event, JobSpec, JobState, Market, Node, NodeState
 from controlplane.store import Store
+from policies.gfs_options import GFS_VARIANTS
 
 NO_HP = {"V100": ([[0.0]], [[0.0]])}  # no HP demand: Eq. 9's inventory f = C
 
@@ -207,7 +208,7 @@ def test_the_spot_guard_admits_the_oldest_waiting_spot_job_after_theta(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: str) -> None:
     from dataclasses import replace
 
-    monkeypatch.setattr(quota, "LIVE_DEFAULT", replace(quota.LIVE_DEFAULT, spot_guard=guard))
+    monkeypatch.setattr(quota, "LIVE_DEFAULT", replace(GFS_VARIANTS["fcfs_eta_max_1"], spot_guard=guard))
     db = str(tmp_path / "spotplane.db")
     store = Store(db)
     t, _ = store.create_tenant("t")
@@ -233,7 +234,7 @@ def test_the_bkall_guard_doubles_its_wait_after_a_job_it_admitted_is_preempted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    monkeypatch.setattr(quota, "LIVE_DEFAULT", replace(quota.LIVE_DEFAULT, spot_guard="oldest_calm_2h_2ph_bkall"))
+    monkeypatch.setattr(quota, "LIVE_DEFAULT", replace(GFS_VARIANTS["fcfs_eta_max_1"], spot_guard="oldest_calm_2h_2ph_bkall"))
     db = str(tmp_path / "spotplane.db")
     store = Store(db)
     t, _ = store.create_tenant("t")

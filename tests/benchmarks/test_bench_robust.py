@@ -140,10 +140,15 @@ def test_the_live_defaults_are_the_ones_the_robust_run_picked() -> None:
     from actors.quota import QuotaAllocatorActor
     from policies.quota import QuotaParams
     from policies.schedulers import make_scheduler
-    from policies.sim.gpu_sim import SimConfig
+    from policies.sim.gpu_sim import SIM_VERSION, SimConfig
 
     recorded = json.loads(ROBUST_JSON.read_text())
+    assert recorded["sim_version"] == SIM_VERSION  # a change of the simulator's results reruns the record
     assert recorded["picked"] == LIVE_DEFAULT_NAME == recorded["live_default"]
+    # the pick follows from the recorded figures by the recorded rule
+    verdicts = {lab: {"per_trace": rows} for lab, rows in recorded["per_trace_all"].items()}
+    got = robust.picks(verdicts, list(recorded["variants"]), len(recorded["traces"]))
+    assert got[recorded["pick_rule"]]["variant"] == recorded["picked"]
     # an option added after the record was written counts at its first choice (as in the cache keys)
     assert GfsOptions(**recorded["variants"][LIVE_DEFAULT_NAME]) == LIVE_DEFAULT
     assert set(recorded["variants"][LIVE_DEFAULT_NAME]) <= set(LIVE_DEFAULT.__dict__)
@@ -151,7 +156,8 @@ def test_the_live_defaults_are_the_ones_the_robust_run_picked() -> None:
     assert (cfg.hp_demand, cfg.hourly, cfg.eta_rate, cfg.pools) == (
         LIVE_DEFAULT.hp_demand, LIVE_DEFAULT.hourly, LIVE_DEFAULT.eta_rate, LIVE_DEFAULT.pools)
     assert cfg.quota == QuotaParams.for_options(LIVE_DEFAULT)
-    assert QuotaParams().aggregation == LIVE_DEFAULT.aggregation and LIVE_DEFAULT.eta_max == "1"
+    assert QuotaParams().aggregation == LIVE_DEFAULT.aggregation
+    assert QuotaParams.for_options(LIVE_DEFAULT).eta_max == float(LIVE_DEFAULT.eta_max)
     actor = QuotaAllocatorActor.__new__(QuotaAllocatorActor)  # the params it builds, without a store
     assert "QuotaParams.for_options(LIVE_DEFAULT)" in inspect.getsource(actor.__init__)
     assert make_scheduler("gfs").queue.order == LIVE_DEFAULT.queue

@@ -11,7 +11,6 @@ import pytest
 
 from benchmarks import scheduler as bench
 from controlplane.core.errors import InvalidInput
-from policies.gfs_options import LIVE_DEFAULT_NAME
 from policies.placement import TaskRequest
 from policies.schedulers import make_scheduler
 from policies.sim.gpu_sim import simulate
@@ -156,10 +155,10 @@ def test_why_mode_runs_the_release_setup_and_the_strict_fcfs_control(capsys: pyt
 
 
 def test_the_spot_guard_ends_the_replay_the_eta_cap_starves(capsys: pytest.CaptureFixture[str]) -> None:
-    # the 16-node half-day replay above with the live preset (eta cap and spot guard): it ends (4 s
-    # here; without the guard it had not ended after 150 s)
+    # the 16-node half-day replay above with the eta cap and a spot guard: it ends (4 s here;
+    # without the guard it had not ended after 150 s)
     rc = bench.main(["--workload", "gfs-a100-high", "--days", "0.5", "--nodes", "16", "--preset",
-                     LIVE_DEFAULT_NAME, "--schedulers", "gfs", "--tables", "quota-free", "--json"])
+                     "fcfs_eta_max_1_calm_guard_2h_1ph", "--schedulers", "gfs", "--tables", "quota-free", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["options"]["spot_guard"] != "off" and out["options"]["eta_max"] == "1"

@@ -49,10 +49,11 @@ def test_a_tenant_at_its_hourly_cap_waits_until_its_spend_falls(loop) -> None:  
     # A: 2 spot nodes = 2 x 0.918 = $1.836/h <= $2/h; B adds $0.918/h: 2.754 > 2
     a = store.submit_job(t.id, JobSpec(name="a", compute_hours=0.5, workers=2, accelerator="V100",
                                        checkpoint_hours=0.0), now=0.0)
-    b = store.submit_job(t.id, JobSpec(name="b", compute_hours=0.5, accelerator="V100",
-                                       checkpoint_hours=0.0), now=0.0)
-    _tick(ctl, clock)  # t = 60: A placed, B waits
+    _tick(ctl, clock)  # t = 60: A placed (B, smaller, would go first in GFS's size order)
     assert ctl.jobs[a.id].state is JobState.STARTING
+    b = store.submit_job(t.id, JobSpec(name="b", compute_hours=0.5, accelerator="V100",
+                                       checkpoint_hours=0.0), now=clock.now())
+    _tick(ctl, clock)  # t = 120: B waits
     job_b = ctl.jobs[b.id]
     assert job_b.state is JobState.QUEUED
     assert job_b.message == ("waiting: hourly spend cap: the tenant's running nodes cost "

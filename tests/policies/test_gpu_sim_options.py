@@ -192,7 +192,8 @@ def test_spot_guard_4h_admits_after_four_hours_and_1ph_once_an_hour() -> None:
     # guard admits the oldest at 29 h and the next one a tick later; with _1ph the next raise
     # waits an hour (H)
     tasks = [task("a", "hp", 6, 0, 24.5), task("s1", "spot", 4, 25, 10), task("s2", "spot", 3, 25.05, 10)]
-    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e", gfs_queue="fcfs"),
+                        SimConfig.for_options(GFS_VARIANTS[v]))
             for v in ("fcfs_eta_max_1_calm_guard_4h", "fcfs_eta_max_1_calm_guard_4h_1ph")}
     for r in runs.values():
         assert r.records["s1"].jqt_s == pytest.approx(4 * H)
@@ -238,7 +239,7 @@ def test_spot_guard_2ph_raises_the_quota_once_per_half_hour() -> None:
 
     # as the 4 h guard above: s1 admitted at 29 h, s2 half an hour later (the 1ph guard: an hour)
     tasks = [task("a", "hp", 6, 0, 24.5), task("s1", "spot", 4, 25, 10), task("s2", "spot", 3, 25.05, 10)]
-    r = simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"),
+    r = simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e", gfs_queue="fcfs"),
                  SimConfig.for_options(GFS_VARIANTS["fcfs_eta_max_1_calm_guard_4h_2ph"]))
     assert r.records["s1"].jqt_s == pytest.approx(4 * H)
     assert r.records["s2"].jqt_s == pytest.approx((29.5 - 25.05) * H)
@@ -255,7 +256,8 @@ def test_hpq_guard_stands_down_while_hp_for_the_pool_is_queued() -> None:
     # 27 h and "big" evicts it at 40 h; the _hpq guard keeps it out while "big" waits
     tasks = [task("a", "hp", 6, 0, 24.5), task("c", "hp", 1, 24.6, 15.4), task("s1", "spot", 4, 25, 20),
              task("big", "hp", 8, 25, 0.5)]
-    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e", gfs_queue="fcfs"),
+                        SimConfig.for_options(GFS_VARIANTS[v]))
             for v in ("fcfs_eta_max_1_calm_guard_2h_2ph", "fcfs_eta_max_1_calm_guard_2h_2ph_hpq")}
     plain, hpq = (runs[v].records["s1"] for v in runs)
     assert plain.evictions == 1 and plain.jqt_s >= 2 * H
@@ -274,7 +276,8 @@ def test_bk_guard_doubles_its_wait_after_a_task_it_admitted_is_evicted() -> None
     # 2 h later, the _bk guard 4 h later (one that held its GPUs for H would not count)
     tasks = [task("a", "hp", 6, 0, 24.5), task("c", "hp", 1, 24.6, 2.9), task("s1", "spot", 4, 25, 20),
              task("big", "hp", 8, 25, 0.5)]
-    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e"), SimConfig.for_options(GFS_VARIANTS[v]))
+    runs = {v: simulate(wl(tasks, ("A100",)), make_scheduler("gfs_e", gfs_queue="fcfs"),
+                        SimConfig.for_options(GFS_VARIANTS[v]))
             for v in ("fcfs_eta_max_1_calm_guard_2h_2ph", "fcfs_eta_max_1_calm_guard_2h_2ph_bk",
                       "fcfs_eta_max_1_calm_guard_2h_2ph_bkall")}
     plain, bk, bkall = (runs[v].records["s1"] for v in runs)
@@ -305,4 +308,5 @@ def test_preempt_reach_cards_lets_a_whole_node_hp_pod_evict_fractional_spot_pods
         waits[reach] = (r.records["big"].jqt_s, r.spot.evictions)
     assert waits["spot_share"] == (pytest.approx(9 * H + 300.0), 0)  # the spot pods start at the first tick
     assert waits["cards"] == waits["whole_node"] == (0.0, 2)
-    assert GFS_VARIANTS["fcfs_eta_max_1_calm_guard_2h_1ph_cards"].preempt_reach == "cards"
+    assert GFS_VARIANTS["fcfs_eta_max_1_calm_guard_2h_1ph_share"].preempt_reach == "spot_share"
+    assert GFS_VARIANTS["as_released"].preempt_reach == "cards"  # the release's whole-card reach

@@ -219,19 +219,20 @@ def test_preempt_reach_cards_tries_a_node_whose_spot_pods_share_cards_with_free_
     # both spot pods frees 8 cards, but idle + spot GPUs = 7.62 < 8 made Alg. 2 skip n0.
     s = snapshot([8, 8], [rt("a", "spot", 0, [0], share=0.81), rt("b", "spot", 0, [1], share=0.81),
                           rt("h", "hp", 1, list(range(8)))], now=600.0)
-    assert make_scheduler("gfs").schedule(s, TaskRequest("x", "hp", 8)) is None
-    for reach in ("cards", "whole_node"):
-        p = make_scheduler("gfs", preempt_reach=reach).schedule(s, TaskRequest("x", "hp", 8))
+    assert make_scheduler("gfs", preempt_reach="spot_share").schedule(s, TaskRequest("x", "hp", 8)) is None
+    for sched in (make_scheduler("gfs"), make_scheduler("gfs", preempt_reach="whole_node"), make_scheduler("chronus")):
+        p = sched.schedule(s, TaskRequest("x", "hp", 8))
         assert p is not None and p.nodes == ("n0",) and set(p.victims) == {"a", "b"}
     # a 1-GPU HP pod beside a 0.81-GPU spot pod on a full node: only 'cards' reaches it
     full = snapshot([2], [rt("a", "spot", 0, [0], share=0.81), rt("h", "hp", 0, [1])], now=600.0)
     assert make_scheduler("gfs", preempt_reach="whole_node").schedule(full, TaskRequest("x", "hp", 1)) is None
     p = make_scheduler("gfs", preempt_reach="cards").schedule(full, TaskRequest("x", "hp", 1))
     assert p is not None and p.victims == ("a",)
-    # a node HP holds a share of every card of stays out of reach; the baselines keep their bound
+    # a node HP holds a share of every card of stays out of reach; the bound is every scheduler's
     shared = snapshot([8], [rt("a", "spot", 0, list(range(8)), share=0.5), rt("h", "hp", 0, [0], share=0.3)])
     assert make_scheduler("gfs", preempt_reach="cards").schedule(shared, TaskRequest("x", "hp", 8)) is None
-    assert make_scheduler("chronus", preempt_reach="cards").preemptor.reach == "spot_share"  # type: ignore[union-attr]
+    assert make_scheduler("chronus").preemptor.reach == "cards"  # type: ignore[union-attr]
+    assert make_scheduler("fgd", quota=True, preempt_reach="spot_share").preemptor.reach == "spot_share"  # type: ignore[union-attr]
     with pytest.raises(InvalidInput, match="preempt_reach"):
         make_scheduler("gfs", preempt_reach="all")
 
@@ -321,9 +322,9 @@ def test_stable_hash_is_32_bit_fnv_1a() -> None:
 
 
 @pytest.mark.parametrize(("name", "node_choice", "random_victims", "order", "strict"), [  # GFS: the live preset's queue
-    ("gfs", "min_cost", False, "fcfs", False), ("gfs_e", "min_cost", False, "fcfs", False),
-    ("gfs_d", "min_cost", False, "fcfs", False), ("gfs_s", "min_cost", False, "fcfs", False),
-    ("gfs_p", "random", True, "fcfs", False), ("gfs_sp", "random", True, "fcfs", False),
+    ("gfs", "min_cost", False, "size", False), ("gfs_e", "min_cost", False, "size", False),
+    ("gfs_d", "min_cost", False, "size", False), ("gfs_s", "min_cost", False, "size", False),
+    ("gfs_p", "random", True, "size", False), ("gfs_sp", "random", True, "size", False),
     ("yarn_cs", "first", False, "fcfs", True), ("chronus", "first", False, "fcfs", False),
     ("chronus_rel", "first", False, "fcfs", False), ("lyra", "min_cost", False, "fcfs", False),
     ("fgd", "first", False, "fcfs", False),
