@@ -130,9 +130,11 @@ def test_demo_runs_through_the_api_to_a_report(control_plane: str, tmp_path: Pat
     # is a spot job's preemption, and every job SUCCEEDED
     assert sum(j.preemptions for j in report.jobs if j.kind == "spot") >= report.hp_evictions
     assert by_name["hp-urgent"].preemptions == 0
-    # spot is cheaper than the on-demand-only counterfactual; HP jobs pay on-demand
-    assert 0 < report.total_cost < report.on_demand_cost
-    assert report.savings_pct > 40.0, report.render()
+    # spot is cheaper than the on-demand-only counterfactual; HP jobs pay on-demand. How much
+    # cheaper depends on when, in wall time, each preemption lands against a deadline job's slack
+    # (one loaded run saved 38%: the H100 deadline gang fell back to on-demand after a
+    # preemption), so the savings target is checked on the stepped clock below
+    assert 0 < report.total_cost < report.on_demand_cost, report.render()
     assert plot.stat().st_size > 20_000 and plot.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -249,4 +251,8 @@ def test_hp_gang_evicts_exactly_these_spot_jobs_on_the_stepped_clock(tmp_path: P
     assert store.get_job(hp_id).preemptions == 0
     assert report.hp_evictions == len(evicted)
     assert report.all_finished and report.all_deadlines_met, report.render()
+    # the bill, the same on every run: the demo's savings target (>= 40%) is checked here and in
+    # `python -m benchmarks.replay` (the default scenario), never on the wall clock
+    assert (round(report.total_cost, 2), round(report.on_demand_cost, 2)) == (59.98, 218.60), report.render()
+    assert report.savings_pct == pytest.approx(72.56, abs=0.01) and report.savings_pct >= 40.0
     assert len(ticks) < 600
