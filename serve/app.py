@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi import Depends, FastAPI
 from ray import serve
 
 from clusters.packages import PackageStore
 from clusters.rayjobs import LogArchive
 from controlplane import __version__
-from controlplane.core.errors import InvalidInput
+from controlplane.core.errors import InvalidInput, Unavailable
 from controlplane.store import LOGS, PACKAGES, is_postgres, open_blobs
 from serve.auth import hash_token
 from serve.dashboard import router as dashboard_router
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 
 APP_NAME = "spotplane"
 HEALTH_CHECK_PERIOD_S = 2.0  # the API replica's Serve health check (see the deployment)
+#: How long :func:`start_api` waits for Serve's HTTP proxy in all. Serve's own wait in
+#: ``serve.start`` is a fixed 60 s, which a busy machine overruns while the proxy actor starts.
+PROXY_WAIT_S = 300.0
 
 app = FastAPI(
     dependencies=[Depends(refuse_unknown_query)],
@@ -146,11 +150,41 @@ def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127
     Needs ``ray.init`` first. When Serve already runs in this Ray cluster its HTTP options stay
     as they were (Serve's rule), so the returned URL is read back from Serve itself.
     """
-    serve.start(http_options={"host": host, "port": port})
+    start_proxy(host, port)
     serve.run(build_app(db_path, admin_token, limits, package_dir, workload_address,
                         workload_token_path, log_dir, replicas, max_replicas_per_node),
               name=APP_NAME, route_prefix="/", blocking=False)
     return f"http://{host}:{port}"
+
+
+def start_proxy(host: str, port: int, wait_s: float = PROXY_WAIT_S) -> None:
+    """``serve.start`` on ``host:port``, waiting up to ``wait_s`` for its HTTP proxy: past Serve's
+    own 60 s the controller it started stays, and the proxy is awaited until its ``/-/healthz``
+    answers (any status: it says 503 until it has a route table, which ``serve.run`` brings)."""
+    options = {"host": host, "port": port}
+    t0 = time.monotonic()
+    try:
+        serve.start(http_options=options)
+        return
+    except TimeoutError as exc:
+        log.warning("Serve's HTTP proxy on %s:%d is not up after Serve's own wait (%s); waiting up to "
+                    "%.0f s in all", host, port, exc, wait_s)
+    serve.start(http_options=options)  # connects to the controller the first call started
+    probe = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}/-/healthz"
+    while not _answers(probe):
+        if time.monotonic() - t0 > wait_s:
+            raise Unavailable(f"Serve's HTTP proxy on {host}:{port} did not answer {probe} in {wait_s:.0f} s",
+                              fix="the machine may be overloaded or the port taken: see Ray's "
+                                  "session_latest/logs/serve/ and retry, or pick another --port")
+        time.sleep(0.5)
+
+
+def _answers(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=2.0)
+        return True
+    except httpx.HTTPError:
+        return False
 
 
 def stop_api(shutdown_serve: bool = True) -> None:
@@ -163,5 +197,5 @@ def stop_api(shutdown_serve: bool = True) -> None:
         serve.shutdown()
 
 
-__all__ = ["APP_NAME", "ApiLimits", "Gate", "SpotplaneAPI", "app", "build_app", "start_api",
-           "stop_api"]
+__all__ = ["APP_NAME", "PROXY_WAIT_S", "ApiLimits", "Gate", "SpotplaneAPI", "app", "build_app",
+           "start_api", "start_proxy", "stop_api"]
