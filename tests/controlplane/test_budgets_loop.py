@@ -9,26 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from clusters.sim.fleet import AWS_P3_SPOT, SimulatedFleet
+from clusters.sim.fleet import AWS_P3_SPOT
 from controlplane.core.bills import DOLLAR_LINES, job_bill, raw_lines
-from controlplane.core.clock import ManualClock, SimClock
+from controlplane.core.clock import ManualClock
 from controlplane.core.models import JobSpec, JobState, TenantBudget
-from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
+from tests.loops import sim_loop
 
 ZONE = "us-west-2b"
 TICK = 60.0
 
 
 def _loop(tmp_path: Path, data_root: Path, zone: str) -> tuple[Controller, ManualClock, Store]:
-    clock = SimClock(start=0.0)
-    store = Store(tmp_path / "spotplane.db")
-    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=3, zones=[zone],
-                                        state_path=tmp_path / "simfleet.db")
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 8}),
-                     epoch=store.take_controller_lease())
-    return ctl, clock, store
+    loop = sim_loop(tmp_path, data_root, {"V100": 8}, seed=3, zones=[zone])
+    return loop.ctl, loop.clock, loop.store
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from controlplane.reconcile.policyhost import PolicyRequest
 from controlplane.store import Store
 from policies.deadline import Action, Kind
 from policies.preemption import default_gce_model
+from tests.loops import sim_loop
 
 ZONE = "us-east-2a"  # one AWS p3.2xlarge (1x V100) zone, so every placement is in it
 
@@ -132,12 +133,8 @@ def test_gang_bills_spot_then_on_demand_with_preemption_changeover_and_cancel(
 
 def _world(tmp: Path, data_root: Path, clock: SimClock, pools: dict[str, int],
            **fleet_options: object) -> tuple[Store, SimulatedFleet, Controller]:
-    store = Store(tmp / "spotplane.db")
-    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
-                                        state_path=tmp / "simfleet.db",
-                                        lifetime_model=default_gce_model(), **fleet_options)
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes=pools),
-                     epoch=store.take_controller_lease())
+    loop = sim_loop(tmp, data_root, pools, clock=clock, lifetime_model=default_gce_model(), **fleet_options)
+    store, fleet, ctl = loop.store, loop.fleet, loop.ctl
     return store, fleet, ctl
 
 

@@ -15,18 +15,15 @@ from controlplane.reconcile.controller import Controller
 from controlplane.reconcile.fairshare import META_KEY
 from controlplane.store import Store
 from policies.preemption import ExponentialModel
+from tests.loops import sim_loop
 
 TICK = 60.0
 
 
 def _world(tmp: Path, data_root: Path, nodes: int) -> tuple[Store, Controller, SimClock]:
-    clock = SimClock(start=0.0)
-    store = Store(tmp / "spotplane.db")
-    fleet = SimulatedFleet.from_options(  # spot VMs that outlive the test: shares, not luck
-        clock=clock, data_dir=data_root, seed=5, state_path=tmp / "simfleet.db",
-        lifetime_model=ExponentialModel(rate=1e-4, limit=1000.0))
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": nodes}),
-                     epoch=store.take_controller_lease())
+    # spot VMs that outlive the test: shares, not luck
+    loop = sim_loop(tmp, data_root, {"V100": nodes}, lifetime_model=ExponentialModel(rate=1e-4, limit=1000.0))
+    store, clock, ctl = loop.store, loop.clock, loop.ctl
     return store, ctl, clock
 
 

@@ -20,6 +20,7 @@ from controlplane.reconcile.policyhost import PolicyBook, PolicyRequest
 from controlplane.store import Store
 from policies.deadline import Action, Observation
 from policies.preemption import default_gce_model
+from tests.loops import sim_loop
 
 DEADLINE_NEEDS = ("spec: Value error, deadline_hours: a deadline job needs deadline_hours (or "
                   "deadline); give deadline_hours > compute_hours + overhead_hours")
@@ -27,13 +28,9 @@ DEADLINE_NEEDS = ("spec: Value error, deadline_hours: a deadline job needs deadl
 
 def _world(tmp: Path, data_root: Path, clock: SimClock, policy_host: PolicyBook | None = None,
            db: str | None = None) -> tuple[Store, SimulatedFleet, Controller]:
-    store = Store(db or tmp / "spotplane.db")
-    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
-                                        state_path=tmp / "simfleet.db",
-                                        lifetime_model=default_gce_model())
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 8, "H100": 4}),
-                     epoch=store.take_controller_lease(), policy_host=policy_host)
-    return store, fleet, ctl
+    loop = sim_loop(tmp, data_root, {"V100": 8, "H100": 4}, clock=clock, db=db,
+                    controller={"policy_host": policy_host}, lifetime_model=default_gce_model())
+    return loop.store, loop.fleet, loop.ctl
 
 
 def _run(ctl: Controller, clock: SimClock, hours: float, dt: float = 60.0) -> None:

@@ -6,25 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clusters.sim.fleet import SimulatedFleet
-from controlplane.core.clock import SimClock
 from controlplane.core.models import JobKind, JobSpec, JobState
-from controlplane.reconcile.contracts import ControllerSettings
-from controlplane.reconcile.controller import Controller
-from controlplane.store import Store
 from policies.gfs_options import LIVE_DEFAULT
 from policies.placement import queue_key
+from tests.loops import sim_loop
 
 ZONE = "us-west-2b"
 
 
 def test_a_smaller_hp_job_submitted_later_takes_the_pool_before_a_wider_one(tmp_path: Path, data_root: Path) -> None:
-    clock = SimClock(start=0.0)
-    store = Store(tmp_path / "spotplane.db")
-    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=3, zones=[ZONE],
-                                        state_path=tmp_path / "simfleet.db")
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 2}),
-                     epoch=store.take_controller_lease())
+    loop = sim_loop(tmp_path, data_root, {"V100": 2}, seed=3, zones=[ZONE])
+    clock, store, ctl = loop.clock, loop.store, loop.ctl
     t, _ = store.create_tenant("t")
     wide = store.submit_job(t.id, JobSpec(name="wide", kind=JobKind.HP, compute_hours=1.0, workers=2,
                                           accelerator="V100", checkpoint_hours=0.0), now=0.0)

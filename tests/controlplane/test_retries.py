@@ -8,28 +8,23 @@ from pathlib import Path
 import pytest
 
 from actors.simexecutor import SimulatedExecutor
-from clusters.sim import SimulatedFleet
 from controlplane.core.clock import SimClock
 from controlplane.core.errors import InvalidInput
 from controlplane.core.models import JobSpec, JobState
-from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.controller import Controller
 from controlplane.store import Store
 from policies.preemption import default_gce_model
 from policies.retries import on_exit, over_duration
 from serve.rayjobs import RaySubmitRequest, spec_from_ray
+from tests.loops import sim_loop
 
 
 def _world(tmp: Path, data_root: Path) -> tuple[Store, SimulatedExecutor, Controller, SimClock]:
     clock = SimClock(start=0.0)
-    store = Store(tmp / "spotplane.db")
-    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=5,
-                                        state_path=tmp / "simfleet.db",
-                                        lifetime_model=default_gce_model())
     ex = SimulatedExecutor(clock)
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 4}),
-                     executor=ex, epoch=store.take_controller_lease())
-    return store, ex, ctl, clock
+    loop = sim_loop(tmp, data_root, {"V100": 4}, clock=clock, controller={"executor": ex},
+                    lifetime_model=default_gce_model())
+    return loop.store, ex, loop.ctl, clock
 
 
 def _run_until(ctl: Controller, clock: SimClock, store: Store, job_id: str,
