@@ -35,8 +35,8 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	rc=0; \
-	$(BIN)/pytest -n $(TEST_WORKERS) -m "not ray" $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
-	$(BIN)/pytest -m ray $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not ray" --durations=10 $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
+	$(BIN)/pytest -m ray --durations=20 $(PYTEST_ARGS) || [ $$? -eq 5 ] || rc=1; \
 	exit $$rc
 
 # The dashboard's browser tests drive the distribution's chromium (root and apt, as in CI).
