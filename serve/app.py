@@ -157,19 +157,19 @@ def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127
     return f"http://{host}:{port}"
 
 
-def start_proxy(host: str, port: int, wait_s: float = PROXY_WAIT_S) -> None:
-    """``serve.start`` on ``host:port``, waiting up to ``wait_s`` for its HTTP proxy: past Serve's
-    own 60 s the controller it started stays, and the proxy is awaited until its ``/-/healthz``
-    answers (any status: it says 503 until it has a route table, which ``serve.run`` brings)."""
+def start_proxy(host: str, port: int, wait_s: float = PROXY_WAIT_S, **serve_options: Any) -> None:
+    """``serve.start`` on ``host:port`` (with ``serve_options``, e.g. ``proxy_location``),
+    waiting up to ``wait_s`` for its HTTP proxy: past Serve's own 60 s the controller it started
+    stays, and the proxy is awaited until its ``/-/healthz`` answers (any status: it says 503 until it has a route table, which ``serve.run`` brings)."""
     options = {"host": host, "port": port}
     t0 = time.monotonic()
     try:
-        serve.start(http_options=options)
+        serve.start(http_options=options, **serve_options)
         return
     except TimeoutError as exc:
         log.warning("Serve's HTTP proxy on %s:%d is not up after Serve's own wait (%s); waiting up to "
                     "%.0f s in all", host, port, exc, wait_s)
-    serve.start(http_options=options)  # connects to the controller the first call started
+    serve.start(http_options=options, **serve_options)  # connects to the controller the first call started
     probe = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}/-/healthz"
     while not _answers(probe):
         if time.monotonic() - t0 > wait_s:

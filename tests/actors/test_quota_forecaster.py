@@ -20,6 +20,7 @@ from controlplane.reconcile.contracts import ControllerSettings
 from controlplane.reconcile.placement import account_demand
 from controlplane.reconcile.state import LoopState
 from controlplane.store import Store
+from tests.support import wait_until
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -41,9 +42,9 @@ def test_forecaster_pushes_quotas_every_300_s(ray_cluster: Any, tmp_path: Path) 
                                                             min_wall_seconds=0.0,
                                                             detached=False)
     try:
-        t0 = time.monotonic()  # the quotas are written before the refit counts itself done
-        while (not store.quotas() or ray.get(fc.status.remote())["fits"] < 1) and time.monotonic() - t0 < 60:
-            time.sleep(0.1)
+        # the quotas are written before the refit counts itself done; the first refit waits on
+        # the actors it starts (allocator, forecaster, tenants)
+        wait_until(lambda: store.quotas() and ray.get(fc.status.remote())["fits"] >= 1, 180, "the first refit")
         (q,) = store.quotas()
         # Eq. 9: f = C - min(C, peak HP demand) = 10 - 5; Eq. 10: min(f * eta, S0 + Sa) = 5
         assert (q.accelerator, q.capacity_gpus, q.spot_quota_gpus) == ("V100", 10, 5)
@@ -54,9 +55,7 @@ def test_forecaster_pushes_quotas_every_300_s(ray_cluster: Any, tmp_path: Path) 
         time.sleep(0.5)
         assert ray.get(fc.status.remote())["fits"] == 1  # not yet 300 s
         store.commit(control_time=now + 300)
-        t0 = time.monotonic()
-        while ray.get(fc.status.remote())["fits"] < 2 and time.monotonic() - t0 < 30:
-            time.sleep(0.1)
+        wait_until(lambda: ray.get(fc.status.remote())["fits"] >= 2, 120, "the refit at +300 s")
         assert ray.get(fc.status.remote())["fits"] == 2
         usage = ray.get(tenant_actor(db, a.id, ns, detached=False).usage.remote())
         assert usage["max_gpus"] == 64 and usage["jobs"] == {"PENDING": 1}
@@ -133,9 +132,7 @@ def test_a_queued_hp_gang_does_not_zero_the_pools_quota(ray_cluster: Any, tmp_pa
                                                             poll_wall_seconds=0.05, min_wall_seconds=0.0,
                                                             detached=False)
     try:
-        t0 = time.monotonic()
-        while not store.quotas() and time.monotonic() - t0 < 60:
-            time.sleep(0.1)
+        wait_until(lambda: store.quotas(), 180, "the first refit")
         (q,) = store.quotas()
         assert (q.accelerator, q.capacity_gpus, q.spot_quota_gpus) == ("V100", 10, 8)
     finally:

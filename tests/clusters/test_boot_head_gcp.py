@@ -136,7 +136,7 @@ def test_a_gcp_head_whose_startup_script_fails_is_deleted_and_named_with_its_ser
         with pytest.raises(HeadDidNotAnswer) as err:
             launch_head(fleet, request, wait)
         [booted] = emu.booted.values()
-        assert booted.finished(5) != 0
+        assert booted.finished(60) != 0
         msg = str(err.value)
         assert booted.instance_id in msg and "it was terminated" in msg
         assert "no scratch disk\nbootstrap failed: exit 3" in msg, msg

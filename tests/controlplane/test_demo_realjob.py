@@ -21,9 +21,11 @@ POOL = 4  # V100 nodes: the HP gang below needs all of them
 
 
 def realjob_scenario() -> Scenario:
-    """One real job (~6 h of C at x3600) and an HP gang of the whole pool at +1.5 h (once the
-    real job runs), so the real job must be evicted whichever way GFS ranks the spot jobs; a
-    one-job bag beside it."""
+    """One real job (18 s of steps) and an HP gang of the whole pool at +0.5 h (once the real
+    job runs), so the real job must be evicted whichever way GFS ranks the spot jobs; a one-job
+    bag beside it. The job's steps run in wall time, the simulated clock one paced tick at a
+    time: a loaded machine slows the clock, not the job, so the job lasts many times the 30
+    ticks to +0.5 h even at 0.2 s a tick."""
     return Scenario(
         deadline_jobs=[],
         bag={"name": "tiny", "template": {"name": "t", "kind": "spot", "accelerator": "V100",
@@ -32,8 +34,8 @@ def realjob_scenario() -> Scenario:
         spot_jobs=[],
         hp_jobs=[{"name": "hp-all", "kind": "hp", "accelerator": "V100", "workers": POOL,
                   "compute_hours": 1.0}],
-        hp_at_hours=1.5,
-        real_jobs=[real_job("real-numpy", steps=200, step_seconds=0.03, seed=5)],
+        hp_at_hours=0.5,
+        real_jobs=[real_job("real-numpy", steps=600, step_seconds=0.03, seed=5)],
     )
 
 

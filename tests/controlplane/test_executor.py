@@ -167,7 +167,8 @@ def test_preempted_three_times_with_a_corrupt_artifact_ends_bit_identical(
 @pytest.mark.ray
 @pytest.mark.slow
 def test_emergency_checkpoint_at_a_notice_loses_no_completed_step(executor: RayJobExecutor) -> None:
-    """30 s notice and a 5 s checkpoint, run 10x faster: 3 s notice, 0.5 s checkpoint."""
+    """A 30 s notice and a 0.5 s checkpoint: the job saves at once, holds, and is stopped once
+    its emergency checkpoint is recorded (a loaded machine may take seconds to get there)."""
     steps, seed, job = 2000, 7, "job-notice"
     store = LocalArtifactStore(executor.store.uri[len("file://") :])  # type: ignore[attr-defined]
     rep = executor.start_replica(
@@ -175,14 +176,14 @@ def test_emergency_checkpoint_at_a_notice_loses_no_completed_step(executor: RayJ
         "node-n",
     )
     wait_for(lambda: len(store.list(job)) >= 1, 90, "a first checkpoint")
-    executor.notice_replica(rep, 3.0)
-    time.sleep(3.0)
-    outcome = executor.stop_replica(rep, "preempted after a 3 s notice")
+    executor.notice_replica(rep, 30.0)
+    wait_for(lambda: executor.replica_status(rep).get("emergency_done"), 60, "the emergency checkpoint")
+    outcome = executor.stop_replica(rep, "preempted after a 30 s notice")
     assert outcome is not None and outcome["noticed"] and outcome["completed_before_death"], outcome
     newest = store.list(job)[-1]
     assert newest.progress == pytest.approx(outcome["checkpointed_progress"])
     assert outcome["lost_progress"] < 1 / steps, outcome  # less than one step of work lost
-    assert outcome["checkpoint_completed_at"] - outcome["checkpoint_requested_at"] < 3.0
+    assert outcome["checkpoint_completed_at"] - outcome["checkpoint_requested_at"] < 30.0  # within the notice
 
 
 @pytest.mark.ray

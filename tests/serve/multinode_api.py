@@ -103,12 +103,11 @@ def scenario(url: str, out: dict[str, Any]) -> None:
 def main(db: str, out_path: str) -> None:
     os.environ["RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING"] = "0"  # the head's proxy spreads
     import ray
-    from ray import serve
     from ray.cluster_utils import Cluster
 
     from actors.raylocal import control_plane_config
     from controlplane.store import Store
-    from serve.app import start_api, stop_api
+    from serve.app import start_api, start_proxy, stop_api
     from serve.limits import ApiLimits
     from tests.support import free_port
 
@@ -123,7 +122,7 @@ def main(db: str, out_path: str) -> None:
         out["cluster_nodes"] = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         out["worker_nodes"] = [w.node_id for w in workers]
         port = free_port()
-        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+        start_proxy("127.0.0.1", port, proxy_location="HeadOnly")
         Store(db).close()
         url = start_api(db, ADMIN, port, limits=ApiLimits(rate_per_s=RATE, burst=BURST),
                         replicas=2, max_replicas_per_node=1)

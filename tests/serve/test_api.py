@@ -76,8 +76,9 @@ def api(ray_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         r = admin.post("/v1/tenants", json={"name": name, "max_gpus": 16})
         assert r.status_code == 201, r.text
         tokens[name], ids[name] = r.json()["token"], r.json()["tenant"]["id"]
-    a = Api(url, store, admin, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['acme']}"}),
-            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['beta']}"}),
+    a = Api(url, store, admin,
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['acme']}"}, timeout=30),
+            httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['beta']}"}, timeout=30),
             ids["acme"], ids["beta"])
     try:
         yield a

@@ -26,7 +26,7 @@ def seen(pg_server, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: 
     with fresh_database(pg_server) as url:
         run = subprocess.run([sys.executable, "-m", "tests.serve.multinode_api", url, str(out)],
                              cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                             capture_output=True, text=True, timeout=240)
+                             capture_output=True, text=True, timeout=540)
     assert run.returncode == 0 and out.is_file(), run.stderr[-3000:]
     found: dict = json.loads(out.read_text())
     return found

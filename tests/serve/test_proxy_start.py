@@ -36,7 +36,7 @@ def test_the_api_starts_past_serves_own_proxy_wait(ray_cluster, monkeypatch: pyt
 def test_a_proxy_that_never_answers_is_named_with_its_port(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[dict[str, object]] = []
 
-    def serve_start(http_options: dict[str, object]) -> None:
+    def serve_start(http_options: dict[str, object]) -> None:  # Serve's own wait ran out once
         calls.append(http_options)
         if len(calls) == 1:
             raise TimeoutError("HTTP proxies not available after 60s.")

@@ -23,7 +23,7 @@ from tests.support import free_port
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ADMIN = "spa_test-admin-token"
-HOLD_S = 2.0  # how long the test holds the store's write lock
+HOLD_S = 10.0  # how long the test holds the store's write lock (a probe stalled behind it takes ~HOLD_S)
 RATE, BURST = 4.0, 20  # a tenant's budget over every replica
 
 
