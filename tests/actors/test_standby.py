@@ -72,7 +72,7 @@ def test_standby_takes_over_from_a_sigkilled_controller(ray_cluster: Any, tmp_pa
 
 def test_a_standby_does_not_take_a_renewed_lease(ray_cluster: Any, tmp_path: Path) -> None:
     s = _settings(tmp_path, policy_actors=False, autostart=True, speed=3600.0, standby=True,
-                  lease_ttl_seconds=1.0, fleet_options={"gcp": False},
+                  lease_ttl_seconds=TTL_S, fleet_options={"gcp": False},
                   controller=ControllerSettings(pool_nodes={"V100": 2}))
     store = Store(s.db_path)
     t, _ = store.create_tenant("steady")
@@ -80,7 +80,8 @@ def test_a_standby_does_not_take_a_renewed_lease(ray_cluster: Any, tmp_path: Pat
     h = start_control_plane(s)
     try:
         first = store.controller_lease()
-        wait_until(lambda: store.controller_lease()["until"] > first["until"] + 3, 30, "several lease lifetimes")
+        wait_until(lambda: store.controller_lease()["until"] > first["until"] + 3 * TTL_S, 60,
+                   "three lease lifetimes")
         assert store.controller_lease()["epoch"] == 1  # renewed every ttl/4: the standby waits
         assert not ray.get(h.standby.status.remote())["active"]
     finally:

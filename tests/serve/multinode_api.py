@@ -13,6 +13,7 @@ import sys
 import time
 import zipfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ import httpx
 ADMIN = "spa_multinode-admin"
 RATE, BURST = 4.0, 8  # one tenant's budget over every replica
 FLOOD_S = 4.0  # how long the flooding tenant sends at 3 x RATE
+FLOODERS = 6  # its senders, each paced at 3 x RATE / FLOODERS: a slow answer delays one of them
 PACKAGE = "_ray_pkg_1234567890abcdef.zip"
 
 
@@ -89,14 +91,20 @@ def scenario(url: str, out: dict[str, Any]) -> None:
     jobs = call(acme, "GET", "/v1/jobs").json()
     out["jobs_named_once"] = sum(j["name"] == "once" for j in jobs)
     flood = httpx.Client(base_url=url, timeout=30, headers={"Authorization": f"Bearer {tokens['flood']}"})
-    sent: list[dict[str, Any]] = []
+    sent: list[dict[str, Any]] = []  # list.append is atomic: the senders share it
     t0 = time.monotonic()
-    n = 0
-    while (now := time.monotonic() - t0) < FLOOD_S:  # 3 x RATE, paced by the send schedule
-        r = flood.get("/v1/tenants/me")
-        sent.append({"at": now, "status": r.status_code, "replica": r.headers.get("X-Spotplane-Replica")})
-        n += 1
-        time.sleep(max(0.0, n / (3 * RATE) - (time.monotonic() - t0)))
+
+    def sender() -> None:  # 3 x RATE in all, paced by each sender's schedule
+        n = 0
+        while (now := time.monotonic() - t0) < FLOOD_S:
+            r = flood.get("/v1/tenants/me")
+            sent.append({"at": now, "status": r.status_code, "replica": r.headers.get("X-Spotplane-Replica")})
+            n += 1
+            time.sleep(max(0.0, n * FLOODERS / (3 * RATE) - (time.monotonic() - t0)))
+
+    with ThreadPoolExecutor(FLOODERS) as pool:
+        for f in [pool.submit(sender) for _ in range(FLOODERS)]:
+            f.result()
     out["flood"] = {"sent": sent, "window_s": time.monotonic() - t0}
 
 

@@ -60,7 +60,7 @@ def test_a_flooding_tenant_gets_one_budget_not_one_per_replica(seen: dict) -> No
     sent, window = seen["flood"]["sent"], seen["flood"]["window_s"]
     accepted = sum(s["status"] == 200 for s in sent)
     bound = BURST + RATE * window  # one bucket: burst + rate x seconds
-    assert len(sent) >= 2.5 * RATE * window  # it did send about 3 x its rate
+    assert len(sent) > bound + 2  # it sent more than one budget (about 3 x its rate)
     assert {s["status"] for s in sent} == {200, 429}
     assert len({s["replica"] for s in sent if s["status"] == 200}) == 2  # both replicas admitted
     assert accepted <= bound + 2, (accepted, bound)  # a replica each would admit about 2 x bound

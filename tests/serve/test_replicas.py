@@ -80,10 +80,12 @@ def test_the_rate_budget_is_shared_by_the_replicas(api: Api) -> None:
     time.sleep(BURST / RATE)  # the buckets are full again after the idempotency test
     with api.client() as c:
         t0 = time.monotonic()
-        codes = [c.get("/v1/tenants/me").status_code for _ in range(2 * BURST)]
+        codes: list[int] = []
+        while 429 not in codes and len(codes) < 10 * BURST:  # a slow answer only means more sends
+            codes.append(c.get("/v1/tenants/me").status_code)
         took = time.monotonic() - t0
     # the replicas share one bucket in the store: the tenant gets BURST + RATE x took in all,
-    # where a full budget per replica would let all 2 x BURST through
+    # where a full budget per replica would let about 2 x BURST through before the first 429
     allowed = BURST + RATE * took
     assert codes.count(200) <= allowed + 1, (codes.count(200), allowed)
     assert codes.count(429) > 0
