@@ -232,6 +232,12 @@ def _real_kind(i: int, raylet_kills: bool) -> str:
 
 
 # -- recovery probes --------------------------------------------------------------------------
+def _wants_kills(kills: list[Kill], kinds: tuple[str, ...], min_kills: int) -> bool:
+    """Whether ``--min-kills`` asks for more: fewer kills, or a kind not killed yet (a kind
+    skipped when it had nothing to kill)."""
+    return min_kills > 0 and (len(kills) < min_kills or bool(set(kinds) - {k.kind for k in kills}))
+
+
 def _until(cond: Callable[[], bool], limit_s: float, every_s: float = 0.1) -> float | None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
@@ -574,8 +580,9 @@ def summary(kills: list[Kill], skipped: Counter[str]) -> dict[str, Any]:
 def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: int = 2,
         kill_every_s: float = 6.0, speed: float = 360.0, drain_s: float = 90.0,
         seed: int = 0, kinds: tuple[str, ...] = KINDS, min_kills: int = 0) -> dict[str, Any]:
-    """Start everything, submit and kill for ``minutes`` (and until ``min_kills`` kills were
-    made, at most 5 minutes more), drain, check; the ``--json`` dict."""
+    """Start everything, submit and kill for ``minutes`` (and, with ``min_kills``, until that
+    many kills and one of each kind were made, at most 5 minutes more), drain, check; the
+    ``--json`` dict."""
     import ray
 
 
@@ -643,7 +650,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         t_end = time.monotonic() + minutes * 60.0
         t_cap = t_end + 300.0
         order: list[str] = []
-        while time.monotonic() < t_end or (len(killer.kills) < min_kills
+        while time.monotonic() < t_end or (_wants_kills(killer.kills, kinds, min_kills)
                                            and time.monotonic() < t_cap):
             if not order:
                 order = list(kinds)
@@ -751,7 +758,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS),
                     help=f"what to kill, comma-separated (of {', '.join(KINDS)})")
     ap.add_argument("--min-kills", type=int, default=0,
-                    help="keep killing past --minutes until this many kills (5 min at most)")
+                    help="keep killing past --minutes until this many kills and one of each "
+                         "kind (5 min at most)")
     args = ap.parse_args(argv)
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     if not kinds or set(kinds) - set(KINDS):

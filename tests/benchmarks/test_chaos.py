@@ -36,6 +36,7 @@ def test_a_short_chaos_run_keeps_every_invariant() -> None:
     assert r["ok"] is True and proc.returncode == 0, r
 
 
+@pytest.mark.timeout(900)  # its own bounds: 5 min for a checkpointed real job, 5 min of kills
 def test_policy_checkpoint_and_raylet_kills_with_real_jobs_on_a_multi_node_workload() -> None:
     """The kills that must not stop anything: deadline-policy, quota, forecaster (restarted by
     Ray), a real job's checkpoint actor on the workload Ray (not restarted: its job moves on),
@@ -49,7 +50,7 @@ def test_policy_checkpoint_and_raylet_kills_with_real_jobs_on_a_multi_node_workl
          "--kill-every", "2", "--real-jobs", "2", "--drain", "10", "--seed", "5",
          "--kinds", "deadline_policy,quota,forecaster,checkpoint,worker_raylet",
          "--min-kills", "5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        cwd=ROOT, capture_output=True, text=True, timeout=840)
     assert proc.stdout.strip(), proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     assert r["accepted"] > 0 and r["stored"] == r["accepted"], r

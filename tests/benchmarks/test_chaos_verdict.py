@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.chaos import ok, resumed, stuck_jobs, waits_on
+from benchmarks.chaos import Kill, _wants_kills, ok, resumed, stuck_jobs, waits_on
 from controlplane.core.models import Job, JobKind, JobSpec, JobState
 from controlplane.reconcile.contracts import ControllerSettings
 
@@ -106,3 +106,12 @@ def test_stalled_jobs_are_no_verdict_but_a_stuck_one_is() -> None:
     assert ok(verdict(stalled=7))  # no progress in the drain: a busy machine, not a bug
     assert not ok(verdict(stuck=1))
     assert not ok(verdict(lost=1)) and not ok(verdict(survived_total=2))
+
+
+def test_min_kills_also_waits_for_a_kind_that_had_nothing_to_kill() -> None:
+    kinds = ("controller", "api_replica", "http_proxy")
+    three = [Kill("controller", 1, 0.0), Kill("api_replica", 2, 1.0), Kill("controller", 3, 2.0)]
+    assert _wants_kills(three, kinds, 3)  # three kills, but the proxy was skipped
+    assert not _wants_kills([*three, Kill("http_proxy", 4, 3.0)], kinds, 3)
+    assert _wants_kills([Kill(k, i, 0.0) for i, k in enumerate(kinds)], kinds, 4)  # one short
+    assert not _wants_kills([], kinds, 0)  # no --min-kills: --minutes alone
