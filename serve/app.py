@@ -160,7 +160,8 @@ def start_api(db_path: str | Path, admin_token: str, port: int, host: str = "127
 def start_proxy(host: str, port: int, wait_s: float = PROXY_WAIT_S, **serve_options: Any) -> None:
     """``serve.start`` on ``host:port`` (with ``serve_options``, e.g. ``proxy_location``),
     waiting up to ``wait_s`` for its HTTP proxy: past Serve's own 60 s the controller it started
-    stays, and the proxy is awaited until its ``/-/healthz`` answers (any status: it says 503 until it has a route table, which ``serve.run`` brings)."""
+    stays, and the proxy is awaited until its ``/-/healthz`` answers (any status: it says 503
+    until it has a route table, which ``serve.run`` brings)."""
     options = {"host": host, "port": port}
     t0 = time.monotonic()
     try:
