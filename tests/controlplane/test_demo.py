@@ -210,23 +210,14 @@ def test_hp_gang_evicts_exactly_these_spot_jobs_on_the_stepped_clock(tmp_path: P
     every run. The HP gang (6 of the 8 V100 nodes) is submitted at the poll at +0.5 h, with the
     spot gang running and the pool full, and at the next tick GFS evicts every spot job for it
     (the bag's four and the spot gang), never the deadline gang."""
-    from clusters.sim import SimulatedFleet
     from controlplane.cli.demo import run_demo
-    from controlplane.core.clock import SimClock
-    from controlplane.reconcile.contracts import ControllerSettings
-    from controlplane.reconcile.controller import Controller
-    from controlplane.store import Store
     from policies.preemption import default_gce_model
     from serve.auth import hash_token
     from serve.service import ControlPlaneService, Principal
+    from tests.loops import sim_loop
 
-    clock = SimClock(start=0.0)
-    store = Store(tmp_path / "spotplane.db")
-    fleet = SimulatedFleet.from_options(clock=clock, data_dir=data_root, seed=0,
-                                        state_path=tmp_path / "simfleet.db",
-                                        lifetime_model=default_gce_model())
-    ctl = Controller(store, fleet, clock, ControllerSettings(pool_nodes={"V100": 8, "H100": 4}),
-                     epoch=store.take_controller_lease())
+    loop = sim_loop(tmp_path, data_root, {"V100": 8, "H100": 4}, seed=0, lifetime_model=default_gce_model())
+    clock, store, ctl = loop.clock, loop.store, loop.ctl
     ctl.tick()  # the loop runs before the demo submits (the zones are known)
     service = ControlPlaneService.open(tmp_path / "spotplane.db", hash_token(ADMIN))
     ticks: list[float] = []
