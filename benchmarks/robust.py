@@ -7,6 +7,8 @@ Each cell is one (trace, seed, scheduler, options) simulation; its result is cac
 JSON under ``--cache`` (default ``$XDG_CACHE_HOME/spotplane/robust``), keyed by a hash of its
 inputs (the pod list's bytes included) and :data:`policies.sim.gpu_sim.SIM_VERSION`, so that a run can
 be resumed and GFS variants recomputed alone: the baselines' cells do not change when GFS does.
+A cell with a quota runs on one BLAS thread and its key names the BLAS build and CPU kernel
+(:mod:`benchmarks.blas`): the forecaster's rounding, and so the quota, depends on both.
 
 openb replays the pods as recorded: the workload has no randomness and no scheduler run here
 draws a random number (only the ablations ``gfs_p``/``gfs_sp`` do), so one run per list stands
@@ -38,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.blas import SIM_BLAS_THREADS, blas_identity, one_blas_thread
 from benchmarks.gpucluster import build_workload, check_did_work, scheduler_for
 from clusters.data.catalog import DataCatalog
 from controlplane.core.config import data_dir
@@ -87,6 +90,11 @@ class Cell:
     def is_openb(self) -> bool:
         return self.trace.startswith("openb/")
 
+    @property
+    def has_quota(self) -> bool:
+        """GFS or a quota'd baseline: its run goes through the forecaster's BLAS sums."""
+        return self.label.startswith("gfs:") or self.label.endswith("+quota")
+
     def key_inputs(self) -> dict[str, Any]:
         """Everything the cell's result depends on (the cache key is the hash of this)."""
         d: dict[str, Any] = {"trace": self.trace, "seed": self.seed, "label": self.label.split(":")[0],
@@ -95,6 +103,8 @@ class Cell:
             d["pods_sha256"] = file_sha256(self.pods_file) if self.pods_file else None
         else:
             d.update(days=self.a100_days, warmup_h=self.warmup_h)
+        if self.has_quota:
+            d.update(blas=blas_identity(), blas_threads=SIM_BLAS_THREADS)
         return d
 
     def key(self) -> str:
@@ -164,7 +174,8 @@ def run_cell(cell: Cell) -> tuple[Cell, dict[str, float], float]:
                                hp_pack=cell.options.hp_pack)
     else:
         sched = scheduler_for(cell.label, cell.seed, preempt_reach=cell.options.preempt_reach)
-    r = simulate(w, sched, cfg)
+    with one_blas_thread():
+        r = simulate(w, sched, cfg)
     check_did_work(cell.trace, cell.label, w, r)
     return cell, r.summary(), time.perf_counter() - t0
 
@@ -440,6 +451,7 @@ def report(results: dict[Cell, dict[str, float]], variants: list[str], seeds: tu
     d = verdicts.get(live, {})
     return {
         "sim_version": SIM_VERSION,
+        "blas": blas_identity(), "blas_threads": SIM_BLAS_THREADS,
         "traces": list(table),
         "seeds": {t: sorted({c.seed for c in results if c.trace == t}) for t in table},
         "seed_independent": {t: t.startswith("openb/") for t in table},

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import entry, robust
+from benchmarks.blas import one_blas_thread
 from benchmarks.gpucluster import (
     QUOTA,
     STRICT_CONTROL,
@@ -126,7 +127,8 @@ def _run_one(run: Run) -> tuple[Run, dict[str, float], float]:
     hp_score = opts.pop("hp_score", LIVE_DEFAULT.hp_score)
     reach = opts.pop("preempt_reach", LIVE_DEFAULT.preempt_reach)
     t0 = time.perf_counter()
-    r = simulate(w, scheduler_for(run.label, run.seed, queue, spot_score, hp_score, reach), sim_config(opts))
+    with one_blas_thread():
+        r = simulate(w, scheduler_for(run.label, run.seed, queue, spot_score, hp_score, reach), sim_config(opts))
     check_did_work(run.workload, run.label, w, r)
     return run, {**r.summary(), **why_fields(r)}, time.perf_counter() - t0
 

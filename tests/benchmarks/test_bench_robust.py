@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from threadpoolctl import threadpool_info
 
 from benchmarks import robust
 from benchmarks import scheduler as bench
+from benchmarks.blas import blas_identity, one_blas_thread
 from policies.gfs_options import GFS_VARIANTS, LIVE_DEFAULT, LIVE_DEFAULT_NAME, GfsOptions
 
 ROBUST_JSON = Path(__file__).parents[2] / "docs" / "data" / "robust" / "robust.json"
@@ -134,6 +136,26 @@ def test_a_cell_key_changes_with_its_options_and_not_with_the_variant_name() -> 
     b = robust.Cell("gfs-a100-low", 2, "gfs:other_name", GFS_VARIANTS["as_released"])
     c = robust.Cell("gfs-a100-low", 2, "gfs:eta_release", GFS_VARIANTS["eta_release"])
     assert a.key() == b.key() != c.key()
+
+
+def test_a_quotad_cell_key_names_the_blas_and_an_unquotad_one_does_not() -> None:
+    """Only a run with a forecaster sums through BLAS; the baselines without a quota are the same
+    on every machine, so their cached cells travel."""
+    for label in ("gfs:as_released", "fgd+quota"):
+        inputs = robust.Cell("gfs-a100-low", 2, label, GFS_VARIANTS["as_released"]).key_inputs()
+        assert inputs["blas"] == blas_identity() and inputs["blas_threads"] == 1
+        assert any(b.startswith("openblas ") for b in inputs["blas"])
+    assert "blas" not in robust.Cell("gfs-a100-low", 2, "fgd", GFS_VARIANTS["as_released"]).key_inputs()
+
+
+def test_a_simulation_runs_on_one_blas_thread_and_the_process_keeps_its_own() -> None:
+    def threads() -> set[int]:
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    before = threads()
+    with one_blas_thread():
+        assert threads() == {1}
+    assert threads() == before
 
 
 def test_the_live_defaults_are_the_ones_the_robust_run_picked() -> None:
