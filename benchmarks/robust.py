@@ -403,6 +403,14 @@ def assess(table: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str,
     return out
 
 
+def met_by(verdicts: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """Per trace, every scheduler run there (GFS variant or baseline) that meets the three targets:
+    an empty list says the targets cannot all hold there with anything this run measured."""
+    traces = sorted({t for v in verdicts.values() for t in v["per_trace"]})
+    return {t: [lab for lab, v in verdicts.items() if t in v["per_trace"] and meets(v["per_trace"][t])]
+            for t in traces}
+
+
 def overall(table: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
     """Per label: each metric's mean over the traces (only labels that ran on every trace)."""
     labels = set.intersection(*(set(rows) for rows in table.values())) if table else set()
@@ -470,6 +478,7 @@ def report(results: dict[Cell, dict[str, float]], variants: list[str], seeds: tu
         "schedulers": {lab: {"worst": v["worst"], "meets": v["meets"], "traces_missed": v["traces_missed"]}
                        for lab, v in verdicts.items()},
         "per_trace_all": {lab: v["per_trace"] for lab, v in verdicts.items()},
+        "met_by": met_by(verdicts),
     }
 
 
@@ -494,6 +503,10 @@ def text(rep: dict[str, Any]) -> str:
                      f"{w['spot_jqt_ratio']:7.2f}x ({w['spot_jqt_ratio_trace']}), eviction "
                      f"{w['eviction_over_median']:+6.2f} pp ({w['eviction_over_median_trace']})"
                      f"{'  MEETS' if v['meets'] else '  misses on ' + ', '.join(v['traces_missed'])}")
+    lines.append("\nper trace, the schedulers that meet all three targets there:")
+    for trace, labs in rep["met_by"].items():
+        lines.append(f"  {trace}: {len(labs)} of {len(rep['table'][trace])}"
+                     f"{' (none: the targets conflict with every scheduler measured)' if not labs else ''}")
     lines.append(f"\nlive default: {rep['live_default']}; picked by this run: {rep['picked']} "
                  f"(rule {rep['pick_rule']})")
     for rule, got in rep["picks"].items():
@@ -522,6 +535,9 @@ def markdown(rep: dict[str, Any]) -> str:
         lines.append(f"| {lab} | {w['hp_jqt_ratio']:.2f} ({w['hp_jqt_ratio_trace']}) | {w['spot_jqt_ratio']:.2f} "
                      f"({w['spot_jqt_ratio_trace']}) | {w['eviction_over_median']:+.2f} "
                      f"({w['eviction_over_median_trace']}) | {', '.join(v['traces_missed']) or 'none'} |")
+    lines += ["", "| trace | schedulers that meet the three targets |", "|---|---|"]
+    lines += [f"| {t} | {len(labs)} of {len(rep['table'][t])}: {', '.join(labs) or 'none'} |"
+              for t, labs in rep["met_by"].items()]
     return "\n".join(lines)
 
 

@@ -61,6 +61,17 @@ def test_worst_is_the_largest_figure_over_the_traces_and_names_it() -> None:
     assert robust.pick_key(ok) < robust.pick_key(per)  # fewer traces missed wins
 
 
+def test_met_by_names_every_scheduler_that_meets_a_trace_and_none_where_the_targets_conflict() -> None:
+    """t1: Chronus (no quota) and the variant meet the targets. t2: the best quota'd spot JQT is
+    YARN-CS+quota's 500 s at 45x the best HP JQT, and Chronus, the one as quick for HP, evicts above
+    the median: nothing measured meets all three."""
+    table = {"t1": {**BASE, "gfs:x": _row(210.0, 1900.0, 0.02)},
+             "t2": {**BASE, "yarn_cs+quota": _row(9000.0, 500.0, 0.005), "chronus": _row(200.0, 300.0, 0.09),
+                    "gfs:x": _row(210.0, 4100.0, 0.02)}}
+    got = robust.met_by(robust.assess(table))
+    assert got == {"t1": ["chronus", "gfs:x"], "t2": []}
+
+
 def _ok(spot: float = 1.0, fair: float | None = None) -> dict[str, float | None]:
     return {"hp_jqt_ratio": 1.0, "spot_jqt_ratio": spot, "eviction_over_median": -1.0,
             "spot_jqt_ratio_hp_fair": fair}
