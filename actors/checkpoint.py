@@ -110,13 +110,21 @@ class CheckpointCoordinator:
         """Checkpoint now (a notice is pending) and/or at which progress next."""
         self.progress = max(self.progress, float(progress))
         self.started = True
-        urgent = self.notice_at is not None and self.emergency_done_at is None
         return {
-            "checkpoint_now": urgent or self.requested is not None,
+            "checkpoint_now": self.urgent or self.requested is not None,
             "next_at_progress": self.next_at_progress(),
-            "reason": "preemption notice" if urgent else (self.requested or "dp schedule"),
+            "reason": self.directive_reason(),
             "hold_seconds": self.hold_seconds(),
         }
+
+    @property
+    def urgent(self) -> bool:
+        """A notice is pending and its emergency checkpoint not yet durable."""
+        return self.notice_at is not None and self.emergency_done_at is None
+
+    def directive_reason(self) -> str:
+        """Why the next save is taken: the notice, a request (a lost peer), or the DP schedule."""
+        return "preemption notice" if self.urgent else (self.requested or "dp schedule")
 
     def request_checkpoint(self, reason: str) -> None:
         """Checkpoint at the next step (seed 004: the survivor, when a peer replica is lost)."""
@@ -132,8 +140,9 @@ class CheckpointCoordinator:
         """A checkpoint is durable: update the cost estimate, the record and the plan; returns
         the next directive (``hold_seconds`` > 0 after an emergency checkpoint)."""
         now = self.clock.now()
+        reason = self.directive_reason()
         self.requested = None
-        self.artifacts.append({**ref, "seconds": float(seconds), "recorded_at": now})
+        self.artifacts.append({**ref, "seconds": float(seconds), "recorded_at": now, "reason": reason})
         self.checkpointed = max(self.checkpointed, float(ref.get("progress", 0.0)))
         self.progress = max(self.progress, self.checkpointed)
         self.cost_seconds.append(max(0.0, float(seconds)))

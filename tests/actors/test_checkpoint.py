@@ -119,6 +119,8 @@ def test_emergency_checkpoint_with_30s_notice_and_5s_checkpoint_loses_no_step() 
     assert outcome["noticed"] and outcome["completed_before_death"]
     assert outcome["checkpoint_completed_at"] - outcome["checkpoint_requested_at"] <= 6.0
     assert outcome["lost_progress"] < 1 / steps  # less than one step
+    reasons = [a["reason"] for a in c.status()["artifacts"]]
+    assert reasons[-1] == "preemption notice" and reasons.count("preemption notice") == 1, reasons
 
 
 def test_a_notice_too_short_for_the_checkpoint_is_reported_as_missed() -> None:
@@ -142,6 +144,9 @@ def test_peer_loss_requests_a_checkpoint_once() -> None:
     assert d["checkpoint_now"] and d["reason"] == "peer r1 lost"
     c.record_save(ref(0.2), seconds=1.0)
     assert not c.directive(0.2)["checkpoint_now"]
+    c.record_save(ref(0.4), seconds=1.0)
+    # each artifact says what asked for it: the lost peer's request once, then the DP schedule
+    assert [a["reason"] for a in c.status()["artifacts"]] == ["peer r1 lost", "dp schedule"]
 
 
 def test_options_pin_to_the_node_resource_and_bad_input_is_refused() -> None:
