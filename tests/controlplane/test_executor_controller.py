@@ -29,7 +29,7 @@ SPEED = 900.0  # simulated seconds per wall second
 @pytest.fixture
 def world(
     ray_cluster: Any, tmp_path: Path, data_root: Path
-) -> Iterator[tuple[Store, Controller, RayJobExecutor, SimClock]]:
+) -> Iterator[tuple[Store, Controller, RayJobExecutor, SimClock, SimulatedFleet]]:
     require_job_agent(ray_cluster)
     clock = SimClock(start=0.0)
     store = Store(tmp_path / "spotplane.db")
@@ -62,7 +62,7 @@ def world(
         executor=ex,
         epoch=store.take_controller_lease(),
     )
-    yield store, ctl, ex, clock
+    yield store, ctl, ex, clock, fleet
     ex.close()
     store.close()
 
@@ -70,9 +70,9 @@ def world(
 @pytest.mark.ray
 @pytest.mark.slow
 def test_real_job_is_preempted_by_the_fleet_restores_elsewhere_and_finishes(
-    world: tuple[Store, Controller, RayJobExecutor, SimClock],
+    world: tuple[Store, Controller, RayJobExecutor, SimClock, SimulatedFleet],
 ) -> None:
-    store, ctl, ex, clock = world
+    store, ctl, ex, clock, fleet = world
     steps, seed = 350, 13
     tenant, _ = store.create_tenant("t")
     job = store.submit_job(
@@ -100,8 +100,8 @@ def test_real_job_is_preempted_by_the_fleet_restores_elsewhere_and_finishes(
             break
         if preempted is None and current.state is JobState.RUNNING and current.checkpoints >= 1:
             node = next(n for n in store.list_nodes() if n.job_id == job.id and n.instance_id)
-            preempted = node.instance_id
-            ctl.fleet.preempt_now(node.instance_id, "spot reclaimed")  # type: ignore[attr-defined]
+            preempted = node.instance_id or ""
+            fleet.preempt_now(preempted, "spot reclaimed")
         time.sleep(0.2)
     j = store.get_job(job.id)
     assert j.state is JobState.SUCCEEDED, (j.state, j.message, ex.logs(job.id)[-3000:])
