@@ -526,6 +526,11 @@ def invariants(store: Any, load: Load, launches_per_intent: dict[str, int]) -> d
 LOOP_MOVES = {JobState.PENDING: "the loop's ingest", JobState.PREEMPTED: "the loop's requeue"}
 
 
+#: How long the check waits for the loop's next committed tick before it counts every unfinished
+#: job as stuck (the loop no longer ticks).
+TICK_WAIT_S = 180.0
+
+
 def waits_on(job: Job, live_nodes: set[str], settings: ControllerSettings) -> str | None:
     """What an unfinished job waits on while the loop ticks, or None when nothing will move it
     (stuck): queued, it waits on room in its pool, unless it needs more nodes than the pool
@@ -667,6 +672,9 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
             t.join(timeout=30)
         before, ticked = _progress_snapshot(store), store.control_time()
         _until(lambda: not _progress_snapshot(store), drain_s, every_s=1.0)
+        # a loop is judged stopped only when no tick commits in TICK_WAIT_S: on a loaded machine one
+        # tick over every job the run queued may last longer than a short drain
+        _until(lambda: store.control_time() > ticked, TICK_WAIT_S, every_s=1.0)
         after = _progress_snapshot(store)
         stalled = [i for i, s in after.items() if before.get(i) == s]
         stuck = stuck_jobs(store, settings.controller, ticking=store.control_time() > ticked)
