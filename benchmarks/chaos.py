@@ -702,13 +702,15 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         if handles is not None:
             with contextlib.suppress(Exception):
                 stop_control_plane(handles)
+        # the control plane's Ray goes before the workload Rays: a controller that outlived a
+        # late stop (a tick over hundreds of jobs on a loaded machine) must not tick against them
+        ray.shutdown()
         if workload is not None:
             workload.stop()
             WORKLOAD_ROOTS.discard(workload.proc.pid)
         if nodes is not None:
             nodes.stop()
             WORKLOAD_ROOTS.discard(nodes.proc.pid)
-        ray.shutdown()
 
 
 def ok(r: dict[str, Any]) -> bool:
