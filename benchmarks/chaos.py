@@ -624,6 +624,9 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         handles = start_control_plane(settings)
         store = Store(settings.db_path)
         tokens = [store.create_tenant(f"chaos-{i}", max_gpus=64)[1] for i in range(tenants)]
+        # the real jobs' tenant submits nothing else: within its fair share, its spot job is never
+        # reclaimed for another tenant's (the load's tenants), so it runs long enough to be killed
+        real_token = store.create_tenant("chaos-real", max_gpus=64)[1]
         url = start_api(settings.db_path, new_admin_token(), free_port(),
                         workload_address=address.dashboard if address else None,
                         workload_token_path=address.token_path if address else None,
@@ -636,7 +639,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         load, stop = Load(), threading.Event()
         # 0.05 s steps: the real jobs run through the whole run (losses and restores included)
         steps = max(1200, int(minutes * 60 / 0.05))
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[0]}"},
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {real_token}"},
                           timeout=30.0) as c:
             for i in range(real_jobs):
                 r = c.post("/v1/jobs", json=real_job(f"chaos-real-{i}", steps, speed,
@@ -648,7 +651,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
                    for i, tok in enumerate(tokens)]
         for t in threads:
             t.start()
-        killer = Killer(url, handles, store, rng, workload=nodes, token=tokens[0])
+        killer = Killer(url, handles, store, rng, workload=nodes, token=real_token)
         if real_jobs:  # the real-job kinds need one running with a checkpoint (minutes on a busy machine)
             _until(lambda: any(j.spec.entrypoint and j.checkpoints > 0 for j in store.list_jobs(
                 None, state=["RUNNING"], limit=100_000)), 300.0, every_s=1.0)
@@ -680,7 +683,7 @@ def run(minutes: float = 3.0, tenants: int = 4, rate: float = 4.0, real_jobs: in
         stuck = stuck_jobs(store, settings.controller, ticking=store.control_time() > ticked)
         launches = ray.get(handles.controller.launches_per_intent.remote(), timeout=60)
         result = invariants(store, load, launches)
-        result.update(resumes(url, tokens[0], killer.lost_jobs, store))
+        result.update(resumes(url, real_token, killer.lost_jobs, store))
         result.update({
             "minutes": minutes, "tenants": tenants, "sent": load.sent, "refused": load.refused,
             "retries": load.retries, "replayed": load.replayed,
