@@ -28,12 +28,7 @@ def one_blas_thread() -> Iterator[None]:
 
 
 @cache
-def _identity() -> tuple[str, ...]:
-    libs = {f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}"
-            for i in threadpool_info() if i.get("user_api") == "blas"}
-    return tuple(sorted(libs))
-
-
-def blas_identity() -> list[str]:
+def blas_identity() -> tuple[str, ...]:
     """Each loaded BLAS as ``"<library> <version> <kernel>"`` (e.g. ``openblas 0.3.30 Haswell``), sorted."""
-    return list(_identity())
+    return tuple(sorted({f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}"
+                         for i in threadpool_info() if i.get("user_api") == "blas"}))
